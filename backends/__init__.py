@@ -1,0 +1,112 @@
+"""Backend registry (imported as ``mxcore.backends``).
+
+Each backend module defines one class with ``name``, a side-effect-free ``is_available()``
+that returns ``None`` when usable or a reason string (it imports CuPy / hip-python inside a
+try and never raises), ``supports(dtype)`` and ``matmul``.  Importing this package imports no
+GPU library.
+
+Selection order for ``backend="auto"``: the ``MXCORE_BACKEND`` environment variable, else the
+first usable GPU backend (cuda, then hip), else the numpy reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+
+from ..errors import BackendUnavailableError, UnknownNameError
+
+__all__ = ["BackendStatus", "Target", "available", "get", "names", "select"]
+
+# name -> module (relative to this package) and class; order is the auto-selection order
+_REGISTRY = {
+    "cuda": ("cuda", "CudaBackend"),
+    "hip": ("hip", "HipBackend"),
+    "reference": ("reference", "ReferenceBackend"),
+}
+_ALIASES = {"nvidia": "cuda", "amd": "hip", "rocm": "hip", "numpy": "reference", "cpu": "reference"}
+_INSTANCES: dict = {}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a kernel is built for: vendor ("nvidia" | "amd" | "cpu"), arch ("sm_90", "gfx950"), wave size."""
+
+    vendor: str
+    arch: str | None
+    wave_size: int = 32
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    usable: bool
+    reason: str | None
+    devices: tuple = field(default_factory=tuple)
+
+    def __str__(self) -> str:
+        state = "usable" if self.usable else f"not usable: {self.reason}"
+        devs = f" [{'; '.join(self.devices)}]" if self.devices else ""
+        return f"{self.name}: {state}{devs}"
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def _canonical(name: str) -> str:
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _REGISTRY and key != "auto":
+        raise UnknownNameError(f"unknown backend {name!r}; choose one of: auto, {', '.join(_REGISTRY)}")
+    return key
+
+
+def get(name: str):
+    """The backend object called ``name`` (usable or not; see ``is_available()``)."""
+    key = _canonical(name)
+    if key == "auto":
+        return select("auto")
+    if key not in _INSTANCES:
+        module_name, cls_name = _REGISTRY[key]
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        _INSTANCES[key] = getattr(module, cls_name)()
+    return _INSTANCES[key]
+
+
+def available() -> list[BackendStatus]:
+    """Every known backend, whether it is usable here and, when not, why."""
+    out = []
+    for key in _REGISTRY:
+        try:
+            backend = get(key)
+        except ImportError as exc:  # a broken install: report it instead of failing the whole listing
+            out.append(BackendStatus(key, False, f"backend module failed to import: {exc}"))
+            continue
+        reason = backend.is_available()
+        devices = tuple(backend.devices()) if reason is None and hasattr(backend, "devices") else ()
+        out.append(BackendStatus(key, reason is None, reason, devices))
+    return out
+
+
+def select(name: str | None = "auto"):
+    """Resolve a backend request to a usable backend object, or raise saying why not."""
+    key = _canonical(name or "auto")
+    if key == "auto":
+        env = os.environ.get("MXCORE_BACKEND", "").strip()
+        if env and env.lower() != "auto":
+            return select(env)
+        for status in available():
+            if status.usable:
+                return get(status.name)
+        raise BackendUnavailableError("no usable backend (even the reference failed to load)")
+    backend = get(key)
+    reason = backend.is_available()
+    if reason is not None:
+        others = [s.name for s in available() if s.usable]
+        raise BackendUnavailableError(
+            f"backend {key!r} is not usable here: {reason}. Usable backends: {', '.join(others) or 'none'}; "
+            "pass backend='auto' to pick one"
+        ) from getattr(backend, "unavailable_cause", None)
+    return backend

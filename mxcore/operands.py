@@ -1,0 +1,190 @@
+"""Turn user operands into what a matrix core reads: typed values, or codes plus scales.
+
+This is the one place that decides how an input of any kind (float array, ml_dtypes array of
+codes, :class:`~mxcore.mx.MXTensor`, :class:`~mxcore.mx.ScaledTensor`) becomes an operand of a
+resolved :class:`~mxcore.dtypes.MatmulDType`.  The reference backend and the GPU backends both
+call :func:`prepare`, so the quantization a GPU kernel consumes is exactly the one the oracle
+checks.
+
+Input policy (documented in the README):
+
+* float dtypes (fp32/tf32/fp16/bf16): inputs are rounded once (RNE) to the dtype; NaN and inf
+  propagate as IEEE arithmetic says.
+* plain fp8: a power-of-two per-tensor scale is chosen from the finite amax (``quantize_tensor``);
+  NaN stays NaN, inf stays inf in e5m2 and becomes NaN in e4m3 (it has no inf).
+* MX: OCP v1.0 block quantization along K (A along axis 1, B along axis 0); a block containing
+  NaN or inf gets the NaN scale 0xFF and so every output that reads it is NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import InputTypeError, UnsupportedError
+
+__all__ = ["Operand", "infer_dtype", "prepare", "check_real_input"]
+
+# numpy / ml_dtypes dtype name -> canonical operand dtype, for dtype=None
+_NATIVE = {
+    "float64": "fp32",
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "e4m3fn",
+    "float8_e5m2": "e5m2",
+    "float8_e4m3fnuz": "e4m3fnuz",
+    "float8_e5m2fnuz": "e5m2fnuz",
+}
+_FP8_NUMPY = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz", "e5m2fnuz": "float8_e5m2fnuz"}
+
+
+def _is_mx(x) -> bool:
+    return type(x).__name__ == "MXTensor" and type(x).__module__.startswith("mxcore")
+
+
+def _is_scaled(x) -> bool:
+    return type(x).__name__ == "ScaledTensor" and type(x).__module__.startswith("mxcore")
+
+
+def _dtype_name(x) -> str:
+    dt = getattr(x, "dtype", None)
+    return getattr(dt, "name", str(dt)).replace("torch.", "")
+
+
+def check_real_input(x, role: str) -> None:
+    """Reject integer, boolean and complex inputs with a message that says what to pass instead."""
+    if _is_mx(x) or _is_scaled(x):
+        return
+    name = _dtype_name(x)
+    if name.startswith(("int", "uint", "bool", "complex")) or name in {"object", "str"}:
+        raise InputTypeError(
+            f"operand {role} has dtype {name}; mxcore multiplies real floating-point data. Pass float arrays "
+            "(float32/float16/bfloat16, or ml_dtypes float8 arrays for fp8 codes), an MXTensor from "
+            "mxcore.quantize_mx, or a ScaledTensor from mxcore.quantize_tensor"
+        )
+
+
+def infer_dtype(a, b):
+    """The dtype implied by the inputs themselves (``dtype=None``): an operand name or an (A, B) pair."""
+
+    def one(x):
+        if _is_mx(x) or _is_scaled(x):
+            return x.fmt
+        name = _dtype_name(x)
+        if name not in _NATIVE:
+            raise InputTypeError(
+                f"cannot infer a matmul dtype from input dtype {name!r}; pass dtype= explicitly "
+                f"(known: {', '.join(_dt.known_names())})"
+            )
+        return _NATIVE[name]
+
+    da, db = one(a), one(b)
+    return da if da == db else (da, db)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One prepared operand.
+
+    ``values``: float array in the dtype's storage type (float kinds), else None.
+    ``codes``: uint8 element codes, logical shape (fp8 and MX kinds).
+    ``mx``: the :class:`MXTensor` (MX kind).  ``tensor_scale``: per-tensor scale (fp8 kind).
+    """
+
+    dtype: _dt.OperandDType
+    role: str
+    shape: tuple
+    values: np.ndarray | None = None
+    codes: np.ndarray | None = None
+    mx: object = None
+    tensor_scale: float = 1.0
+
+    @property
+    def scales(self):
+        return None if self.mx is None else self.mx.scales
+
+    def to_float64(self) -> np.ndarray:
+        """The exact real values the matrix core multiplies (scales applied)."""
+        from . import formats, mx
+
+        kind = self.dtype.kind
+        if kind == "float":
+            if self.dtype.name == "tf32":
+                return formats.round_to(self.values, "tf32").astype(np.float64)
+            return self.values.astype(np.float64)
+        if kind == "fp8":
+            return formats.decode(self.codes, self.dtype.element).astype(np.float64) * self.tensor_scale
+        return mx.dequantize(self.mx, dtype=np.float64)
+
+
+def _prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str) -> Operand:
+    from . import formats, mx
+
+    axis = 1 if role == "a" else 0  # K is A's columns and B's rows
+    if od.kind == "mx":
+        if _is_mx(x):
+            if _dt.canonical_operand(x.fmt) != od.name:
+                raise UnsupportedError(f"operand {role} is an MXTensor of {x.fmt} but dtype asks for {od.name}; "
+                                       f"requantize it, or pass dtype={x.fmt!r}")
+            if x.axis != axis:
+                raise UnsupportedError(f"operand {role} is block-quantized along axis {x.axis}; matmul needs blocks "
+                                       f"along K (axis {axis} for {role.upper()})")
+            return Operand(od, role, tuple(x.shape), codes=x.codes, mx=x)
+        if _is_scaled(x):
+            raise UnsupportedError(f"operand {role} is a per-tensor ScaledTensor but dtype {od.name} is block-scaled; "
+                                   "pass float data and let mxcore quantize it")
+        host = np.asarray(x)
+        if host.dtype.name.startswith("float8"):
+            raise UnsupportedError(f"operand {role} holds {host.dtype.name} codes without block scales; "
+                                   f"use mxcore.quantize_mx(float_data, {od.name!r}) or dtype='fp8'")
+        t = mx.quantize_mx(host.astype(np.float32) if host.dtype.itemsize < 4 else host, od.name, axis=axis,
+                           scale_rounding=scale_rounding)
+        return Operand(od, role, tuple(host.shape), codes=t.codes, mx=t)
+    if od.kind == "fp8":
+        if _is_scaled(x):
+            if _dt.canonical_operand(x.fmt) != od.name:
+                raise UnsupportedError(_fp8_mismatch(role, x.fmt, od.name))
+            return Operand(od, role, tuple(x.codes.shape), codes=x.codes, tensor_scale=float(x.scale))
+        if _is_mx(x):
+            raise UnsupportedError(f"operand {role} is an MXTensor but dtype {od.name} is per-tensor fp8; "
+                                   f"pass dtype={x.fmt!r} to use its block scales")
+        host = np.asarray(x)
+        name = host.dtype.name
+        if name.startswith("float8"):
+            if name != _FP8_NUMPY[od.name]:
+                raise UnsupportedError(_fp8_mismatch(role, name.replace("float8_", ""), od.name))
+            return Operand(od, role, tuple(host.shape), codes=host.view(np.uint8))
+        t = mx.quantize_tensor(host, od.element)
+        return Operand(od, role, tuple(host.shape), codes=t.codes, tensor_scale=float(t.scale))
+    # float kinds
+    if _is_mx(x) or _is_scaled(x):
+        raise UnsupportedError(f"operand {role} is quantized ({x.fmt}) but dtype is {od.name}; pass dtype={x.fmt!r}")
+    host = np.asarray(x)
+    if host.dtype.name.startswith("float8"):
+        raise UnsupportedError(f"operand {role} holds {host.dtype.name} codes but dtype is {od.name}; "
+                               f"pass dtype={_NATIVE[host.dtype.name]!r} or decode them first")
+    if od.name in ("fp32", "tf32"):
+        values = host.astype(np.float32)  # float64 -> float32 is one RNE rounding
+    elif od.name == "fp16":
+        values = host.astype(np.float16) if host.dtype != np.float16 else host  # numpy rounds once, RNE
+    else:  # bf16
+        import ml_dtypes
+
+        values = host if host.dtype.name == "bfloat16" else formats.round_to(host, "bf16").astype(ml_dtypes.bfloat16)
+    return Operand(od, role, tuple(host.shape), values=values)
+
+
+def _fp8_mismatch(role: str, have: str, want: str) -> str:
+    return (f"operand {role} holds {have} bytes but the matmul reads {want}. These are different fp8 encodings "
+            "(OCP e4m3fn/e5m2 vs FNUZ e4m3fnuz/e5m2fnuz: CDNA3 (gfx942) reads FNUZ, CDNA4 (gfx950) and NVIDIA read OCP); "
+            f"convert the data (decode as {have}, re-encode as {want}) or pass dtype={have!r}")
+
+
+def prepare(a, b, mdt: _dt.MatmulDType, *, scale_rounding: str = "floor") -> tuple[Operand, Operand]:
+    """Prepare host operands ``a`` (M×K) and ``b`` (K×N) for ``mdt``."""
+    if scale_rounding not in ("floor", "rceil"):
+        raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP v1.0) or 'rceil' (cuBLAS)")
+    return _prepare_one(a, mdt.a, "a", scale_rounding), _prepare_one(b, mdt.b, "b", scale_rounding)

@@ -1,0 +1,86 @@
+"""Shared test helpers: toolchain requirements that fail in CI, GPU fixtures, fresh random seeds."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_tool(name: str, ok, why: str = "") -> None:
+    """Skip (locally) or fail (CI=true) when a compile toolchain is missing.
+
+    ``ok``: True/None means present; False or a reason string means missing.
+    """
+    if ok is True or ok is None:
+        return
+    reason = ok if isinstance(ok, str) else why
+    message = f"{name} is not available: {reason or 'not found'}"
+    if IN_CI:
+        pytest.fail(f"{message} -- CI must have every compile toolchain (.ci/run installs them)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def rng(request):
+    """A generator with a fresh seed each run; the seed is printed when the test fails."""
+    seed = int(os.environ.get("MXCORE_TEST_SEED", secrets.randbits(32)))
+    request.node.user_properties.append(("seed", seed))
+    print(f"random seed {seed} (rerun with MXCORE_TEST_SEED={seed})")
+    return np.random.default_rng(seed)
+
+
+def _cupy_reason():
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no NVIDIA GPU"
+        return None
+    except Exception as exc:  # ImportError, CUDARuntimeError...
+        return f"CuPy/NVIDIA GPU not usable: {exc}"
+
+
+def _hip_reason():
+    try:
+        from mxcore.backends import get
+
+        return get("hip").is_available()
+    except Exception as exc:
+        return f"hip backend not usable: {exc}"
+
+
+@pytest.fixture(scope="session")
+def cupy_device():
+    reason = _cupy_reason()
+    if reason:
+        pytest.skip(reason)
+    import cupy
+
+    return cupy.cuda.Device()
+
+
+@pytest.fixture(scope="session")
+def hip_device():
+    reason = _hip_reason()
+    if reason:
+        pytest.skip(reason)
+    from mxcore.backends import get
+
+    return get("hip")
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU-marked tests skip cleanly (with the reason) when that GPU is absent."""
+    reasons = {}
+    for item in items:
+        for marker, probe in (("nvidia_gpu", _cupy_reason), ("amd_gpu", _hip_reason)):
+            if marker in item.keywords:
+                if marker not in reasons:
+                    reasons[marker] = probe()
+                if reasons[marker]:
+                    item.add_marker(pytest.mark.skip(reason=reasons[marker]))
