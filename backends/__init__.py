@@ -81,7 +81,7 @@ def available() -> list[BackendStatus]:
     for key in _REGISTRY:
         try:
             backend = get(key)
-        except ImportError as exc:  # a broken install: report it instead of failing the whole listing
+        except Exception as exc:  # a broken install: report it instead of failing the whole listing
             out.append(BackendStatus(key, False, f"backend module failed to import: {exc}"))
             continue
         reason = backend.is_available()

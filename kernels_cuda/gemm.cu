@@ -1,0 +1,238 @@
+// mxcore NVIDIA GEMM family: D[M,N] = alpha0 * alpha1 * (A[M,K] @ B[K,N]), fp32 accumulation on tensor cores.
+//
+// One source, specialised with -D defines by backends/cuda.py (never edited by text substitution):
+//   MX_ESIZE        bytes per element as stored: 2 (f16/bf16, m16n8k16), 4 (tf32 bits, m16n8k8), 1 (fp8, m16n8k32)
+//   MX_MMA_OP       the mma.sync mnemonic (a string, taken from mxcore.layouts' record), e.g.
+//                   "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+//   MX_A_KMAJOR     1: A stored [M][lda] with K contiguous; 0: A stored [K][lda] with M contiguous (2-byte only)
+//   MX_B_KMAJOR     1: B stored [N][ldb] with K contiguous; 0: B stored [K][ldb] with N contiguous (2-byte only)
+//   MX_BM MX_BN MX_BK MX_WARPS_M MX_WARPS_N MX_STAGES   block tile, warp grid, cp.async pipeline depth
+//   MX_GROUP_M      rows of blocks per L2 group (grid swizzle)
+//   Fragment index formulas (generated from one Python table that tests/test_cuda_index.py checks against
+//   mxcore.layouts; see backends/cuda.py FRAGMENT_FORMULAS):
+//   MX_LDSM_A_ROW(l) MX_LDSM_A_CHUNK(l) MX_LDSM_B_ROW(l) MX_LDSM_B_CHUNK(l): the tile row and 16-byte chunk whose
+//       address lane l hands to ldmatrix.x4 (non-trans for K-major, .trans for M/N-major operands), so that the
+//       four destination registers are the mma's A registers a0..a3, or B registers b0,b1 of two n8 blocks.
+//   MX_C_ROW(l, i) MX_C_COL(l, i): row/col in the 16x8 accumulator tile of lane l's accumulator register i.
+//
+// Shared memory: STAGES ring of (A tile, B tile); each tile is rows of 16-byte chunks, XOR-swizzled per row so
+// that the 8 row addresses of one ldmatrix 8x8 matrix fall in 8 distinct 16-byte bank groups.
+// Global loads: cp.async.cg 16 bytes with a source size (zero fill): rows/cols past M, N, K read nothing.
+// Requires: A, B 16-byte aligned; lda, ldb multiples of 16 bytes (the backend copies other inputs first).
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+
+#if !defined(MX_ESIZE) || !defined(MX_MMA_OP) || !defined(MX_BM) || !defined(MX_LDSM_A_ROW)
+#error "gemm.cu needs its -D defines from mxcore's backends/cuda.py"
+#endif
+
+constexpr int ESIZE = MX_ESIZE;
+constexpr int EPC = 16 / ESIZE;          // elements per 16-byte chunk
+constexpr int MMA_K = 32 / ESIZE;        // one mma step covers 32 bytes of K: two chunks
+constexpr int BM = MX_BM, BN = MX_BN, BK = MX_BK;
+constexpr int WARPS_M = MX_WARPS_M, WARPS_N = MX_WARPS_N;
+constexpr int NT = 32 * WARPS_M * WARPS_N;
+constexpr int STAGES = MX_STAGES;
+constexpr bool A_K = MX_A_KMAJOR != 0;
+constexpr bool B_K = MX_B_KMAJOR != 0;
+constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;
+constexpr int MI = WTM / 16, NI = WTN / 8;
+constexpr int A_ROWS = A_K ? BM : BK;
+constexpr int A_CPR = (A_K ? BK : BM) / EPC;
+constexpr int B_ROWS = B_K ? BN : BK;
+constexpr int B_CPR = (B_K ? BK : BN) / EPC;
+constexpr int A_BYTES = A_ROWS * A_CPR * 16;
+constexpr int B_BYTES = B_ROWS * B_CPR * 16;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+
+static_assert(ESIZE == 1 || ESIZE == 2 || ESIZE == 4, "element size");
+static_assert(A_K || ESIZE == 2, "M-major A needs 16-bit elements (ldmatrix.trans)");
+static_assert(B_K || ESIZE == 2, "N-major B needs 16-bit elements (ldmatrix.trans)");
+static_assert(BK % MMA_K == 0 && WTM % 16 == 0 && WTN % 16 == 0, "tile shape");
+static_assert((A_ROWS * A_CPR) % NT == 0 && (B_ROWS * B_CPR) % NT == 0, "loader coverage");
+static_assert(A_CPR >= 4 && B_CPR >= 4, "rows of at least 64 bytes (swizzle)");
+
+// byte offset of (row, chunk) in a tile with CPR chunks per row, XOR-swizzled
+template <int CPR>
+__device__ __forceinline__ u32 swz(int row, int chunk) {
+    const int x = CPR >= 8 ? (row & 7) : ((row >> 1) & 3);
+    return (u32)((row * CPR + (chunk ^ x)) * 16);
+}
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(MX_MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ int clamp16(i64 bytes) { return bytes <= 0 ? 0 : (bytes >= 16 ? 16 : (int)bytes); }
+
+// Copy one K tile of A (and B) into stage buffer `sbuf`; k0 is the tile's first K index.
+__device__ __forceinline__ void load_tile(u32 sbuf, const u8* __restrict__ A, const u8* __restrict__ B, i64 lda, i64 ldb,
+                                          int M, int N, int K, int m0, int n0, int k0, int tid) {
+#pragma unroll
+    for (int i = 0; i < (A_ROWS * A_CPR) / NT; ++i) {
+        const int q = tid + i * NT;
+        const int row = q / A_CPR, c = q % A_CPR;
+        int bytes;
+        i64 off;
+        if (A_K) {  // row = m, chunk along k
+            const int m = m0 + row, k = k0 + c * EPC;
+            bytes = m < M ? clamp16((i64)(K - k) * ESIZE) : 0;
+            off = ((i64)m * lda + k) * ESIZE;
+        } else {  // row = k, chunk along m
+            const int k = k0 + row, m = m0 + c * EPC;
+            bytes = k < K ? clamp16((i64)(M - m) * ESIZE) : 0;
+            off = ((i64)k * lda + m) * ESIZE;
+        }
+        cp_async16(sbuf + swz<A_CPR>(row, c), bytes ? A + off : A, bytes);
+    }
+#pragma unroll
+    for (int i = 0; i < (B_ROWS * B_CPR) / NT; ++i) {
+        const int q = tid + i * NT;
+        const int row = q / B_CPR, c = q % B_CPR;
+        int bytes;
+        i64 off;
+        if (B_K) {  // row = n, chunk along k
+            const int n = n0 + row, k = k0 + c * EPC;
+            bytes = n < N ? clamp16((i64)(K - k) * ESIZE) : 0;
+            off = ((i64)n * ldb + k) * ESIZE;
+        } else {  // row = k, chunk along n
+            const int k = k0 + row, n = n0 + c * EPC;
+            bytes = k < K ? clamp16((i64)(N - n) * ESIZE) : 0;
+            off = ((i64)k * ldb + n) * ESIZE;
+        }
+        cp_async16(sbuf + A_BYTES + swz<B_CPR>(row, c), bytes ? B + off : B, bytes);
+    }
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float v) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+__device__ __forceinline__ u16 f32_to_bf16(float v) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+
+// out_kind: 0 fp32, 1 fp16, 2 bf16.  ldc in elements.  alpha0, alpha1: powers of two of one sign of exponent
+// (per-tensor fp8 scales, MX global shifts) so that each product is exact; 1, 1 otherwise.
+extern "C" __global__ void __launch_bounds__(NT)
+mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C, int M, int N, int K, i64 lda,
+        i64 ldb, i64 ldc, float alpha0, float alpha1, int out_kind) {
+    extern __shared__ __align__(128) u8 smem[];
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+
+    // grid swizzle: GROUP_M block rows walk the block columns together (L2 reuse of B)
+    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
+    const int pid = blockIdx.x;
+    const int per_group = MX_GROUP_M * grid_n;
+    const int first_m = (pid / per_group) * MX_GROUP_M;
+    const int gsize = min(grid_m - first_m, MX_GROUP_M);
+    const int bm = first_m + (pid % per_group) % gsize;
+    const int bn = (pid % per_group) / gsize;
+    const int m0 = bm * BM, n0 = bn * BN;
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+
+    const int KT = (K + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) load_tile(sbase + s * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, s * BK, tid);
+        cp_async_commit();
+    }
+
+    // per-lane ldmatrix coordinates (generated formulas)
+    const int a_row = MX_LDSM_A_ROW(lane), a_chunk = MX_LDSM_A_CHUNK(lane);
+    const int b_row = MX_LDSM_B_ROW(lane), b_chunk = MX_LDSM_B_CHUNK(lane);
+
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int nk = kt + STAGES - 1;
+        if (nk < KT) load_tile(sbase + (nk % STAGES) * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, nk * BK, tid);
+        cp_async_commit();
+
+        const u32 sa = sbase + (kt % STAGES) * STAGE_BYTES;
+        const u32 sb = sa + A_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BK / MMA_K; ++kk) {
+            u32 af[MI][4], bf[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                if (A_K)  // rows = m, chunks along k (2 chunks per mma step)
+                    ldsm_x4<false>(af[mi], sa + swz<A_CPR>(wm * WTM + mi * 16 + a_row, kk * 2 + a_chunk));
+                else      // rows = k, chunks along m (8 elements per chunk)
+                    ldsm_x4<true>(af[mi], sa + swz<A_CPR>(kk * MMA_K + a_row, (wm * WTM + mi * 16) / EPC + a_chunk));
+            }
+#pragma unroll
+            for (int p = 0; p < NI / 2; ++p) {
+                u32 t[4];
+                if (B_K)
+                    ldsm_x4<false>(t, sb + swz<B_CPR>(wn * WTN + p * 16 + b_row, kk * 2 + b_chunk));
+                else
+                    ldsm_x4<true>(t, sb + swz<B_CPR>(kk * MMA_K + b_row, (wn * WTN + p * 16) / EPC + b_chunk));
+                bf[2 * p][0] = t[0];
+                bf[2 * p][1] = t[1];
+                bf[2 * p + 1][0] = t[2];
+                bf[2 * p + 1][1] = t[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+        }
+    }
+    cp_async_wait<0>();
+
+    // epilogue: scale, convert, predicated stores
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int row = m0 + wm * WTM + mi * 16 + MX_C_ROW(lane, r);
+                const int col = n0 + wn * WTN + ni * 8 + MX_C_COL(lane, r);
+                if (row < M && col < N) {
+                    const float v = acc[mi][ni][r] * alpha0 * alpha1;
+                    const i64 o = (i64)row * ldc + col;
+                    if (out_kind == 0)
+                        ((float*)C)[o] = v;
+                    else if (out_kind == 1)
+                        ((u16*)C)[o] = f32_to_f16(v);
+                    else
+                        ((u16*)C)[o] = f32_to_bf16(v);
+                }
+            }
+}

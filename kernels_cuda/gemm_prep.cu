@@ -1,0 +1,152 @@
+// mxcore NVIDIA operand preparation: turn a user's operand (any strides, any float type, fp8/MX codes) into the
+// buffer the GEMM kernel reads: row-major [rows][ld], K contiguous, 16-byte aligned rows, zero padding (the
+// caller allocates zeroed buffers).  One rounding from the exact input value, as mxcore.reference does.
+//
+// Both kernels work on 32x32 tiles through shared memory, so reads are coalesced along whichever source axis is
+// contiguous and writes along the destination row.  Launch: block (32, 8), grid (ceil(cols/32), ceil(rows/32)).
+//
+// mx_prep_float: src kind 0 f64, 1 f32, 2 f16, 3 bf16 (bits)  ->  dst kind
+//     0 f16 bits, 1 bf16 bits, 2 tf32 (fp32 storage, RNE to 10 mantissa bits),
+//     3 the tf32 residual rne_tf32(x - rne_tf32(x)) (the "small" half of the 3xTF32 split; x rounded to fp32 first)
+// mx_prep_codes: uint8 element codes (fp8 / fp6 / fp4, one per byte) with an optional E8M0 scale per 32 columns
+//     -> dst kind 0 f16 bits, 1 bf16 bits (decoded value * 2^(scale - exp_bias)), or 4: the code byte itself.
+// Exactness: every fp8/fp6/fp4 value times a power of two is exact in bf16 while the product stays in bf16's
+// range (|v| < 2^128 and v a multiple of 2^-133); e4m3/e5m2 values are exact in f16 (no scale).  Outside that
+// range the value is rounded once (RNE, overflow to inf); the backend picks exp_bias to keep blocks in range.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+typedef unsigned long long u64;
+
+// RNE of x to a binary format with `mbits` mantissa bits, minimum normal exponent `emin`, largest finite `maxv`
+// (overflow rounds to inf, like IEEE).  Exact arithmetic in double.
+__device__ __forceinline__ double round_fmt(double x, int mbits, int emin, double maxv) {
+    const double ax = fabs(x);
+    if (!(ax <= 1.7976931348623157e308) || ax == 0.0) return x;  // nan, inf, zero
+    int e = ilogb(ax);
+    if (e < emin) e = emin;
+    const double q = ldexp(1.0, e - mbits);
+    double r = rint(x / q) * q;
+    const double lim = maxv + ldexp(1.0, ilogb(maxv) - mbits - 1);  // midpoint between maxv and the next step
+    if (fabs(r) > maxv) r = (ax >= lim) ? copysign(__longlong_as_double(0x7ff0000000000000LL), x) : copysign(maxv, x);
+    return r;
+}
+
+__device__ __forceinline__ u16 f32_bits_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float f16_bits_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+// value -> destination bits (as u32; 16-bit kinds use the low half)
+__device__ __forceinline__ u32 encode_dst(double v, int dst_kind) {
+    if (dst_kind == 0) {  // f16
+        const double r = round_fmt(v, 10, -14, 65504.0);
+        return f32_bits_to_f16((float)r);  // exact: r has 11 significant bits in f16's range
+    }
+    if (dst_kind == 1) {  // bf16
+        const double r = round_fmt(v, 7, -126, 3.3895313892515355e38);
+        const float f = (float)r;
+        if (f != f) return 0x7fc0u;
+        return __float_as_uint(f) >> 16;  // exact: low 16 bits are zero
+    }
+    const double tf32_max = 3.4025678377658083e38;  // (2 - 2^-10) * 2^127
+    if (dst_kind == 2) return __float_as_uint((float)round_fmt(v, 10, -126, tf32_max));
+    // 3: residual of the 3xTF32 split of the fp32 value
+    const float x = (float)round_fmt(v, 23, -126, 3.4028234663852886e38);
+    const float big = (float)round_fmt((double)x, 10, -126, tf32_max);
+    return __float_as_uint((float)round_fmt((double)x - (double)big, 10, -126, tf32_max));
+}
+
+__device__ __forceinline__ double load_float(const void* src, int kind, i64 idx) {
+    if (kind == 0) return ((const double*)src)[idx];
+    if (kind == 1) return (double)((const float*)src)[idx];
+    if (kind == 2) return (double)f16_bits_to_f32(((const u16*)src)[idx]);
+    return (double)__uint_as_float(((u32)((const u16*)src)[idx]) << 16);
+}
+
+__device__ __forceinline__ void store_dst(void* dst, int dst_kind, i64 idx, u32 bits) {
+    if (dst_kind <= 1)
+        ((u16*)dst)[idx] = (u16)bits;
+    else if (dst_kind == 4)
+        ((u8*)dst)[idx] = (u8)bits;
+    else
+        ((u32*)dst)[idx] = bits;
+}
+
+// dst[i * ld + col_off + j] = encode(src[i * s_r + j * s_c]) for i < rows, j < cols.  src_row_fast: the source is
+// contiguous along i (read with threadIdx.x along i).
+extern "C" __global__ void __launch_bounds__(256)
+mx_prep_float(const void* __restrict__ src, int src_kind, int rows, int cols, i64 s_r, i64 s_c, int src_row_fast,
+              void* __restrict__ dst, int dst_kind, i64 ld, i64 col_off) {
+    __shared__ u32 tile[32][33];
+    const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int r = ty; r < 32; r += 8) {
+        const int i = src_row_fast ? i0 + tx : i0 + r;
+        const int j = src_row_fast ? j0 + r : j0 + tx;
+        if (i < rows && j < cols) {
+            const u32 bits = encode_dst(load_float(src, src_kind, i * s_r + j * s_c), dst_kind);
+            if (src_row_fast) tile[tx][r] = bits; else tile[r][tx] = bits;
+        }
+    }
+    __syncthreads();
+    for (int r = ty; r < 32; r += 8) {
+        const int i = i0 + r, j = j0 + tx;
+        if (i < rows && j < cols) store_dst(dst, dst_kind, i * ld + col_off + j, tile[r][tx]);
+    }
+}
+
+// decode one element code of a (1, ebits, mbits) format with exponent bias `bias`.
+// special: 0 no inf/nan (fp6, fp4), 1 "fn" (all-ones exponent and mantissa = NaN: e4m3fn), 2 IEEE-like (e5m2)
+__device__ __forceinline__ double decode_code(u32 code, int ebits, int mbits, int bias, int special) {
+    const u32 mmask = (1u << mbits) - 1u, emask = (1u << ebits) - 1u;
+    const u32 m = code & mmask, e = (code >> mbits) & emask, s = (code >> (ebits + mbits)) & 1u;
+    const double nan = __longlong_as_double(0x7ff8000000000000LL);
+    if (special == 1 && e == emask && m == mmask) return nan;
+    if (special == 2 && e == emask) return m ? nan : (s ? -1.0 : 1.0) * __longlong_as_double(0x7ff0000000000000LL);
+    double v = e == 0 ? ldexp((double)m, 1 - bias - mbits) : ldexp((double)((1u << mbits) + m), (int)e - bias - mbits);
+    return s ? -v : v;
+}
+
+// dst[i * ld + col_off + j] from codes[i * s_r + j * s_c] and, if scales != 0, the E8M0 scale
+// scales[i * ss_r + (j / 32) * ss_c]: value = decode(code) * 2^(scale - exp_bias)  (scale 255 = NaN).
+extern "C" __global__ void __launch_bounds__(256)
+mx_prep_codes(const u8* __restrict__ codes, int rows, int cols, i64 s_r, i64 s_c, int src_row_fast,
+              const u8* __restrict__ scales, i64 ss_r, i64 ss_c, int exp_bias, int ebits, int mbits, int bias,
+              int special, void* __restrict__ dst, int dst_kind, i64 ld, i64 col_off) {
+    __shared__ u32 tile[32][33];
+    const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int r = ty; r < 32; r += 8) {
+        const int i = src_row_fast ? i0 + tx : i0 + r;
+        const int j = src_row_fast ? j0 + r : j0 + tx;
+        if (i < rows && j < cols) {
+            const u32 code = codes[i * s_r + j * s_c];
+            u32 bits;
+            if (dst_kind == 4) {
+                bits = code;
+            } else {
+                double v = decode_code(code, ebits, mbits, bias, special);
+                if (scales) {
+                    const u32 sc = scales[i * ss_r + (j / 32) * ss_c];
+                    v = sc == 255u ? __longlong_as_double(0x7ff8000000000000LL) : ldexp(v, (int)sc - exp_bias);
+                }
+                bits = encode_dst(v, dst_kind);
+            }
+            if (src_row_fast) tile[tx][r] = bits; else tile[r][tx] = bits;
+        }
+    }
+    __syncthreads();
+    for (int r = ty; r < 32; r += 8) {
+        const int i = i0 + r, j = j0 + tx;
+        if (i < rows && j < cols) store_dst(dst, dst_kind, i * ld + col_off + j, tile[r][tx]);
+    }
+}

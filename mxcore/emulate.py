@@ -1,0 +1,238 @@
+"""Execute one matrix-core instruction on per-lane registers, from its layout record alone.
+
+One generic path, no per-instruction branches: ``gather`` the lanes' registers into the A, B, C
+(and scale) tiles with the record's ``coords``, compute D = A·B + C, ``scatter`` D back to lanes.
+
+Register contents (arrays of shape (lanes, slots), slot order as in :mod:`mxcore.layouts`):
+
+* formats of at most 8 bits (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, e2m3, e3m2, e2m1, e8m0 scales):
+  unsigned integer element codes, one per slot (fp4/fp6 unpacked, code in the low bits);
+* fp32 / tf32 / fp16 / bf16: values.  A value that the element format cannot hold is rounded to
+  it first (RNE) — hardware may truncate instead (NVIDIA's tf32 ignores the low 13 bits), so
+  use representable inputs when comparing with hardware.
+
+Arithmetic modelled: every product exact; each product of a scaled instruction multiplied by the
+E8M0 scales of its 32-element K block (exact, powers of two); then the exact sum of all K
+products and C, rounded ONCE (RNE) to the accumulator format (fp32, or fp16 for the NVIDIA .f16
+accumulator).  This is an ideal fused dot product: real matrix cores add in a fixed internal order
+and may differ in the last bit when partial sums are inexact; for inputs whose partial sums are
+all exact (small integers times powers of two), every order agrees and so does the hardware.
+Non-finite inputs: the result follows IEEE float64 summation (NaN/inf propagate).
+
+``pack``/``unpack`` convert between these slot arrays and the 32-bit register words a probe
+kernel loads, following ``bit_offsets`` (fp6 elements straddle registers; scales sit at op_sel).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import FormatError, InputTypeError, ShapeError
+
+__all__ = ["scatter", "gather", "execute", "decode_regs", "pack", "unpack", "ldmatrix"]
+
+_CODE_BITS = {"e4m3fn": 8, "e5m2": 8, "e4m3fnuz": 8, "e5m2fnuz": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4, "e8m0": 8}
+_WORD = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16}
+
+
+def _operand(layout, operand):
+    return layout.operand(operand) if isinstance(operand, str) else operand
+
+
+def scatter(layout, operand, matrix) -> np.ndarray:
+    """Per-lane registers (lanes, slots) holding ``matrix`` (the operand's full tile) as the layout says."""
+    op = _operand(layout, operand)
+    mat = np.asarray(matrix)
+    if mat.shape != op.shape:
+        raise ShapeError(f"{layout.name} operand {op.role}: tile is {op.shape}, got an array of shape {mat.shape}")
+    return mat[op.coords[..., 0], op.coords[..., 1]]
+
+
+def gather(layout, operand, regs) -> np.ndarray:
+    """The operand's tile rebuilt from per-lane registers (lanes, slots)."""
+    op = _operand(layout, operand)
+    regs = np.asarray(regs)
+    if regs.shape != (op.lanes, op.slots):
+        raise ShapeError(f"{layout.name} operand {op.role}: registers are ({op.lanes}, {op.slots}), "
+                         f"got an array of shape {regs.shape}")
+    out = np.empty(op.shape, dtype=regs.dtype)
+    out[op.coords[..., 0], op.coords[..., 1]] = regs
+    return out
+
+
+def ldmatrix(layout, matrices) -> np.ndarray:
+    """What each lane receives from ``ldmatrix``: ``matrices`` (num, 8, 8) as stored -> (32, 2*num) halves."""
+    mats = np.asarray(matrices)
+    if mats.shape != (layout.num, 8, 8):
+        raise ShapeError(f"{layout.name}: expected ({layout.num}, 8, 8) stored matrices, got {mats.shape}")
+    c = layout.coords
+    return mats[c[..., 0], c[..., 1], c[..., 2]]
+
+
+# ---------------------------------------------------------------- decoding / rounding
+def _decode_codes(codes: np.ndarray, fmt: str) -> np.ndarray:
+    try:
+        from . import formats
+    except ImportError:  # mxcore.formats not installed yet: same codes through ml_dtypes
+        formats = None
+    if formats is not None:
+        return np.asarray(formats.decode(codes, fmt), dtype=np.float64)
+    import ml_dtypes
+
+    t = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+         "e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn,
+         "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}[fmt]
+    return codes.astype(np.uint8).view(t).astype(np.float64)
+
+
+def _round_tf32(x: np.ndarray) -> np.ndarray:
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    finite = np.isfinite(x)
+    rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & ~np.uint64(0x1FFF)).astype(np.uint32)
+    out = np.where(finite, rounded, bits.astype(np.uint32))
+    return out.view(np.float32).astype(np.float64)
+
+
+def _round_value(x: np.ndarray, fmt: str) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        if fmt == "fp32":
+            return x.astype(np.float32).astype(np.float64)
+        if fmt == "fp16":
+            return x.astype(np.float16).astype(np.float64)
+        if fmt == "bf16":
+            import ml_dtypes
+
+            return x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+        if fmt == "tf32":
+            return _round_tf32(x)
+    raise FormatError(f"no value rounding for format {fmt!r}")
+
+
+def decode_regs(fmt: str, regs) -> np.ndarray:
+    """Register contents of one operand in format ``fmt`` -> float64 values (see module docstring)."""
+    arr = np.asarray(regs)
+    if fmt in _CODE_BITS:
+        if arr.dtype.kind not in "ui":
+            raise InputTypeError(f"{fmt} registers hold element codes: pass unsigned integers "
+                                 f"(e.g. mxcore.formats.encode(x, {fmt!r})), got dtype {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() >= 1 << _CODE_BITS[fmt]):
+            raise FormatError(f"{fmt} codes must lie in [0, {1 << _CODE_BITS[fmt]}), got {arr.min()}..{arr.max()}")
+        return _decode_codes(arr.astype(np.uint8), fmt)
+    if arr.dtype.kind in "uib" or arr.dtype.kind == "c":
+        raise InputTypeError(f"{fmt} registers hold values: pass a real float array, got dtype {arr.dtype}")
+    return _round_value(arr.astype(np.float64), fmt)
+
+
+# ---------------------------------------------------------------- exact sum, one rounding
+def _round_once(terms: np.ndarray, out_dtype) -> np.ndarray:
+    """Round the exact sum of terms[..., :] once (RNE) to ``out_dtype`` (float32 or float16)."""
+    flat = terms.reshape(-1, terms.shape[-1])
+    n = flat.shape[0]
+    s = np.empty(n)
+    r = np.zeros(n)
+    finite = np.isfinite(flat).all(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s[~finite] = flat[~finite].sum(axis=1)
+    for i in np.flatnonzero(finite):
+        row = flat[i].tolist()
+        s[i] = math.fsum(row)
+        if math.isfinite(s[i]):
+            r[i] = math.fsum(row + [-s[i]])  # sign of (exact - s), exact terms so exactly rounded
+    with np.errstate(over="ignore"):
+        t = s.astype(out_dtype)
+        # s is the float64 nearest the exact sum; if s sits exactly on a tie between two target
+        # values while the exact sum does not, break the tie toward the exact sum.
+        tf = t.astype(np.float64)
+        inexact = (r != 0) & (tf != s) & np.isfinite(tf)
+        if inexact.any():
+            up = np.nextafter(t, np.asarray(np.inf, out_dtype)).astype(np.float64)
+            down = np.nextafter(t, np.asarray(-np.inf, out_dtype)).astype(np.float64)
+            lo = np.where(tf < s, tf, down)
+            hi = np.where(tf < s, up, tf)
+            tie = inexact & (s == (lo + hi) / 2)
+            fixed = np.where(r > 0, hi, lo).astype(out_dtype)
+            t = np.where(tie, fixed, t)
+    return t.reshape(terms.shape[:-1])
+
+
+def execute(layout, a, b, c, *, scale_a=None, scale_b=None) -> np.ndarray:
+    """D registers (lanes, slots of C) for D = A·B + C with A, B, C given as per-lane registers.
+
+    Scaled instructions (``layout.scaled``) need ``scale_a``/``scale_b``: E8M0 codes, registers of
+    shape (lanes, 1) holding the byte that op_sel selects.  Returns float32 (or float16 for an fp16
+    accumulator) values.
+    """
+    A = gather(layout, "a", decode_regs(layout.a_format, a))
+    B = gather(layout, "b", decode_regs(layout.b_format, b))
+    C = gather(layout, "c", decode_regs(layout.c_format, c))
+    if layout.scaled:
+        if scale_a is None or scale_b is None:
+            raise ShapeError(f"{layout.name} is block-scaled: pass scale_a and scale_b (E8M0 codes, "
+                             f"registers of shape ({layout.lanes}, 1))")
+        blk = layout.scale_block
+        SA = gather(layout, "scale_a", decode_regs(layout.scale_format, scale_a))
+        SB = gather(layout, "scale_b", decode_regs(layout.scale_format, scale_b))
+        A = A * np.repeat(SA, blk, axis=1)   # exact: powers of two, far from float64's range limits
+        B = B * np.repeat(SB, blk, axis=0)
+    elif scale_a is not None or scale_b is not None:
+        raise ShapeError(f"{layout.name} takes no scales")
+    with np.errstate(invalid="ignore", over="ignore"):
+        prods = A[:, None, :] * B.T[None, :, :]          # (M, N, K), each product exact in float64
+    terms = np.concatenate([prods, C[:, :, None]], axis=2)
+    out_dtype = np.float16 if layout.c_format == "fp16" else np.float32
+    return scatter(layout, "c", _round_once(terms, out_dtype))
+
+
+# ---------------------------------------------------------------- register words
+def _slot_bits(fmt: str, regs: np.ndarray) -> np.ndarray:
+    """Bit patterns (uint64) of each slot: codes as given, values as their storage encoding."""
+    if fmt in _CODE_BITS:
+        return np.asarray(regs).astype(np.uint64)
+    vals = np.asarray(regs, dtype=np.float64)
+    if fmt in ("fp32", "tf32"):
+        return vals.astype(np.float32).view(np.uint32).astype(np.uint64)
+    if fmt == "fp16":
+        return vals.astype(np.float16).view(np.uint16).astype(np.uint64)
+    import ml_dtypes
+
+    return vals.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint64)
+
+
+def pack(layout, operand, regs) -> np.ndarray:
+    """(lanes, registers) uint32 words holding ``regs`` (lanes, slots) at the layout's bit offsets."""
+    op = _operand(layout, operand)
+    fmt = layout.format_of(op.role)
+    bits = _slot_bits(fmt, regs)
+    if bits.shape != (op.lanes, op.slots):
+        raise ShapeError(f"{layout.name} operand {op.role}: expected ({op.lanes}, {op.slots}) registers")
+    big = np.zeros((op.lanes,), dtype=object)
+    mask = (1 << op.bits) - 1
+    for s, off in enumerate(op.bit_offsets):
+        big = big + np.array([(int(v) & mask) << off for v in bits[:, s]], dtype=object)
+    words = np.zeros((op.lanes, op.registers), dtype=np.uint32)
+    for r in range(op.registers):
+        words[:, r] = [(int(v) >> (32 * r)) & 0xFFFFFFFF for v in big]
+    return words
+
+
+def unpack(layout, operand, words) -> np.ndarray:
+    """Inverse of :func:`pack`: codes (uint8) for ≤8-bit formats, float values otherwise."""
+    op = _operand(layout, operand)
+    fmt = layout.format_of(op.role)
+    words = np.asarray(words, dtype=np.uint64)
+    if words.shape != (op.lanes, op.registers):
+        raise ShapeError(f"{layout.name} operand {op.role}: expected ({op.lanes}, {op.registers}) words")
+    big = [sum(int(w) << (32 * r) for r, w in enumerate(row)) for row in words]
+    mask = (1 << op.bits) - 1
+    raw = np.array([[(v >> off) & mask for off in op.bit_offsets] for v in big], dtype=np.uint64)
+    if fmt in _CODE_BITS:
+        return raw.astype(np.uint8)
+    if fmt in ("fp32", "tf32"):
+        return raw.astype(np.uint32).view(np.float32)
+    if fmt == "fp16":
+        return raw.astype(np.uint16).view(np.float16)
+    import ml_dtypes
+
+    return raw.astype(np.uint16).view(ml_dtypes.bfloat16)

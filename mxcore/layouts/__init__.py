@@ -1,0 +1,198 @@
+"""The fragment-layout database: which lane and register slot holds each matrix element.
+
+>>> from mxcore import layouts
+>>> lay = layouts.get("m16n8k16.f16")                 # or the PTX form
+>>> lay.a.coords[5, 0]                                # (row, col) of A in lane 5, slot 0 (a0)
+>>> layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", a_format="fp4", b_format="fp8", scale_opsel=(0, 1))
+
+``names(vendor, arch)`` lists the mma/MFMA instructions (``kind="ldmatrix"`` lists the ldmatrix
+movement layouts, ``kind="all"`` both); ``get`` returns an :class:`InstructionLayout` (or an
+:class:`LdMatrixLayout`); ``render`` draws an operand (svg, png, text).  Conventions: see ``_core``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import LayoutError, UnknownNameError
+from . import cdna3, cdna4, nvidia
+from ._core import InstructionLayout, LdMatrixLayout, OperandLayout
+
+__all__ = ["names", "get", "render", "InstructionLayout", "OperandLayout", "LdMatrixLayout", "FORMAT_ALIASES"]
+
+# operand format aliases accepted by get(); "fp8"/"bf8" follow the arch (FNUZ on gfx942)
+FORMAT_ALIASES = {
+    "fp8": "e4m3fn", "e4m3": "e4m3fn", "bf8": "e5m2", "fp6": "e2m3", "bf6": "e3m2", "fp4": "e2m1",
+    "e2m1fn": "e2m1", "e2m3fn": "e2m3", "e3m2fn": "e3m2", "mxfp8": "e4m3fn", "mxfp8_e4m3": "e4m3fn",
+    "mxfp8_e5m2": "e5m2", "mxfp6": "e2m3", "mxfp6_e2m3": "e2m3", "mxfp6_e3m2": "e3m2", "mxfp4": "e2m1",
+    "f16": "fp16", "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "f32": "fp32", "float32": "fp32",
+    "xf32": "tf32",
+}
+_FNUZ = {"e4m3fn": "e4m3fnuz", "e5m2": "e5m2fnuz"}
+
+
+def _fixed_records():
+    return nvidia.RECORDS + cdna3.RECORDS + cdna4.RECORDS
+
+
+_BY_NAME: dict[str, list] = {}
+for _r in _fixed_records():
+    _BY_NAME.setdefault(_r.name, []).append(_r)
+_LDM = {r.name: r for r in nvidia.LDMATRIX}
+
+_ALIAS: dict[str, str] = {}
+for _r in nvidia.RECORDS:
+    _ALIAS[_r.alias.lower()] = _r.name
+    shape, ta, tb, tc = _r.name.split(".")[3], *_r.name.split(".")[-3:-1], _r.name.split(".")[6]
+    _ALIAS.setdefault(f"{shape}.{ta}.{tb}" + (".f16acc" if tc == "f16" else ""), _r.name)
+for _l in nvidia.LDMATRIX:  # "ldmatrix.x4.trans"
+    _ALIAS[f"ldmatrix.x{_l.num}" + (".trans" if _l.trans else "")] = _l.name
+for _n in cdna4.F8F6F4_SHAPES:
+    _ALIAS[_n.replace("v_mfma_", "")] = _n
+
+
+def _canonical_name(name: str) -> str:
+    key = str(name).strip().lower()
+    if key in _BY_NAME or key in cdna4.F8F6F4_SHAPES or key in _LDM:
+        return key
+    if key in _ALIAS:
+        return _ALIAS[key]
+    if "v_mfma_" + key in _BY_NAME:
+        return "v_mfma_" + key
+    close = [n for n in names(kind="all") if key.replace("_", "") in n.replace("_", "")][:8]
+    hint = f" Did you mean: {', '.join(close)}?" if close else " See mxcore.layouts.names() or `python -m mxcore layout --list`."
+    raise UnknownNameError(f"unknown instruction {name!r}.{hint}")
+
+
+def _arch_matches(rec, arch: str) -> bool:
+    arch = arch.lower()
+    if arch in rec.archs:
+        return True
+    if rec.vendor == "nvidia":  # mma.sync is forward compatible: sm_XY >= the record's first arch
+        m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+        return bool(m) and int(m.group(1)) >= int(rec.archs[0][3:])
+    return False
+
+
+def names(vendor: str | None = None, arch: str | None = None, *, kind: str = "mma") -> list[str]:
+    """Instruction names for ``vendor`` ("nvidia" | "amd") and ``arch`` (e.g. "sm_90", "gfx950").
+
+    ``kind``: "mma" (the matrix instructions, default), "ldmatrix" (movement layouts) or "all".
+    """
+    if kind not in ("mma", "ldmatrix", "all"):
+        raise LayoutError(f"kind {kind!r}: use 'mma', 'ldmatrix' or 'all'")
+    recs = []
+    if kind in ("mma", "all"):
+        recs += list(_fixed_records()) + [cdna4.f8f6f4(n, "e4m3fn", "e4m3fn") for n in cdna4.F8F6F4_SHAPES]
+    if kind in ("ldmatrix", "all"):
+        recs += list(nvidia.LDMATRIX)
+    out = []
+    for r in recs:
+        if vendor is not None and r.vendor != vendor.lower():
+            continue
+        if arch is not None and not _arch_matches(r, arch):
+            continue
+        if r.name not in out:
+            out.append(r.name)
+    return out
+
+
+def _canon_format(fmt: str, arch: str) -> str:
+    f = str(fmt).strip().lower()
+    f = FORMAT_ALIASES.get(f, f)
+    if arch == "gfx942" and fmt.strip().lower() in ("fp8", "bf8"):
+        f = _FNUZ.get(f, f)
+    return f
+
+
+def get(name: str, *, a_format: str | None = None, b_format: str | None = None,
+        scale_opsel: tuple | None = None, arch: str | None = None):
+    """The layout record for ``name`` (PTX form, short alias, or AMD mnemonic).
+
+    ``a_format``/``b_format`` pick the operand formats of the CDNA4 f8f6f4 instructions (default fp8
+    e4m3fn; names as in mxcore.formats or the ISA's fp8/bf8/fp6/bf6/fp4) and select among records
+    sharing a mnemonic (gfx942 FNUZ vs gfx950 OCP fp8).  ``scale_opsel=(byte_a, byte_b)`` chooses
+    which byte of each lane's scale register the scaled MFMAs read (default (0, 0)).  ``arch``
+    selects the record for that arch when a mnemonic exists on several.
+    """
+    key = _canonical_name(name)
+    if key in _LDM:
+        return _LDM[key]
+    if key in cdna4.F8F6F4_SHAPES:
+        if arch is not None and arch.lower() != "gfx950":
+            raise LayoutError(f"{key} exists on gfx950 only, not {arch}")
+        fa = _canon_format(a_format or "e4m3fn", "gfx950")
+        fb = _canon_format(b_format or "e4m3fn", "gfx950")
+        scaled = cdna4.F8F6F4_SHAPES[key][2]
+        if scale_opsel is not None and not scaled:
+            raise LayoutError(f"{key} takes no scales; use v_mfma_scale_... for scale_opsel")
+        opsel = tuple(int(x) for x in (scale_opsel or (0, 0))) if scaled else (0, 0)
+        return cdna4.f8f6f4(key, fa, fb, opsel)
+    if scale_opsel is not None:
+        raise LayoutError(f"{key} takes no scales; scale_opsel applies to v_mfma_scale_*_f8f6f4 only")
+    cands = _BY_NAME[key]
+    if arch is not None:
+        cands = [r for r in cands if _arch_matches(r, arch)]
+    for want, field in ((a_format, "a_format"), (b_format, "b_format")):
+        if want is not None:
+            cands = [r for r in cands if getattr(r, field) == _canon_format(want, r.archs[0])]
+    if not cands:
+        have = "; ".join(f"{', '.join(r.archs)}: A {r.a_format}, B {r.b_format}" for r in _BY_NAME[key])
+        raise LayoutError(f"{key}: no record for arch={arch}, a_format={a_format}, b_format={b_format}; "
+                          f"it exists as {have}")
+    return cands[0]
+
+
+def render(name: str, operand: str = "a", fmt: str = "svg", **get_kwargs) -> str | bytes:
+    """Draw one operand of ``name`` as a grid labelled with lane and slot, coloured by lane.
+
+    ``fmt``: "svg" (str, no dependency), "text" (str), "png" (bytes; needs Pillow).
+    """
+    from . import _draw as _render
+
+    return _render.render(get(name, **get_kwargs), operand, fmt)
+
+
+def _cli(argv) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="mxcore layout", description="show an instruction's fragment layout")
+    p.add_argument("name", nargs="?", help="instruction (PTX form, alias like m16n8k16.f16, or AMD mnemonic)")
+    p.add_argument("--list", action="store_true", help="list instruction names and exit")
+    p.add_argument("--vendor", choices=["nvidia", "amd"])
+    p.add_argument("--arch", help="filter --list (sm_90, gfx942, gfx950) or pick the record")
+    p.add_argument("--operand", default="A", help="A, B, C (= D), scale_a, scale_b (default A)")
+    p.add_argument("--out", help="write a picture: file.svg or file.png (png needs Pillow)")
+    p.add_argument("--a-format", help="f8f6f4 A format: fp8 bf8 fp6 bf6 fp4 (or e4m3fn e5m2 e2m3 e3m2 e2m1)")
+    p.add_argument("--b-format", help="f8f6f4 B format")
+    p.add_argument("--scale-opsel", help="scaled MFMAs: bytes read from the scale registers, e.g. 0,1")
+    args = p.parse_args(argv)
+    from ..errors import MXCoreError
+
+    if args.list or not args.name:
+        for n in names(args.vendor, args.arch, kind="all"):
+            print(n)
+        return 0
+    kw = dict(a_format=args.a_format, b_format=args.b_format, arch=args.arch)
+    if args.scale_opsel:
+        kw["scale_opsel"] = tuple(int(x) for x in args.scale_opsel.split(","))
+    try:
+        lay = get(args.name, **kw)
+        from . import _draw as _render
+
+        if args.out:
+            fmt = "png" if args.out.lower().endswith(".png") else "svg"
+            data = _render.render(lay, args.operand, fmt)
+            mode = "wb" if isinstance(data, bytes) else "w"
+            with open(args.out, mode) as fh:
+                fh.write(data)
+            print(f"wrote {args.out}")
+        else:
+            print(lay)
+            print()
+            print(_render.render(lay, args.operand, "text"))
+    except (MXCoreError, ValueError) as exc:
+        print(f"mxcore layout: {exc}", file=sys.stderr)
+        return 2
+    return 0

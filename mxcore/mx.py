@@ -1,0 +1,276 @@
+"""OCP Microscaling (MX v1.0) block quantization and per-tensor power-of-two fp8 scaling.
+
+An :class:`MXTensor` holds one element code per value and one E8M0 scale per block of ``block`` (32)
+consecutive values along ``axis``; value = decode(code, element) * 2^(scale - 127).
+
+Scale policies (``scale_rounding``), for a block with largest magnitude ``amax``:
+
+* ``"floor"`` (OCP MX v1.0 §6.3, the default): ``shared_exp = floor(log2(amax)) - emax_elem``, with
+  ``emax_elem`` the exponent of the element format's largest normal (e4m3 8, e5m2 15, e2m3 2,
+  e3m2 4, e2m1 2).  Elements ``x / 2^shared_exp`` are then rounded to nearest-even and saturated to
+  ±max, so the largest element may clip: amax 500 in e4m3 gives scale 2^0 and stores 448; amax 7 in
+  e2m1 gives scale 2^0 and stores 6.
+* ``"rceil"`` (cuBLAS / cuDNN / TransformerEngine): ``scale = 2^ceil(log2(amax / max_elem))``, the
+  smallest power of two that makes every element fit, so nothing clips (amax 500 in e4m3 → 2^1).
+  Computed exactly (no float rounding of ``amax / max_elem`` can move it across a power of two).
+
+Special blocks, in both policies:
+
+* The scale exponent is clamped to [-127, 127] (E8M0 codes 0x00..0xFE); elements then round and
+  saturate as usual (a block of values below 2^-127 · min_subnormal quantizes to zeros).
+* **All-zero block: scale code 0x00 (2^-127)** - the clamp of ``floor(log2(0)) = -inf``; its
+  elements are +0 (or −0 codes for −0 inputs) and it decodes to zeros.
+* **A NaN or ±inf anywhere in a block: scale code 0xFF (NaN)**; the block's element codes are 0 and
+  the whole block decodes to NaN.
+* K (the length along ``axis``) need not be a multiple of ``block``: the last, partial block is
+  scaled from its real elements only (as if padded with zeros).  ``codes`` keeps the logical shape;
+  ``scales`` has ``ceil(K / block)`` entries along ``axis``.
+
+Per-tensor scaling (:func:`quantize_tensor`, the plain ``fp8`` matmul dtypes): ``scale =
+2^ceil(log2(amax / max_normal))`` over the finite values - the smallest power of two with
+``amax / scale <= max_normal``, so no finite value saturates and the range is used fully.  An all-zero
+(or all-non-finite) tensor gets scale 1.  The exponent is clamped to [-126, 127] so the scale is a
+normal float32 (GPU kernels take it as a float32); finite values beyond that saturate.  NaN encodes
+to the format's NaN; ±inf to inf (e5m2) or NaN (formats without inf).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import formats as _f
+from .dtypes import MX_BLOCK, MX_ELEMENT, canonical_operand
+from .errors import FormatError, InputTypeError, ShapeError, UnknownNameError, UnsupportedError
+
+__all__ = [
+    "MXTensor",
+    "SCALE_ROUNDINGS",
+    "ScaledTensor",
+    "dequantize",
+    "mx_element",
+    "quantize_mx",
+    "quantize_tensor",
+]
+
+SCALE_ROUNDINGS = ("floor", "rceil")
+_E8M0_BIAS = 127
+_E8M0_NAN = 0xFF
+
+
+def mx_element(fmt: str) -> tuple[str, _f.FormatSpec]:
+    """Canonical MX format name (``mxfp8`` → ``mxfp8_e4m3``) and its element :class:`FormatSpec`."""
+    try:
+        name = canonical_operand(fmt) if isinstance(fmt, str) else None
+    except UnknownNameError:
+        name = None
+    if name not in MX_ELEMENT:
+        raise UnknownNameError(f"{fmt!r} is not an MX format; MX formats: {', '.join(MX_ELEMENT)} "
+                               "(aliases mxfp8, mxfp6)")
+    return name, _f.get(MX_ELEMENT[name])
+
+
+@dataclass(frozen=True, eq=False)
+class MXTensor:
+    """An OCP MX block-quantized tensor (see the module doc for the scale rules).
+
+    ``codes``: uint8 element codes, logical shape, one per element, unpacked (see :meth:`packed`).
+    ``scales``: uint8 E8M0 codes, ``shape`` with ``axis`` of length ``ceil(K / block)``.
+    ``fmt``: canonical MX name (``"mxfp8_e4m3"``, ``"mxfp4"``, ...).  ``axis``: the block axis,
+    non-negative.  ``block``: elements per scale (32).  ``shape``: the logical shape.
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    fmt: str
+    axis: int
+    block: int = MX_BLOCK
+    shape: tuple = ()
+
+    def __post_init__(self):
+        name, spec = mx_element(self.fmt)
+        object.__setattr__(self, "fmt", name)
+        codes, scales = np.asarray(self.codes), np.asarray(self.scales)
+        if codes.dtype != np.uint8 or scales.dtype != np.uint8:
+            raise InputTypeError(f"MXTensor codes and scales must be uint8 arrays, "
+                                 f"got {codes.dtype} and {scales.dtype}")
+        shape = tuple(self.shape) if self.shape else codes.shape
+        if codes.shape != shape:
+            raise ShapeError(f"MXTensor codes have shape {codes.shape} but shape={shape}")
+        if not 0 <= self.axis < max(len(shape), 1) or self.block < 1:
+            raise ShapeError(f"MXTensor axis={self.axis}, block={self.block} do not fit shape {shape}")
+        want = list(shape)
+        want[self.axis] = -(-shape[self.axis] // self.block)
+        if scales.shape != tuple(want):
+            raise ShapeError(f"MXTensor scales have shape {scales.shape}; shape {shape} with blocks of {self.block} "
+                             f"along axis {self.axis} needs {tuple(want)}")
+        if codes.size and int(codes.max()) >> spec.bits:
+            raise FormatError(f"MXTensor codes hold values above {(1 << spec.bits) - 1:#x}, not {spec.name} codes "
+                              "(packed bytes? unpack them first)")
+        object.__setattr__(self, "codes", codes)
+        object.__setattr__(self, "scales", scales)
+        object.__setattr__(self, "shape", shape)
+
+    @property
+    def element(self) -> str:
+        """The element format's name in :mod:`mxcore.formats` (``e4m3fn``, ``e2m1``, ...)."""
+        return MX_ELEMENT[self.fmt]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def scale_values(self) -> np.ndarray:
+        """The block scales as float64 (2^(code-127); NaN for code 0xFF)."""
+        return _f.decode(self.scales, "e8m0", dtype=np.float64)
+
+    def packed(self) -> np.ndarray:
+        """Element codes packed along ``axis`` (moved back in place): two fp4 per byte (even element in
+        the low nibble), four fp6 per three bytes (LSB first); fp8 codes are returned as they are."""
+        bits = _f.get(self.element).bits
+        if bits == 8:
+            return self.codes
+        c = np.moveaxis(self.codes, self.axis, -1)
+        p = _f.pack_fp4(c) if bits == 4 else _f.pack_fp6(c)
+        return np.moveaxis(p, -1, self.axis)
+
+    def __repr__(self) -> str:
+        return (f"MXTensor(fmt={self.fmt!r}, shape={self.shape}, axis={self.axis}, block={self.block}, "
+                f"scales{tuple(self.scales.shape)})")
+
+
+@dataclass(frozen=True, eq=False)
+class ScaledTensor:
+    """A per-tensor scaled tensor: value = decode(codes, fmt) * scale.
+
+    ``codes``: uint8; ``scale``: a Python float, a power of two; ``fmt``: element format name
+    (``e4m3fn``, ``e5m2``, ``e4m3fnuz``, ``e5m2fnuz``, ...)."""
+
+    codes: np.ndarray
+    scale: float
+    fmt: str
+
+    def __post_init__(self):
+        spec = _f.get(self.fmt)
+        object.__setattr__(self, "fmt", spec.name)
+        object.__setattr__(self, "codes", np.asarray(self.codes))
+        object.__setattr__(self, "scale", float(self.scale))
+        if self.codes.dtype != np.uint8:
+            raise InputTypeError(f"ScaledTensor codes must be uint8, got {self.codes.dtype}")
+        f, _ = np.frexp(self.scale)
+        if not (np.isfinite(self.scale) and self.scale > 0 and f == 0.5):
+            raise FormatError(f"ScaledTensor scale must be a positive power of two, got {self.scale!r}")
+
+    @property
+    def shape(self) -> tuple:
+        return self.codes.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.codes.ndim
+
+    def __repr__(self) -> str:
+        return f"ScaledTensor(fmt={self.fmt!r}, shape={self.shape}, scale=2**{int(np.frexp(self.scale)[1]) - 1})"
+
+
+def _floor_log2(a: np.ndarray) -> np.ndarray:
+    """floor(log2(a)) exactly for positive finite float64 ``a`` (via frexp); int64."""
+    return np.frexp(a)[1].astype(np.int64) - 1
+
+
+def _ceil_log2_ratio(a: np.ndarray, max_normal: float) -> np.ndarray:
+    """Smallest integer k with ``a <= max_normal * 2^k``, exactly, for positive finite ``a``; int64."""
+    k = _floor_log2(a) - _floor_log2(np.array(max_normal))  # within 1 of the answer
+    k = np.clip(k, -1100, 1100)
+    with np.errstate(over="ignore", under="ignore"):
+        k = np.where(a > np.ldexp(max_normal, k), k + 1, k)
+        k = np.where(a <= np.ldexp(max_normal, k - 1), k - 1, k)
+    return k
+
+
+def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rounding: str = "floor") -> MXTensor:
+    """Quantize ``x`` (float array) to MX format ``fmt`` with one E8M0 scale per ``block`` consecutive
+    elements along ``axis`` (A [M, K]: axis=-1; B [K, N]: axis=0).  See the module doc for the rules."""
+    name, spec = mx_element(fmt)
+    if scale_rounding not in SCALE_ROUNDINGS:
+        raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP MX v1.0) or 'rceil' (cuBLAS)")
+    if not isinstance(block, (int, np.integer)) or block < 1:
+        raise ShapeError(f"block={block!r}; MX uses blocks of {MX_BLOCK}")
+    x64 = _f._as_float64(x)
+    if x64.ndim == 0:
+        raise ShapeError("quantize_mx takes an array of at least one dimension")
+    if not -x64.ndim <= axis < x64.ndim:
+        raise ShapeError(f"axis={axis} is out of range for an array of shape {x64.shape}")
+    axis = axis % x64.ndim
+    shape = x64.shape
+    k = shape[axis]
+    nblocks = -(-k // block)
+    xt = np.moveaxis(x64, axis, -1)
+    lead = xt.shape[:-1]
+    pad = nblocks * block - k
+    if pad:
+        xt = np.concatenate([xt, np.zeros(lead + (pad,))], axis=-1)
+    xb = xt.reshape(lead + (nblocks, block))
+
+    finite = np.isfinite(xb)
+    bad_block = ~finite.all(axis=-1)
+    amax = np.max(np.where(finite, np.abs(xb), 0.0), axis=-1, initial=0.0)
+    pos = amax > 0
+    safe = np.where(pos, amax, 1.0)
+    if scale_rounding == "floor":
+        exp = _floor_log2(safe) - spec.emax
+    else:
+        exp = _ceil_log2_ratio(safe, spec.max_normal)
+    exp = np.where(pos, exp, -_E8M0_BIAS)  # all-zero block: the clamp of -inf, 2^-127
+    exp = np.clip(exp, -_E8M0_BIAS, _E8M0_BIAS)
+    scales = np.where(bad_block, _E8M0_NAN, exp + _E8M0_BIAS).astype(np.uint8)
+
+    with np.errstate(under="ignore"):
+        scaled = np.ldexp(np.where(bad_block[..., None], 0.0, xb), -exp[..., None])
+    codes = _f.encode(scaled, spec, rounding="rne", overflow="saturate")
+    codes = codes.reshape(lead + (nblocks * block,))[..., :k]
+    return MXTensor(np.ascontiguousarray(np.moveaxis(codes, -1, axis)),
+                    np.ascontiguousarray(np.moveaxis(scales, -1, axis)), name, axis, block, shape)
+
+
+def quantize_tensor(x, fmt: str) -> ScaledTensor:
+    """Per-tensor power-of-two scaling to element format ``fmt`` (``e4m3fn``, ``fp8``, ``e5m2``,
+    ``e4m3fnuz``, ...): ``scale = 2^ceil(log2(amax / max_normal))`` over the finite values (1 for an
+    all-zero tensor), exponent clamped to [-126, 127]; codes = encode(x / scale)."""
+    spec = _f.get(fmt)
+    if spec.bits > 8 or not spec.signed:
+        raise UnsupportedError(f"quantize_tensor makes codes of a signed format of at most 8 bits; got {spec.name}")
+    x64 = _f._as_float64(x)
+    finite = np.isfinite(x64)
+    amax = float(np.max(np.abs(x64[finite]), initial=0.0))
+    k = int(_ceil_log2_ratio(np.array(amax), spec.max_normal)) if amax > 0 else 0
+    k = min(max(k, -126), 127)
+    with np.errstate(under="ignore"):
+        scaled = np.ldexp(np.where(finite, x64, 0.0), -k)
+    codes = _f.encode(scaled, spec, rounding="rne", overflow="saturate", nan="zero")
+    nonfinite = ~finite
+    if nonfinite.any():
+        special = _f.encode(x64[nonfinite], spec, overflow="nan")
+        codes[nonfinite] = special
+    return ScaledTensor(codes, float(np.ldexp(1.0, k)), spec.name)
+
+
+def dequantize(t, dtype=np.float32) -> np.ndarray:
+    """Values of an :class:`MXTensor` or :class:`ScaledTensor`, computed exactly in float64 and rounded
+    once to ``dtype`` (float32 by default; values beyond float32's range, such as 448 · 2^127, become
+    ±inf there: ask for ``dtype=np.float64`` to stay exact)."""
+    if isinstance(t, MXTensor):
+        elem = _f.decode(t.codes, t.element, dtype=np.float64)
+        sc = np.repeat(t.scale_values(), t.block, axis=t.axis)
+        sc = np.take(sc, np.arange(t.shape[t.axis]), axis=t.axis)
+        vals = elem * sc  # exact: a power of two times a short significand, well inside float64
+    elif isinstance(t, ScaledTensor):
+        vals = _f.decode(t.codes, t.fmt, dtype=np.float64) * t.scale
+    else:
+        raise InputTypeError(f"dequantize takes an MXTensor or a ScaledTensor, got {type(t).__name__}")
+    dtype = np.dtype(dtype)
+    if dtype == np.float64:
+        return vals
+    with np.errstate(over="ignore"):
+        return vals.astype(dtype)

@@ -1,0 +1,231 @@
+"""CUDA backend on a real NVIDIA GPU (marker nvidia_gpu; skipped without CuPy and a GPU).
+
+* Exact inputs (small integers times powers of two: every product and partial sum is exact in fp32): the
+  kernel must equal ``mxcore.reference.reference_matmul`` bit for bit, for every dtype, the four A/B
+  majorness combinations, shapes from 1x1x1 to 127x255x4097, aligned and misaligned operands.
+* Random normal inputs: within the stated bound |out - ref| <= (K + 2) * 2^-23 * (|A| @ |B|) (+ the output
+  rounding), with the decoded operands from ``mxcore.operands.prepare``.
+* Large shapes (4096^3, 16x8192x8192, 8192x1024x8192) for fp16/bf16 (and fp8/mxfp4 at 4096^3), exact inputs,
+  compared with a float64 product computed on the GPU.
+Every launch writes into an output buffer poisoned with NaN first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import dtypes as _dt
+from mxcore.operands import prepare
+from mxcore.reference import reference_matmul
+
+pytestmark = pytest.mark.nvidia_gpu
+
+FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
+FP8_DTYPES = ["e4m3fn", "e5m2", ("e4m3fn", "e5m2"), ("e5m2", "e4m3fn")]
+MX_DTYPES = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", ("mxfp8_e4m3", "mxfp4")]
+ALL_DTYPES = FLOAT_DTYPES + FP8_DTYPES + MX_DTYPES
+MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+SMALL_SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520)]
+
+
+def _id(d):
+    return d if isinstance(d, str) else "+".join(d)
+
+
+@pytest.fixture(scope="module")
+def backend(cupy_device):
+    from mxcore.backends import get
+
+    be = get("cuda")
+    if be.is_available():
+        pytest.skip(be.is_available())
+    return be
+
+
+def _exact(rng, shape):
+    """Small integers times powers of two: products and sums over K <= 8192 stay exact in fp32."""
+    ints = rng.integers(-4, 5, size=shape).astype(np.float64)
+    return ints * np.exp2(rng.integers(-1, 2, size=shape))
+
+
+def _layout(cp, x, major):
+    d = cp.asarray(x)
+    return cp.asfortranarray(d) if major == "col" else cp.ascontiguousarray(d)
+
+
+def _poisoned(cp, m, n, out_dtype):
+    store = {"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[out_dtype]
+    out = cp.empty((m, n), dtype=store)
+    if out_dtype == "bfloat16":
+        out.fill(0x7FC0)  # bf16 NaN bits
+    else:
+        out.fill(np.nan)
+    return out
+
+
+def _run(backend, a, b, dtype, out_dtype="float32"):
+    import cupy as cp
+
+    mdt = _dt.resolve(dtype, "sm_90")
+    out = _poisoned(cp, a.shape[0], b.shape[1], out_dtype)
+    res = backend.matmul(a, b, mdt, out_dtype=out_dtype, out=out)
+    assert res is out or isinstance(res, np.ndarray)
+    host = cp.asnumpy(out)
+    if out_dtype == "bfloat16":
+        import ml_dtypes
+
+        host = host.view(ml_dtypes.bfloat16)
+    return host.astype(np.float64)
+
+
+def _inputs_for(dtype, a, b):
+    """Device inputs: float dtypes take CuPy arrays in their storage type where there is one."""
+    return a, b
+
+
+@pytest.mark.parametrize("shape", SMALL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("major", MAJORS, ids=lambda m: f"{m[0]}-{m[1]}")
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=_id)
+def test_exact_inputs_bit_exact(backend, rng, dtype, major, shape):
+    import cupy as cp
+
+    m, n, k = shape
+    a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+    mdt = _dt.resolve(dtype, "sm_90")
+    if mdt.kind == "float":
+        storage = {"fp16": np.float16, "bf16": np.float32, "tf32": np.float32, "fp32": np.float32}[mdt.a.name]
+        da, db = _layout(cp, a.astype(storage), major[0]), _layout(cp, b.astype(storage), major[1])
+    else:
+        da, db = _layout(cp, a.astype(np.float32), major[0]), _layout(cp, b.astype(np.float32), major[1])
+    got = _run(backend, da, db, dtype)
+    want = reference_matmul(a, b, dtype).astype(np.float64)
+    assert not np.isnan(got).any(), "unwritten (NaN-poisoned) outputs"
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "e4m3fn", "mxfp4"], ids=_id)
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
+def test_low_precision_outputs(backend, rng, dtype, out_dtype):
+    import cupy as cp
+
+    a, b = _exact(rng, (70, 96)), _exact(rng, (96, 50))
+    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype, out_dtype)
+    want = reference_matmul(a, b, dtype, out_dtype=out_dtype).astype(np.float64)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_fp16_direct_paths(backend, rng):
+    """In-place fp16 operands: K tail with an aligned leading dimension (padded views), misaligned base."""
+    import cupy as cp
+
+    m, n, k = 70, 90, 65
+    a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+    want = reference_matmul(a, b, "fp16")
+    big_a = cp.zeros((m, 72), dtype=cp.float16)
+    big_a[:, :k] = cp.asarray(a.astype(np.float16))
+    big_b = cp.zeros((k, 96), dtype=cp.float16)
+    big_b[:, :n] = cp.asarray(b.astype(np.float16))
+    np.testing.assert_array_equal(_run(backend, big_a[:, :k], big_b[:, :n], "fp16"), want)
+    off_a = cp.zeros((m, k + 1), dtype=cp.float16)
+    off_a[:, 1:] = cp.asarray(a.astype(np.float16))
+    np.testing.assert_array_equal(_run(backend, off_a[:, 1:], big_b[:, :n], "fp16"), want)
+    strided = cp.zeros((2 * m, 2 * k), dtype=cp.float16)
+    strided[::2, ::2] = cp.asarray(a.astype(np.float16))
+    np.testing.assert_array_equal(_run(backend, strided[::2, ::2], big_b[:, :n], "fp16"), want)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "fp32", "e4m3fn", "e5m2", "mxfp8_e4m3", "mxfp6_e2m3",
+                                   "mxfp4", ("mxfp8_e5m2", "mxfp6_e3m2")], ids=_id)
+def test_random_normal_within_bound(backend, rng, dtype):
+    import cupy as cp
+
+    m, n, k = 200, 300, 1000
+    a = rng.standard_normal((m, k)) * 3.0
+    b = rng.standard_normal((k, n)) * 0.5
+    mdt = _dt.resolve(dtype, "sm_90")
+    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
+    opa, opb = prepare(a.astype(np.float32), b.astype(np.float32), mdt)
+    a64, b64 = opa.to_float64(), opb.to_float64()
+    ref = a64 @ b64
+    scale = np.abs(a64) @ np.abs(b64)
+    bound = (k + 2) * 2.0**-23 * scale
+    if dtype == "fp32":
+        # 3xTF32 drops small*small and rounds the residual: <= 2^-20 relative per product
+        ref = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+        bound = bound + 2.0**-20 * scale
+    err = np.abs(got - ref)
+    assert not np.isnan(got).any()
+    assert (err <= bound).all(), f"max err {err.max():.3g} vs bound {bound[err > bound].min():.3g}"
+
+
+def test_torch_and_numpy_inputs(backend, rng):
+    torch = pytest.importorskip("torch")
+    import mxcore
+
+    a, b = _exact(rng, (33, 40)), _exact(rng, (40, 21))
+    want = reference_matmul(a, b, "bf16")
+    ta = torch.tensor(a, dtype=torch.bfloat16, device="cuda")
+    tb = torch.tensor(b, dtype=torch.bfloat16, device="cuda")
+    got = mxcore.matmul(ta, tb, "bf16", backend="cuda")
+    assert isinstance(got, torch.Tensor) and got.is_cuda
+    np.testing.assert_array_equal(got.cpu().numpy(), want)
+    got_np = mxcore.matmul(a.astype(np.float32), b.astype(np.float32), "fp16", backend="cuda")
+    assert isinstance(got_np, np.ndarray)
+    np.testing.assert_array_equal(got_np, reference_matmul(a, b, "fp16"))
+
+
+def test_native_fp8_kernel_on_any_fp8_arch(backend, rng):
+    """The m16n8k32 fp8 kernel (native on sm_89/sm_120) also runs on sm_90 (compiler-emulated): check it."""
+    import cupy as cp
+
+    if int(cp.cuda.Device().compute_capability) < 89:
+        pytest.skip("fp8 mma needs sm_89+")
+    a, b = _exact(rng, (100, 200)), _exact(rng, (200, 70))
+    backend.force_native_fp8 = True
+    try:
+        for dtype in ("e4m3fn", ("e5m2", "e4m3fn")):
+            got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
+            np.testing.assert_array_equal(got, reference_matmul(a, b, dtype))
+    finally:
+        backend.force_native_fp8 = False
+
+
+@pytest.mark.parametrize("tile", ["128x256", "128x128", "64x64", "32x64"])
+def test_every_tile(backend, rng, tile):
+    import cupy as cp
+
+    a, b = _exact(rng, (304, 520)), _exact(rng, (520, 400))
+    backend.force_tile = tile
+    try:
+        for major in MAJORS:
+            got = _run(backend, _layout(cp, a.astype(np.float16), major[0]), _layout(cp, b.astype(np.float16), major[1]),
+                       "fp16")
+            np.testing.assert_array_equal(got, reference_matmul(a, b, "fp16"))
+    finally:
+        backend.force_tile = None
+
+
+BIG = [((4096, 4096, 4096), "fp16"), ((4096, 4096, 4096), "bf16"), ((16, 8192, 8192), "fp16"),
+       ((16, 8192, 8192), "bf16"), ((8192, 1024, 8192), "bf16"), ((8192, 1024, 8192), "fp16"),
+       ((4096, 4096, 4096), "e4m3fn"), ((4096, 4096, 4096), "mxfp4"), ((4096, 4096, 4096), "tf32")]
+
+
+@pytest.mark.parametrize(("shape", "dtype"), BIG, ids=[f"{'x'.join(map(str, s))}-{d}" for s, d in BIG])
+def test_large_shapes_exact(backend, rng, shape, dtype):
+    import cupy as cp
+
+    m, n, k = shape
+    mdt = _dt.resolve(dtype, "sm_90")
+    a, b = _exact(rng, (m, k)).astype(np.float32), _exact(rng, (k, n)).astype(np.float32)
+    majors = [("row", "row"), ("col", "col")] if mdt.kind == "float" else [("row", "col")]
+    for ma, mb in majors:
+        if mdt.a.name == "fp16":
+            da, db = _layout(cp, a.astype(np.float16), ma), _layout(cp, b.astype(np.float16), mb)
+        else:
+            da, db = _layout(cp, a, ma), _layout(cp, b, mb)
+        got = cp.asarray(_run(backend, da, db, dtype))
+        opa, opb = prepare(a, b, mdt)
+        want = cp.asarray(opa.to_float64()) @ cp.asarray(opb.to_float64())
+        assert not bool(cp.isnan(got).any())
+        assert bool((got == want.astype(cp.float32)).all()), f"{ma}/{mb}: max |diff| {float(cp.abs(got - want).max())}"

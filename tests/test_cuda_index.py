@@ -1,0 +1,126 @@
+"""The CUDA GEMM kernel's fragment index arithmetic, checked against mxcore.layouts (no GPU needed).
+
+The kernel gets its ldmatrix lane addresses and accumulator coordinates from
+``backends/cuda.py::FRAGMENT_FORMULAS`` (emitted as -D macros).  Here those formulas are composed with the
+layout database's ldmatrix movement records (which lane supplies which row address, where each element lands)
+and must reproduce the mma records' A/B/C ``coords`` exactly, for every element size and majorness the kernel
+uses.  A layout bug in the kernel's addressing cannot pass this test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import layouts
+from mxcore.backends import cuda
+
+ELEMS = ["f16", "bf16", "tf32", "e4m3.e4m3", "e5m2.e4m3"]
+# (element, K-major?): M/N-major operands exist only for 16-bit elements (the backend transposes the others)
+CASES = [(e, True) for e in ELEMS] + [(e, False) for e in ELEMS if cuda.ELEMENTS[e].esize == 2]
+
+
+def _formula(key):
+    row, chunk = cuda.FRAGMENT_FORMULAS[key]
+    return (lambda lane: cuda.eval_formula(row, lane)), (lambda lane: cuda.eval_formula(chunk, lane))
+
+
+def _ldmatrix_result(operand: str, kmajor: bool, esize: int):
+    """Simulate the kernel's ldmatrix.x4 of one mma step: {(lane, register, element-in-register): (tile row,
+    element index along the tile row)}, with tile rows as the kernel stores them in shared memory."""
+    key = f"ldsm_{operand}_{'kmajor' if kmajor else ('mmajor' if operand == 'a' else 'nmajor')}"
+    row_f, chunk_f = _formula(key)
+    ldm = layouts.get("ldmatrix.x4" + ("" if kmajor else ".trans"))
+    out = {}
+    for lane in range(32):
+        for slot16 in range(8):
+            j, r, c = (int(x) for x in ldm.coords[lane, slot16])
+            src = int(ldm.address_lane[j, r])
+            tile_row, chunk = row_f(src), chunk_f(src)
+            reg = slot16 // 2
+            for byte in range(2):  # the two bytes of this 16-bit half
+                offset = 2 * c + byte  # byte offset inside the 16-byte row the address points at
+                elem_in_row = chunk * (16 // esize) + offset // esize
+                pos = ((slot16 % 2) * 2 + byte) // esize  # element index within the 32-bit register
+                key2 = (lane, reg, pos)
+                val = (tile_row, elem_in_row)
+                assert out.setdefault(key2, val) == val, "one register element mixes two source elements"
+    return out
+
+
+@pytest.mark.parametrize(("elem", "kmajor"), CASES, ids=[f"{e}-{'kmajor' if k else 'mmajor'}" for e, k in CASES])
+def test_a_fragment_matches_layout(elem, kmajor):
+    el = cuda.ELEMENTS[elem]
+    rec = layouts.get(el.record)
+    got = _ldmatrix_result("a", kmajor, el.esize)
+    per_reg = 4 // el.esize
+    for lane in range(32):
+        for slot in range(rec.a.map.slots):
+            reg, pos = divmod(slot, per_reg)
+            tile_row, along = got[(lane, reg, pos)]
+            m, k = (tile_row, along) if kmajor else (along, tile_row)
+            assert (m, k) == tuple(rec.a.coords[lane, slot]), (lane, slot)
+
+
+@pytest.mark.parametrize(("elem", "kmajor"), CASES, ids=[f"{e}-{'kmajor' if k else 'nmajor'}" for e, k in CASES])
+def test_b_fragment_matches_layout(elem, kmajor):
+    el = cuda.ELEMENTS[elem]
+    rec = layouts.get(el.record)
+    got = _ldmatrix_result("b", kmajor, el.esize)
+    per_reg = 4 // el.esize
+    # the x4 loads two n8 blocks: ldmatrix register j -> block j >> 1, mma register j & 1
+    for block in range(2):
+        for lane in range(32):
+            for slot in range(rec.b.map.slots):
+                mreg, pos = divmod(slot, per_reg)
+                tile_row, along = got[(lane, 2 * block + mreg, pos)]
+                n16, k = (tile_row, along) if kmajor else (along, tile_row)
+                assert n16 // 8 == block, (lane, slot, block)
+                assert (k, n16 % 8) == tuple(rec.b.coords[lane, slot]), (lane, slot, block)
+
+
+@pytest.mark.parametrize("elem", ELEMS)
+def test_accumulator_matches_layout(elem):
+    rec = layouts.get(cuda.ELEMENTS[elem].record)
+    row, col = cuda.FRAGMENT_FORMULAS["c"]
+    lane = np.arange(32)[:, None]
+    i = np.arange(4)[None, :]
+    got = np.stack([np.broadcast_to(cuda.eval_formula(row, lane, i), (32, 4)),
+                    np.broadcast_to(cuda.eval_formula(col, lane, i), (32, 4))], axis=-1)
+    np.testing.assert_array_equal(got, rec.c.coords)
+
+
+def test_mnemonics_come_from_layouts():
+    for el in cuda.ELEMENTS.values():
+        rec = layouts.get(el.record)
+        assert rec.ptx == el.record
+        assert rec.vendor == "nvidia" and rec.m == 16 and rec.n == 8 and rec.k * el.esize == 32
+
+
+def test_options_carry_formulas_and_mnemonic():
+    v = cuda.Variant("bf16", False, True, "128x128")
+    opts = cuda.gemm_options(v)
+    text = " ".join(opts)
+    assert '-DMX_MMA_OP="mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"' in opts
+    assert "-DMX_LDSM_A_ROW(lane)=(((lane) & 7) + (((lane) >> 4) << 3))" in opts
+    assert "MX_C_COL(lane,i)" in text and "-DMX_A_KMAJOR=0" in opts
+
+
+def test_a_wrong_formula_is_caught(monkeypatch):
+    bad = dict(cuda.FRAGMENT_FORMULAS)
+    bad["ldsm_a_kmajor"] = ("lane & 15", "(lane >> 3) & 1")  # the x4 matrices in the wrong order
+    monkeypatch.setattr(cuda, "FRAGMENT_FORMULAS", bad)
+    with pytest.raises(AssertionError):
+        test_a_fragment_matches_layout("f16", True)
+
+
+def test_formula_grammar_rejects_other_code():
+    with pytest.raises(ValueError):
+        cuda.eval_formula("__import__('os')", 0)
+
+
+def test_tile_choice():
+    assert cuda.choose_tile(16, 8192) == "32x64"
+    assert cuda.choose_tile(4096, 4096) == "128x256"
+    assert cuda.choose_tile(8192, 1024) == "128x128"
+    assert cuda.choose_tile(100, 100) == "64x64"

@@ -1,0 +1,142 @@
+"""The instruction emulator against an independent float64 A@B+C, for every instruction and format.
+
+Inputs are exactly representable and small (codes whose values lie in 2^-3..2^4, values that are
+small integers times small powers of two), so the float64 reference sum is exact and rounding
+once to fp32 gives the bit-exact expected D whatever order the hardware sums in.  Element codes
+are decoded here with ml_dtypes directly (independent of mxcore.formats).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mxcore import emulate, layouts
+from mxcore.errors import InputTypeError, ShapeError
+
+from test_layouts import ALL, lid
+
+ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+      "e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn,
+      "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}
+NBITS = {"e2m3": 6, "e3m2": 6, "e2m1": 4}
+
+
+def code_values(fmt):
+    n = 1 << NBITS.get(fmt, 8)
+    codes = np.arange(n, dtype=np.uint8)
+    vals = codes.view(ML[fmt]).astype(np.float64)
+    ok = np.isfinite(vals) & ((vals == 0) | ((np.abs(vals) >= 0.125) & (np.abs(vals) <= 16)))
+    return codes[ok], vals[ok]
+
+
+def random_tile(rng, fmt, shape):
+    """(register-ready tile, exact float64 values) for an operand tile in ``fmt``."""
+    if fmt in ML:
+        codes, vals = code_values(fmt)
+        idx = rng.integers(0, len(codes), size=shape)
+        return codes[idx], vals[idx]
+    v = rng.integers(-8, 9, size=shape) * np.exp2(rng.integers(-3, 4, size=shape))
+    return v.astype(np.float32 if fmt != "fp16" else np.float16), v
+
+
+@pytest.mark.parametrize("lay", ALL, ids=lid)
+def test_execute_matches_float64_reference(lay, rng):
+    A, A64 = random_tile(rng, lay.a_format, (lay.m, lay.k))
+    B, B64 = random_tile(rng, lay.b_format, (lay.k, lay.n))
+    C, C64 = random_tile(rng, lay.c_format, (lay.m, lay.n))
+    kw = {}
+    if lay.scaled:
+        nb = lay.k // 32  # a different scale per (row, block) and (block, col): reveals the K grouping
+        sa = rng.integers(124, 131, size=(lay.m, nb)).astype(np.uint8)
+        sb = rng.integers(124, 131, size=(nb, lay.n)).astype(np.uint8)
+        kw = dict(scale_a=emulate.scatter(lay, "scale_a", sa), scale_b=emulate.scatter(lay, "scale_b", sb))
+        A64 = A64 * np.repeat(np.exp2(sa.astype(float) - 127), 32, axis=1)
+        B64 = B64 * np.repeat(np.exp2(sb.astype(float) - 127), 32, axis=0)
+    regs = [emulate.scatter(lay, r, t) for r, t in (("a", A), ("b", B), ("c", C))]
+    for r, t, reg in zip("abc", (A, B, C), regs):
+        assert np.array_equal(emulate.gather(lay, r, reg), t)
+    d = emulate.execute(lay, *regs, **kw)
+    assert d.shape == (lay.lanes, lay.c.slots)
+    want = (A64 @ B64 + C64).astype(np.float16 if lay.c_format == "fp16" else np.float32)
+    got = emulate.gather(lay, "d", d)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want)
+
+
+def test_one_rounding_of_the_exact_sum():
+    lay = layouts.get("v_mfma_f32_32x32x2_f32")
+    A = np.zeros((32, 2), np.float32)
+    B = np.zeros((2, 32), np.float32)
+    C = np.zeros((32, 32), np.float32)
+    A[0] = [1.0, 2.0**-24]
+    B[:, 0] = [1.0, 1.0]
+    C[0, 0] = 2.0**-80  # float64 sum gives the tie 1 + 2^-24, the exact sum lies above it
+    d = emulate.execute(lay, *(emulate.scatter(lay, r, t) for r, t in zip("abc", (A, B, C))))
+    assert emulate.gather(lay, "d", d)[0, 0] == np.nextafter(np.float32(1), np.float32(2))
+    C[0, 0] = -(2.0**-80)
+    d = emulate.execute(lay, *(emulate.scatter(lay, r, t) for r, t in zip("abc", (A, B, C))))
+    assert emulate.gather(lay, "d", d)[0, 0] == np.float32(1)
+
+
+def test_scales_follow_op_sel_independent_layout():
+    # the same codes give the same D whichever byte op_sel picks: the byte is a register detail
+    base = layouts.get("v_mfma_scale_f32_16x16x128_f8f6f4", a_format="fp4", b_format="fp4")
+    moved = layouts.get("v_mfma_scale_f32_16x16x128_f8f6f4", a_format="fp4", b_format="fp4", scale_opsel=(3, 1))
+    rng = np.random.default_rng(7)
+    regs = [rng.integers(0, 16, size=(64, 32)).astype(np.uint8) for _ in range(2)]
+    c = np.zeros((64, 4), np.float32)
+    sa = rng.integers(120, 135, size=(64, 1)).astype(np.uint8)
+    sb = rng.integers(120, 135, size=(64, 1)).astype(np.uint8)
+    d0 = emulate.execute(base, *regs, c, scale_a=sa, scale_b=sb)
+    d1 = emulate.execute(moved, *regs, c, scale_a=sa, scale_b=sb)
+    assert np.array_equal(d0, d1)
+    w = emulate.pack(moved, "scale_a", sa)
+    assert np.array_equal(w[:, 0], sa[:, 0].astype(np.uint32) << 24)
+    assert np.array_equal(emulate.unpack(moved, "scale_a", w), sa)
+
+
+@pytest.mark.parametrize("lay", [l for l in ALL if l.cbsz is None or l.a_format == l.b_format], ids=lid)
+def test_pack_unpack_round_trip(lay, rng):
+    for role, op in lay.operands().items():
+        fmt = lay.format_of(role)
+        tile, _ = random_tile(rng, fmt, op.shape)
+        regs = emulate.scatter(lay, role, tile)
+        words = emulate.pack(lay, role, regs)
+        assert words.shape == (lay.lanes, op.registers) and words.dtype == np.uint32
+        back = emulate.unpack(lay, role, words)
+        assert np.array_equal(back.astype(np.float64), regs.astype(np.float64))
+
+
+def test_fp6_dense_packing():
+    lay = layouts.get("v_mfma_f32_32x32x64_f8f6f4", a_format="fp6", b_format="fp6")
+    regs = np.tile(np.arange(32, dtype=np.uint8) % 64, (64, 1))
+    words = emulate.pack(lay, "a", regs)
+    big = sum(int(w) << (32 * r) for r, w in enumerate(words[0]))
+    assert big == sum(s << (6 * s) for s in range(32))  # slot s at bits [6s, 6s+6) of v0..v5
+    assert words.shape == (64, 6)
+
+
+def test_ldmatrix_emulation():
+    for name in layouts.names(kind="ldmatrix"):
+        ldm = layouts.get(name)
+        mats = np.arange(ldm.num * 64).reshape(ldm.num, 8, 8)
+        got = emulate.ldmatrix(ldm, mats)
+        assert got.shape == (32, 2 * ldm.num)
+        lane = 9  # groupID 2, thread-in-group 1
+        want = mats[:, 2, 2:4] if not ldm.trans else mats[:, 2:4, 2]
+        assert np.array_equal(got[lane], want.reshape(-1))
+
+
+def test_input_checks():
+    lay = layouts.get("m16n8k32.e4m3")
+    a = np.zeros((32, 16), np.float32)
+    with pytest.raises(InputTypeError, match="codes"):
+        emulate.execute(lay, a, np.zeros((32, 8), np.uint8), np.zeros((32, 4), np.float32))
+    with pytest.raises(ShapeError):
+        emulate.gather(lay, "a", np.zeros((32, 15), np.uint8))
+    scaled = layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4")
+    with pytest.raises(ShapeError, match="scale"):
+        emulate.execute(scaled, np.zeros((64, 32), np.uint8), np.zeros((64, 32), np.uint8),
+                        np.zeros((64, 16), np.float32))

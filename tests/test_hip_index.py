@@ -1,0 +1,294 @@
+"""CPU run of every HIP GEMM variant's index arithmetic: a Python interpreter of the kernel's -D constants.
+
+``mirror_gemm`` executes kernels_hip/gemm_mfma.hip's program structure step by step -- grid, waves,
+16-byte staging loads with their edge fallback, LDS rows (two buffers), per-lane fragment reads, sub-byte
+packing, per-lane E8M0 scale reads, the guarded epilogue -- reading only the constants that
+``KernelSpec.defines()`` passes to the compiler.  Each instruction is executed by
+``mxcore.emulate.execute`` from the layout record (the register words are unpacked with the record's
+bit offsets, so the kernel's packing is checked against the database), and the result is compared
+with ``mxcore.reference``.  Inputs are exactly representable (small multiples of 1/2), so every
+partial sum is exact and the comparison is bit-exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import dtypes as _dt
+from mxcore import emulate
+from mxcore.backends import hip
+from mxcore.operands import prepare
+from mxcore.reference import reference_from_operands
+
+POISON = np.float32(np.nan)
+
+
+def consts(spec) -> dict:
+    out = {}
+    for opt in spec.defines():
+        key, value = opt[2:].split("=", 1)
+        try:
+            out[key] = int(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _flat_bytes(storage: np.ndarray, strides_major: str):
+    """Device-like flat byte buffer of a 2-D storage array laid out row- ('r') or column- ('c') major,
+    plus element strides; followed by 64 bytes of 0xFF so an over-read shows up as NaN/garbage."""
+    arr = np.ascontiguousarray(storage if strides_major == "r" else storage.T)
+    rows, cols = storage.shape
+    strides = (cols, 1) if strides_major == "r" else (1, rows)
+    raw = arr.view(np.uint8).reshape(-1)
+    return np.concatenate([raw, np.full(64, 0xFF, np.uint8)]), strides
+
+
+def _load_tile(c, buf, eb, s_r, s_k, r0, k0, rows, kdim, vec_ok, R):
+    """mx_load_tile for all threads: (THREADS, NV, 16) staging bytes."""
+    threads = 64 * c["MX_WAVES_M"] * c["MX_WAVES_N"]
+    bk, vec = c["MX_BK"], 16 // eb
+    nv = R * bk // vec // threads
+    k_major = s_k == 1
+    stage = np.zeros((threads, nv, 16), np.uint8)
+    for t in range(threads):
+        for i in range(nv):
+            v = t + i * threads
+            if k_major:
+                r, kk = v // (bk // vec), (v % (bk // vec)) * vec
+            else:
+                kk, r = v // (R // vec), (v % (R // vec)) * vec
+            gr, gk = r0 + r, k0 + kk
+            full = (gr < rows and gk + vec <= kdim) if k_major else (gk < kdim and gr + vec <= rows)
+            src = (gr * s_r + gk * s_k) * eb
+            if vec_ok and full:
+                stage[t, i] = buf[src : src + 16]
+            else:
+                step = s_k if k_major else s_r
+                in_dim = gr < rows if k_major else gk < kdim
+                avail = 0 if not in_dim else (kdim - gk if k_major else rows - gr)
+                for j in range(vec):
+                    if j < avail:
+                        e = src + j * step * eb
+                        stage[t, i, j * eb : (j + 1) * eb] = buf[e : e + eb]
+    return stage
+
+
+def _store_tile(c, lds, stage, eb, k_major, R):
+    threads, nv, _ = stage.shape
+    bk, vec, pitch = c["MX_BK"], 16 // eb, c["MX_BK"] * eb + c["MX_LDS_PAD"]
+    for t in range(threads):
+        for i in range(nv):
+            v = t + i * threads
+            if k_major:
+                r, kk = v // (bk // vec), (v % (bk // vec)) * vec
+                lds[r * pitch + kk * eb : r * pitch + kk * eb + 16] = stage[t, i]
+            else:
+                kk, r = v // (R // vec), (v % (R // vec)) * vec
+                for j in range(vec):
+                    at = (r + j) * pitch + kk * eb
+                    lds[at : at + eb] = stage[t, i, j * eb : (j + 1) * eb]
+
+
+def _frag_words(c, p, lds, row0, kk0, FR):
+    """mx_load_frag for the 64 lanes: (64, WORDS) uint32 register words."""
+    eb, pitch = c["MX_EB"], c["MX_BK"] * c["MX_EB"] + c["MX_LDS_PAD"]
+    slots, bits = c[f"MX_{p}_SLOTS"], c[f"MX_{p}_BITS"]
+    klane, chunk, cstride = c[f"MX_{p}_KLANE"], c[f"MX_{p}_CHUNK"], c[f"MX_{p}_CSTRIDE"]
+    words = -(-slots * bits // 32)
+    lane = np.arange(64)
+    base = (row0 + lane % FR) * pitch + (kk0 + klane * (lane // FR)) * eb
+    s = np.arange(slots)
+    at = base[:, None] + ((s // chunk) * cstride + s % chunk)[None, :] * eb  # byte address of each slot
+    elems = np.zeros((64, slots), np.uint64)
+    for b in range(eb):
+        elems |= lds[at + b].astype(np.uint64) << np.uint64(8 * b)
+    big = [0] * 64
+    for ln in range(64):
+        v = 0
+        for si in range(slots):  # slot s at bits [s*BITS, (s+1)*BITS)
+            v |= (int(elems[ln, si]) & ((1 << bits) - 1)) << (si * bits)
+        big[ln] = v
+    return np.array([[(v >> (32 * w)) & 0xFFFFFFFF for w in range(words)] for v in big], dtype=np.uint32)
+
+
+def _scale_regs(c, scales, s_r, s_b, r0, kb0, rows, blocks, FR):
+    lane = np.arange(64)
+    r, blk = r0 + lane % FR, kb0 + lane // FR
+    out = np.full((64, 1), 127, np.uint8)
+    if scales is None:
+        return out
+    ok = (r < rows) & (blk < blocks)
+    out[ok, 0] = scales.reshape(-1)[r[ok] * s_r + blk[ok] * s_b]
+    return out
+
+
+def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout):
+    """D (m, n) float32 as the kernel with constants ``c`` computes it; unwritten elements stay NaN."""
+    eb, bk, ik = c["MX_EB"], c["MX_BK"], c["MX_IK"]
+    IM, IN, TM, TN = c["MX_IM"], c["MX_IN"], c["MX_TM"], c["MX_TN"]
+    BM, BN = c["MX_WAVES_M"] * TM * IM, c["MX_WAVES_N"] * TN * IN
+    pitch = bk * eb + c["MX_LDS_PAD"]
+    L = launch
+    d = np.full((L.m, L.n), POISON, np.float32)
+    writes = np.zeros((L.m, L.n), np.int64)
+    ktiles = -(-L.k // bk)
+    kblocks = -(-L.k // 32)
+    a_kmaj, b_kmaj = L.sak == 1, L.sbk == 1
+    for by in range(L.grid[1]):
+        for bx in range(L.grid[0]):
+            m0, n0 = by * BM, bx * BN
+            lds_a = np.zeros((2, BM * pitch), np.uint8)
+            lds_b = np.zeros((2, BN * pitch), np.uint8)
+            acc = {}
+            sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, 0, L.m, L.k, L.a_vec_ok, BM)
+            stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, 0, L.n, L.k, L.b_vec_ok, BN)
+            _store_tile(c, lds_a[0], sta, eb, a_kmaj, BM)
+            _store_tile(c, lds_b[0], stb, eb, b_kmaj, BN)
+            for kt in range(ktiles):
+                cur, more = kt & 1, kt + 1 < ktiles
+                if more:
+                    sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, (kt + 1) * bk, L.m, L.k, L.a_vec_ok, BM)
+                    stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, (kt + 1) * bk, L.n, L.k, L.b_vec_ok, BN)
+                for wave in range(c["MX_WAVES_M"] * c["MX_WAVES_N"]):
+                    wm = (wave // c["MX_WAVES_N"]) * TM * IM
+                    wn = (wave % c["MX_WAVES_N"]) * TN * IN
+                    for ks in range(0, bk, ik):
+                        kb0 = (kt * bk + ks) // 32
+                        for i in range(TM):
+                            if m0 + wm + i * IM >= L.m:
+                                continue  # a tile wholly outside D: computed by the GPU, never stored
+                            fa = _frag_words(c, "A", lds_a[cur], wm + i * IM, ks, IM)
+                            ra = emulate.unpack(layout, "a", fa)
+                            for j in range(TN):
+                                if n0 + wn + j * IN >= L.n:
+                                    continue
+                                fb = _frag_words(c, "B", lds_b[cur], wn + j * IN, ks, IN)
+                                rb = emulate.unpack(layout, "b", fb)
+                                key = (wave, i, j)
+                                prev = acc.get(key, np.zeros((64, c["MX_C_SLOTS"]), np.float32))
+                                kw = {}
+                                if c["MX_SCALED"]:
+                                    kw["scale_a"] = _scale_regs(c, sa, kblocks, 1, m0 + wm + i * IM, kb0, L.m,
+                                                                kblocks, c["MX_SA_FR"])
+                                    kw["scale_b"] = _scale_regs(c, sb, 1, L.n, n0 + wn + j * IN, kb0, L.n,
+                                                                kblocks, c["MX_SB_FR"])
+                                acc[key] = emulate.execute(layout, ra, rb, prev, **kw)
+                if more:
+                    _store_tile(c, lds_a[cur ^ 1], sta, eb, a_kmaj, BM)
+                    _store_tile(c, lds_b[cur ^ 1], stb, eb, b_kmaj, BN)
+            lane = np.arange(64)[:, None]
+            s = np.arange(c["MX_C_SLOTS"])[None, :]
+            for (wave, i, j), regs in acc.items():
+                wm = (wave // c["MX_WAVES_N"]) * TM * IM
+                wn = (wave % c["MX_WAVES_N"]) * TN * IN
+                r = m0 + wm + i * IM + c["MX_C_RLANE"] * (lane // IN) + (s // c["MX_C_GROUP"]) * c["MX_C_GSTRIDE"] \
+                    + s % c["MX_C_GROUP"]
+                col = np.broadcast_to(n0 + wn + j * IN + lane % IN, r.shape)
+                ok = (r < L.m) & (col < L.n)
+                d[r[ok], col[ok]] = regs[ok].astype(np.float32) * np.float32(L.out_scale)
+                np.add.at(writes, (r[ok], col[ok]), 1)
+    assert writes.max() <= 1, "an output element is written by two lanes"
+    return d
+
+
+# ----------------------------------------------------------------------------- inputs and the test matrix
+HALVES = np.array([0.0, 0.5, -0.5, 1.0, -1.0, 1.5, -1.5, 2.0, -2.0, 3.0, -3.0])
+
+
+def _inputs(rng, m, n, k):
+    """Small multiples of 1/2 times a power of two per (row, 32-K block) of A and (block, column) of B,
+    so MX block scales differ from block to block and a wrong scale lane shows."""
+    kb = -(-k // 32)
+    ea = np.repeat(rng.integers(-3, 4, size=(m, kb)), 32, axis=1)[:, :k]
+    eb = np.repeat(rng.integers(-3, 4, size=(kb, n)), 32, axis=0)[:k, :]
+    a = rng.choice(HALVES, size=(m, k)) * np.exp2(ea)
+    b = rng.choice(HALVES, size=(k, n)) * np.exp2(eb)
+    return a, b
+
+
+def _mdt(spec, which=0):
+    name = spec.dtypes[which]
+    pair = name.split(",")
+    return _dt.resolve(tuple(pair) if len(pair) == 2 else name, spec.arch)
+
+
+def run_variant(spec, rng, m, n, k, majors=("r", "r"), misalign=False, which=0, tweak=None):
+    mdt = _mdt(spec, which)
+    a, b = _inputs(rng, m, n, k)
+    opa, opb = prepare(a, b, mdt)
+    if opa.scales is not None and k > 32:
+        assert len(np.unique(opa.scales)) > 1 and len(np.unique(opb.scales)) > 1
+    want = reference_from_operands(opa, opb, "float32")
+    sa_store, sb_store = hip.operand_storage(opa, spec, "a"), hip.operand_storage(opb, spec, "b")
+    a_buf, a_str = _flat_bytes(sa_store, majors[0])
+    b_buf, b_str = _flat_bytes(sb_store, majors[1])
+    launch = hip.plan_launch(spec, m, n, k, a_str, b_str, a_addr=8 if misalign else 0, b_addr=0,
+                             out_scale=opa.tensor_scale * opb.tensor_scale)
+    c = consts(spec)
+    if tweak:
+        c.update(tweak)
+    got = mirror_gemm(c, launch, a_buf, b_buf, opa.scales, opb.scales, spec.layout())
+    np.testing.assert_array_equal(got, want)
+    return launch
+
+
+def _small(spec):
+    """A shape with a K tail and two+ K tiles (double buffering), ragged M/N edges."""
+    k = 2 * spec.bk + 7
+    return 37, 21, k
+
+
+ALL = [s for arch in hip.ARCHS for s in hip.kernel_specs(arch)]
+
+
+@pytest.mark.parametrize("spec", ALL, ids=lambda s: f"{s.arch}-{s.entry}")
+def test_variant_index_arithmetic(spec, rng):
+    """Row-major A (K-contiguous, vector path) and row-major B (N-contiguous, transposing path)."""
+    launch = run_variant(spec, rng, *_small(spec))
+    assert launch.a_vec_ok == 0 or launch.sak == 1
+
+
+# one representative per operand class for the other majors, misalignment and several blocks
+_REPS = {("gfx942", "fp32"), ("gfx942", "tf32"), ("gfx942", "bf16"), ("gfx942", "e4m3fnuz,e5m2fnuz"),
+         ("gfx950", "fp16"), ("gfx950", "mxfp4"), ("gfx950", "mxfp6_e3m2,mxfp8_e4m3"), ("gfx950", "mxfp6_e2m3")}
+REPS = [s for s in ALL if (s.arch, s.dtype) in _REPS and s.shape[0] == 16]
+
+
+@pytest.mark.parametrize("spec", REPS, ids=lambda s: f"{s.arch}-{s.entry}")
+def test_column_major_and_unaligned(spec, rng):
+    """Column-major A (transposing path) and column-major B (K-contiguous), unaligned base: element loads."""
+    launch = run_variant(spec, rng, 19, 33, spec.bk + 5, majors=("c", "c"), misalign=True)
+    assert launch.a_vec_ok == 0 and launch.sam == 1 and launch.sbk == 1
+
+
+@pytest.mark.parametrize("spec", REPS[:3], ids=lambda s: f"{s.arch}-{s.entry}")
+def test_several_blocks(spec, rng):
+    bm, bn, _ = spec.tile
+    run_variant(spec, rng, bm + 3, 2 * bn + 1, spec.bk + 1, majors=("r", "c"))
+
+
+def test_ocp_fp8_shares_the_mx_kernel(rng):
+    """Plain OCP fp8 on gfx950 runs the MX fp8 kernel with no scale arrays (the kernel reads 127)."""
+    spec = hip.select_spec("gfx950", _dt.resolve("e4m3fn", "gfx950"), 20, 20)
+    assert spec.scaled and "e4m3fn" in spec.dtypes
+    run_variant(spec, rng, 20, 20, 70, which=spec.dtypes.index("e4m3fn"))
+
+
+@pytest.mark.parametrize("arch,dtype,key,bad", [
+    ("gfx950", "fp16", "MX_A_KLANE", 4),
+    ("gfx950", "fp16", "MX_C_RLANE", 8),
+    ("gfx950", "mxfp4", "MX_SA_FR", 32),
+    ("gfx950", "mxfp6_e2m3", "MX_B_KLANE", 16),
+    ("gfx950", "mxfp8_e4m3", "MX_B_CSTRIDE", 32),
+    ("gfx942", "e4m3fnuz,e5m2fnuz", "MX_B_KLANE", 4),
+])
+def test_mirror_catches_a_wrong_constant(rng, arch, dtype, key, bad):
+    """The mirror reads the generated constants: one wrong value must break the result."""
+    spec = [s for s in ALL if s.arch == arch and s.dtype == dtype and s.shape[0] == 16][0]
+    assert consts(spec)[key] != bad
+    m, n, k = 16, 16, 2 * spec.bk
+    run_variant(spec, rng, m, n, k)
+    with pytest.raises(AssertionError):
+        run_variant(spec, rng, m, n, k, tweak={key: bad})

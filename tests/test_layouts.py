@@ -1,0 +1,254 @@
+"""The layout database against independent oracles transcribed from the PTX ISA / CDNA ISA texts.
+
+The oracle formulas below are written here from the documents (never imported from mxcore):
+PTX ISA 9.7.14.5 "Matrix fragments for mma.m16n8k{4,8,16,32}" and "ldmatrix"; the CDNA3 ISA
+ch. 7 / AMD matrix instruction calculator rule (A[i][k] in lane i + M*(k // kpl), slot k % kpl;
+D[i][j] of 32x32 in lane j + 32*((i//4) % 2), slot 4*(i//8) + i%4); the seed's HIP code for
+32x32x64 fp8/fp4 (ROCm blog sec. 5.4-5.5); composable_kernel's mx_mfma_op register tables for
+16x16x128 and the scale lanes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import layouts
+from mxcore.errors import LayoutError, UnknownNameError
+
+F8F6F4 = ("e4m3fn", "e5m2", "e2m3", "e3m2", "e2m1")
+
+
+def all_layouts():
+    out, seen = [], set()
+    for name in layouts.names():
+        if "f8f6f4" in name:
+            for fa in F8F6F4:
+                for fb in F8F6F4:
+                    out.append(layouts.get(name, a_format=fa, b_format=fb))
+            continue
+        for arch in (None, "gfx942", "gfx950"):
+            try:
+                lay = layouts.get(name, arch=arch)
+            except LayoutError:
+                continue
+            if id(lay) not in seen:
+                seen.add(id(lay))
+                out.append(lay)
+    return out
+
+
+ALL = all_layouts()
+
+
+def lid(lay):
+    fmts = f"[{lay.a_format},{lay.b_format}]" if lay.cbsz is not None or "fp8" in lay.name else ""
+    return f"{lay.name}@{lay.archs[0]}{fmts}"
+
+
+# ------------------------------------------------------------------ oracles: element -> (lane, slot)
+def ptx_oracle(lay, role):
+    """{(row, col): (lane, slot)} from the PTX ISA fragment descriptions."""
+    out = {}
+    shape = lay.name.split(".")[3]
+    ta = lay.name.split(".")[7]
+    for lane in range(32):
+        g, t = lane >> 2, lane % 4
+        if role == "c":
+            for i in range(lay.c.slots):
+                out[(g if i < 2 else g + 8, t * 2 + (i & 1))] = (lane, i)
+        elif shape == "m16n8k16" and role == "a":
+            for i in range(8):
+                row = g if i in (0, 1, 4, 5) else g + 8
+                col = t * 2 + (i & 1) + (8 if i >= 4 else 0)
+                out[(row, col)] = (lane, i)
+        elif shape == "m16n8k16" and role == "b":
+            for i in range(4):
+                out[(t * 2 + (i & 1) + (8 if i >= 2 else 0), g)] = (lane, i)
+        elif shape == "m16n8k8" and ta in ("f16", "bf16"):
+            if role == "a":
+                for i in range(4):
+                    out[(g if i < 2 else g + 8, t * 2 + (i & 1))] = (lane, i)
+            else:
+                for i in range(2):
+                    out[(t * 2 + i, g)] = (lane, i)
+        elif shape == "m16n8k4":  # tf32
+            if role == "a":
+                out[(g, t)] = (lane, 0)
+                out[(g + 8, t)] = (lane, 1)
+            else:
+                out[(t, g)] = (lane, 0)
+        elif shape == "m16n8k8":  # tf32
+            if role == "a":
+                for i in range(4):
+                    out[(g if i in (0, 2) else g + 8, t if i < 2 else t + 4)] = (lane, i)
+            else:
+                out[(t, g)] = (lane, 0)
+                out[(t + 4, g)] = (lane, 1)
+        elif shape == "m16n8k32":
+            if role == "a":
+                for i in range(16):
+                    row = g if (i < 4 or 8 <= i < 12) else g + 8
+                    col = t * 4 + (i & 3) + (16 if i >= 8 else 0)
+                    out[(row, col)] = (lane, i)
+            else:
+                for i in range(8):
+                    out[(t * 4 + (i & 3) + (16 if i >= 4 else 0), g)] = (lane, i)
+        else:
+            raise AssertionError(f"no oracle for {lay.name} {role}")
+    return out
+
+
+def cdna_oracle(lay, role):
+    """{(row, col): (lane, slot)} from the CDNA ISA / calculator rule, the seed code and CK's tables."""
+    m, k = lay.m, lay.k
+    out = {}
+    if role == "c":
+        for i in range(m):
+            for j in range(m):
+                if m == 32:
+                    out[(i, j)] = (j + 32 * ((i // 4) % 2), 4 * (i // 8) + i % 4)
+                else:
+                    out[(i, j)] = (j + 16 * (i // 4), i % 4)
+        return out
+    if role in ("scale_a", "scale_b"):
+        for i in range(m):
+            for kb in range(k // 32):
+                out[(i, kb) if role == "scale_a" else (kb, i)] = (i + m * kb, 0)
+        return out
+    fmt = lay.a_format if role == "a" else lay.b_format
+    for lane in range(64):
+        for s in range(lay.operand(role).slots):
+            if lay.cbsz is None:  # classic MFMA: lane i + M*(k // kpl), slot k % kpl
+                kpl = m * k // 64
+                kk = (lane // m) * kpl + s
+            elif fmt in ("e4m3fn", "e5m2") and m == 32:  # seed 5.4: a_reg[i*16+j] = A[l%32][(l/32)*16 + i*32 + j]
+                i, j = divmod(s, 16)
+                kk = (lane // 32) * 16 + i * 32 + j
+            elif fmt in ("e4m3fn", "e5m2"):  # CK mx_mfma_op 16x128: reg r byte b
+                r, b = divmod(s, 4)
+                kk = 16 * (lane // 16) + 4 * r + b if r < 4 else 64 + 16 * (lane // 16) + 4 * (r - 4) + b
+            elif fmt == "e2m1" and m == 32 and role == "a":  # seed 5.5: byte i of row l%32 at (l/32)*16 + i
+                byte, nib = divmod(s, 2)
+                kk = 2 * ((lane // 32) * 16 + byte) + nib
+            elif fmt == "e2m1" and m == 32:  # seed 5.5 B: slot 2i <- row 32*(l/32)+2i, slot 2i+1 <- +1
+                kk = 32 * (lane // 32) + 2 * (s // 2) + s % 2
+            elif fmt == "e2m1":  # CK 16x128 fp4: reg r byte b holds K 32g + 8r + 2b (+1)
+                r, rest = divmod(s, 8)
+                kk = 32 * (lane // 16) + 8 * r + rest
+            else:  # fp6/bf6: 32 K-contiguous elements per lane, densely packed (CDNA4 ISA)
+                kk = 32 * (lane // m) + s
+            out[(lane % m, kk) if role == "a" else (kk, lane % m)] = (lane, s)
+    return out
+
+
+@pytest.mark.parametrize("lay", ALL, ids=lid)
+def test_matches_independent_oracle(lay):
+    oracle = ptx_oracle if lay.vendor == "nvidia" else cdna_oracle
+    for role, op in lay.operands().items():
+        want = oracle(lay, role)
+        assert len(want) == op.shape[0] * op.shape[1], (role, "oracle must cover the tile")
+        for (r, c), (lane, slot) in want.items():
+            assert tuple(op.inverse[r, c]) == (lane, slot), (role, r, c)
+            assert tuple(op.coords[lane, slot]) == (r, c), (role, lane, slot)
+
+
+@pytest.mark.parametrize("lay", ALL, ids=lid)
+def test_bijection_and_arange_round_trip(lay):
+    for role, op in lay.operands().items():
+        rows, cols = op.shape
+        assert op.coords.shape == (lay.lanes, op.slots, 2)
+        assert op.inverse.shape == (rows, cols, 2)
+        seen = np.zeros((rows, cols), dtype=int)
+        np.add.at(seen, (op.coords[..., 0], op.coords[..., 1]), 1)
+        assert (seen == 1).all(), role
+        tile = np.arange(rows * cols).reshape(rows, cols)
+        regs = tile[op.coords[..., 0], op.coords[..., 1]]
+        back = np.empty_like(tile)
+        back[op.coords[..., 0], op.coords[..., 1]] = regs
+        assert np.array_equal(back, tile)
+        lane, slot = op.inverse[..., 0], op.inverse[..., 1]
+        assert np.array_equal(regs[lane, slot], tile)
+        assert op.registers * 32 >= max(op.bit_offsets) + op.bits
+
+
+def test_register_footprints():
+    a = layouts.get("v_mfma_f32_32x32x64_f8f6f4", a_format="fp8", b_format="fp4")
+    assert (a.a.registers, a.b.registers, a.cbsz, a.blgp) == (8, 4, 0, 4)
+    six = layouts.get("v_mfma_f32_16x16x128_f8f6f4", a_format="fp6", b_format="bf6")
+    assert (six.a.registers, six.a.bit_offsets[5], six.cbsz, six.blgp) == (6, 30, 2, 3)
+    h = layouts.get("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16")
+    assert (h.c.registers, h.c.slots, h.c.bits, h.c_format) == (2, 4, 16, "fp16")
+    assert layouts.get("m16n8k32.e4m3.e5m2").ptx == "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32"
+
+
+def test_names_and_aliases():
+    nv = layouts.names("nvidia")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in nv and len(nv) == 12
+    assert not [n for n in layouts.names("nvidia", "sm_80") if "m16n8k32" in n]
+    assert len([n for n in layouts.names("nvidia", "sm_90") if "m16n8k32" in n]) == 4
+    g942, g950 = set(layouts.names("amd", "gfx942")), set(layouts.names("amd", "gfx950"))
+    assert "v_mfma_f32_32x32x4_xf32" in g942 and "v_mfma_f32_32x32x4_xf32" not in g950
+    assert {"v_mfma_scale_f32_32x32x64_f8f6f4", "v_mfma_f32_16x16x32_bf16"} <= g950
+    assert len(layouts.names("amd", "gfx942")) == 16 and len(g950) == 22
+    assert layouts.get("m16n8k16.f16") is layouts.get("MMA.SYNC.ALIGNED.M16N8K16.ROW.COL.F32.F16.F16.F32")
+    assert layouts.get("m16n8k32.e4m3.e4m3").name.endswith("e4m3.e4m3.f32")
+    assert layouts.get("v_mfma_f32_32x32x16_fp8_fp8").a_format == "e4m3fnuz"
+    assert layouts.get("v_mfma_f32_32x32x16_fp8_fp8", arch="gfx950").a_format == "e4m3fn"
+    assert layouts.get("v_mfma_f32_32x32x16_bf8_fp8", a_format="e5m2").archs == ("gfx950",)
+    assert layouts.get("v_mfma_f32_32x32x8_bf16").intrinsic == "__builtin_amdgcn_mfma_f32_32x32x8bf16_1k"
+    assert layouts.names(kind="ldmatrix")[0].startswith("ldmatrix.sync.aligned.m8n8.x1")
+
+
+def test_errors_say_what_exists():
+    with pytest.raises(UnknownNameError, match="m16n8k16"):
+        layouts.get("m16n8k16.f64")
+    with pytest.raises(LayoutError, match="f8f6f4 operand format"):
+        layouts.get("v_mfma_f32_32x32x64_f8f6f4", a_format="fp16")
+    with pytest.raises(LayoutError, match="gfx942"):
+        layouts.get("v_mfma_f32_32x32x4_xf32", arch="gfx950")
+    with pytest.raises(LayoutError, match="no scales"):
+        layouts.get("v_mfma_f32_32x32x64_f8f6f4", scale_opsel=(1, 0))
+    with pytest.raises(LayoutError, match="0..3"):
+        layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", scale_opsel=(4, 0))
+
+
+def test_scale_opsel_moves_the_byte():
+    lay = layouts.get("v_mfma_scale_f32_16x16x128_f8f6f4", a_format="fp4", b_format="fp4", scale_opsel=(2, 3))
+    assert lay.scale_a.bit_offsets == (16,) and lay.scale_b.bit_offsets == (24,)
+    assert lay.scale_opsel == (2, 3)
+    assert "op_sel:[0,1,0] op_sel_hi:[1,1,0]" in lay.modifiers and "cbsz:4 blgp:4" in lay.modifiers
+    assert "op_sel" not in layouts.get("v_mfma_scale_f32_16x16x128_f8f6f4").modifiers
+
+
+def test_non_bijective_map_raises():
+    from mxcore.layouts._core import OperandLayout, closed_form
+
+    @closed_form(4, 4, 4, 4)
+    def bad(lane, slot):
+        return lane, slot % 2  # columns 2, 3 never held
+
+    with pytest.raises(LayoutError, match="bijection"):
+        OperandLayout("a", bad, 8, 1)
+
+
+@pytest.mark.parametrize("ldm", [layouts.get(n) for n in layouts.names(kind="ldmatrix")], ids=str)
+def test_ldmatrix_against_ptx(ldm):
+    # PTX ISA ldmatrix: threads 8j..8j+7 give the row addresses of matrix j; lane l gets, in register
+    # j, row l/4 and elements 2*(l%4), 2*(l%4)+1 (with .trans: column l/4, rows 2*(l%4), +1).
+    for j in range(ldm.num):
+        for r in range(8):
+            assert ldm.address_lane[j, r] == 8 * j + r
+    for lane in range(32):
+        for j in range(ldm.num):
+            for h in range(2):
+                a, b = lane // 4, 2 * (lane % 4) + h
+                want = (j, b, a) if ldm.trans else (j, a, b)
+                assert tuple(ldm.coords[lane, 2 * j + h]) == want
+                assert tuple(ldm.inverse[want]) == (lane, 2 * j + h)
+
+
+def test_str_mentions_everything():
+    text = str(layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", a_format="fp6", b_format="fp8"))
+    for part in ("scale_a", "cbsz:2", "__builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4", "6 register"):
+        assert part in text

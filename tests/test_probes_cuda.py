@@ -1,0 +1,385 @@
+"""NVIDIA probe kernels: one mma.sync / ldmatrix per kernel, fed and read through the layout table.
+
+CPU: the register packing against the PTX ISA's fragment formulas (written out here, independent of the
+table), the arange experiment against the emulator, and every probe compiled with NVRTC to a cubin for each
+arch it exists on (sm_80 / sm_89 / sm_90), its SASS checked for exactly the instruction.
+GPU (marker nvidia_gpu): every probe run with arange inputs (where did each element go?), with random inputs
+whose products and sums are exact (bit-exact against the reference and the emulator), and with arbitrary
+random inputs (within a bound); ldmatrix probes compared lane by lane with the table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import layouts
+from mxcore.backends import probes
+from mxcore.errors import KernelCompileError
+
+MMA = [layouts.get(n) for n in layouts.names("nvidia")]
+LDMATRIX = [layouts.get(n) for n in layouts.names("nvidia", kind="ldmatrix")]
+COMPILE_CASES = [(rec, arch) for rec in MMA + LDMATRIX for arch in
+                 (probes.ldmatrix_probe_kernel(rec) if rec in LDMATRIX else probes.probe_kernel(rec)).archs]
+
+
+def _id(rec) -> str:
+    return rec.name
+
+
+def _is_fp8(rec) -> bool:
+    return rec.a_format in ("e4m3fn", "e5m2")
+
+
+# ---------------------------------------------------------------------------------------------- independent oracle
+# PTX ISA 9.7.14.5.x, "Matrix fragments for mma.m16n8k*": groupID g = lane >> 2, threadID_in_group t = lane % 4.
+def _ptx_a_m16n8k16_f16(lane, slot):
+    g, t = lane >> 2, lane % 4
+    row = g + 8 * ((slot >> 1) & 1)
+    col = 2 * t + (slot & 1) + 8 * (slot >> 2)
+    return row, col
+
+
+def _ptx_a_m16n8k32_f8(lane, slot):
+    g, t = lane >> 2, lane % 4
+    row = g + 8 * ((slot >> 2) & 1)
+    col = 4 * t + (slot & 3) + 16 * (slot >> 3)
+    return row, col
+
+
+def _ptx_c_m16n8(lane, slot):
+    g, t = lane >> 2, lane % 4
+    return g + 8 * (slot >> 1), 2 * t + (slot & 1)
+
+
+def _ldmatrix_oracle(lane, slot, trans):
+    """PTX ldmatrix: lane l receives, in register j, row l>>2 of matrix j, columns 2*(l%4) and +1 (low half
+    first); with .trans the stored matrix is read column-wise (row and column swap)."""
+    j, r, c = slot // 2, lane >> 2, 2 * (lane % 4) + slot % 2
+    return (j, c, r) if trans else (j, r, c)
+
+
+@pytest.mark.parametrize(
+    "name, role, oracle, bits",
+    [
+        ("m16n8k16.f16", "a", _ptx_a_m16n8k16_f16, 16),
+        ("m16n8k16.bf16", "a", _ptx_a_m16n8k16_f16, 16),
+        ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32", "a", _ptx_a_m16n8k32_f8, 8),
+        ("m16n8k16.f16.f16acc", "c", _ptx_c_m16n8, 16),
+        ("m16n8k8.tf32", "c", _ptx_c_m16n8, 32),
+    ],
+)
+def test_probe_registers_hold_what_the_ptx_isa_says(name, role, oracle, bits):
+    """The words a probe kernel loads: tiles scattered and packed through the table; lane l's register r,
+    bits [b*bits, (b+1)*bits), holds the element the PTX ISA names for slot r*(32/bits)+b.  Two tiles (each
+    element's row index, then its column index, as bit patterns) so that 8-bit codes suffice."""
+    from mxcore import emulate
+
+    rec = layouts.get(name)
+    op = getattr(rec, role)
+    rows, cols = op.shape
+    storage = {8: np.uint8, 16: np.uint16, 32: np.uint32}[bits]
+    fmt = rec.format_of(role)
+    per_reg = 32 // bits
+    assert op.registers * per_reg == op.slots
+    for axis, index in enumerate(np.indices((rows, cols))):
+        tile = index.astype(storage)
+        if fmt in ("fp16", "bf16", "fp32", "tf32"):  # value registers: the same bit patterns as floats
+            import ml_dtypes
+
+            tile = tile.view({"fp16": np.float16, "bf16": ml_dtypes.bfloat16}.get(fmt, np.float32))
+        words = emulate.pack(rec, role, emulate.scatter(rec, role, tile))
+        assert words.shape == (32, op.registers)
+        for lane in range(32):
+            for slot in range(op.slots):
+                reg, part = divmod(slot, per_reg)
+                got = (int(words[lane, reg]) >> (part * bits)) & ((1 << bits) - 1)
+                assert got == oracle(lane, slot)[axis], f"lane {lane} slot {slot} ({'row' if axis == 0 else 'col'})"
+
+
+@pytest.mark.parametrize("rec", LDMATRIX, ids=_id)
+def test_ldmatrix_table_matches_ptx_isa(rec):
+    trans = ".trans" in rec.name
+    n = probes.ldmatrix_count(rec)
+    want = np.array([[(lambda j, r, c: (j * 8 + r) * 8 + c)(*_ldmatrix_oracle(lane, slot, trans))
+                      for slot in range(2 * n)] for lane in range(32)])
+    np.testing.assert_array_equal(probes.ldmatrix_expected(rec), want)
+    offs = probes.ldmatrix_row_offsets(rec)
+    np.testing.assert_array_equal(offs[: 8 * n], np.arange(8 * n) * 8)  # lane q*8+r supplies row r of matrix q
+
+
+def test_probe_entries_are_unique_and_named_after_the_instruction():
+    entries = [probes.probe_kernel(r).entry for r in MMA] + [probes.ldmatrix_probe_kernel(r).entry for r in LDMATRIX]
+    assert len(set(entries)) == len(entries)
+    assert probes.probe_kernel(layouts.get("m16n8k16.f16")).entry == "mx_probe_m16n8k16_row_col_f32_f16_f16_f32"
+    assert probes.ldmatrix_probe_kernel(layouts.get("ldmatrix.x4.trans")).entry == \
+        "mx_probe_ldmatrix_m8n8_x4_trans_shared_b16"
+
+
+@pytest.mark.parametrize("rec", MMA, ids=_id)
+def test_arange_experiment_finds_every_element_on_the_emulator(rec):
+    """The where-did-it-go experiment, run on the emulator, recovers the identity: the driver itself works."""
+    for role in ("a", "b"):
+        where = probes.arange_probe(rec, role, lambda a, b, c: probes.run_matrices(rec, a, b, c))
+        assert probes.where_elements(rec, role, where) == []
+        assert (where >= 0).all()
+
+
+def test_arange_experiment_reports_a_wrong_table():
+    """A 'hardware' that reads two lanes swapped is caught, and the message names both lanes."""
+    rec = layouts.get("m16n8k16.f16")
+    from mxcore import emulate
+
+    def swapped(a, b, c):
+        regs = probes._slots(rec, "a", a)
+        regs = regs.copy()
+        regs[[0, 5]] = regs[[5, 0]]
+        d = emulate.execute(rec, regs, probes._slots(rec, "b", b), probes._slots(rec, "c", c))
+        return emulate.gather(rec, "c", np.asarray(d, dtype=np.float64))
+
+    diffs = probes.where_elements(rec, "a", probes.arange_probe(rec, "a", swapped))
+    assert len(diffs) == 2 * rec.a.slots
+    assert any("lane 5" in d and "lane 0" in d for d in diffs)
+
+
+# ---------------------------------------------------------------------------------------------- compile checks
+_SHAPE = {"m16n8k4": "1684", "m16n8k8": "1688", "m16n8k16": "16816", "m16n8k32": "16832"}
+_MMA_OPS = ("HMMA", "QMMA", "IMMA", "DMMA")
+
+
+def _tools():
+    from conftest import require_tool
+
+    from mxcore.backends import nvrtc_tools
+
+    require_tool("NVRTC", nvrtc_tools.have_nvrtc())
+    require_tool("cuobjdump", nvrtc_tools.have_cuobjdump())
+    return nvrtc_tools
+
+
+@pytest.mark.parametrize("rec, arch", COMPILE_CASES, ids=lambda x: x if isinstance(x, str) else x.name)
+def test_probe_compiles_to_exactly_its_instruction(rec, arch):
+    nt = _tools()
+    is_ldm = rec in LDMATRIX
+    pk = probes.ldmatrix_probe_kernel(rec) if is_ldm else probes.probe_kernel(rec)
+    binary = nt.compile_cuda(pk.source(), name=pk.entry, arch=arch, options=pk.options)
+    res = binary.resources[pk.entry]
+    print(f"{pk.entry} {arch}: {res}")
+    assert res["local_bytes"] == 0 and res["spill_stores"] == 0
+    counts = nt.sass_counts(binary.sass)
+    assert counts["LDL"] == 0 and counts["STL"] == 0
+    lines = {op: nt.sass_lines(binary.sass, op) for op in (*_MMA_OPS, "LDSM", "F2FP")}
+    if is_ldm:
+        n = probes.ldmatrix_count(rec)
+        kind = "MT88" if ".trans" in rec.name else "M88"
+        suffix = "" if n == 1 else f".{n}"  # cuobjdump writes LDSM.16.M88 for .x1
+        assert [line.split()[0] for line in lines["LDSM"]] == [f"LDSM.16.{kind}{suffix}"]
+        assert not any(lines[op] for op in _MMA_OPS)
+        return
+    shape = _SHAPE[rec.name.split(".")[3]]
+    assert not lines["LDSM"]
+    if _is_fp8(rec) and arch == "sm_89":  # native fp8 tensor cores
+        fa, fb = ({"e4m3fn": "E4M3", "e5m2": "E5M2"}[f] for f in (rec.a_format, rec.b_format))
+        assert [line.split()[0] for line in lines["QMMA"]] == [f"QMMA.{shape}.F32.{fa}.{fb}"]
+        assert not lines["HMMA"]
+    elif _is_fp8(rec):  # sm_90: mma.sync fp8 is emulated -- fp8->f16 conversions and two m16n8k16 HMMAs
+        assert not lines["QMMA"]
+        assert lines["F2FP"] and all("UNPACK_B" in line for line in lines["F2FP"])
+        assert [line.split()[0] for line in lines["HMMA"]] == ["HMMA.16816.F32"] * 2
+    else:
+        acc = ".F32" if rec.c_format == "fp32" else ".F16"
+        assert len(lines["HMMA"]) == 1 and lines["HMMA"][0].split()[0].startswith(f"HMMA.{shape}{acc}")
+        assert not lines["QMMA"]
+    # the generic expectation in probes (used by tools) agrees with the one written out here
+    for op, (count, fragment) in probes.expected_sass(rec, arch).items():
+        assert lines[op] and all(fragment in line for line in lines[op])
+        assert count is None or len(lines[op]) == count
+
+
+def test_fp8_probe_does_not_compile_for_sm_80():
+    nt = _tools()
+    rec = layouts.get("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32")
+    assert "sm_80" not in probes.probe_kernel(rec).archs
+    pk = probes.probe_kernel(rec)
+    with pytest.raises(KernelCompileError):
+        nt.compile_cuda(pk.source(), name=pk.entry, arch="sm_80", options=pk.options)
+
+
+# ---------------------------------------------------------------------------------------------- on the GPU
+def _require_arch(rec, cupy_device):
+    cc = int(cupy_device.compute_capability)
+    if cc < 80:
+        pytest.skip(f"mma.sync probes need sm_80+, this GPU is sm_{cc}")
+    if _is_fp8(rec) and cc < 89:
+        pytest.skip(f"fp8 mma.sync needs sm_89+, this GPU is sm_{cc}")
+
+
+def _on_gpu(rec):
+    return lambda a, b, c: probes.run_matrices(rec, a, b, c, device="cuda")
+
+
+def check_arange(rec):
+    """Arange A with identity-like B (and the reverse): every element is read from the (lane, slot) the
+    table says.  A failure lists, per element, where the hardware read it from."""
+    for role in ("a", "b"):
+        where = probes.arange_probe(rec, role, _on_gpu(rec))
+        diffs = probes.where_elements(rec, role, where)
+        assert not diffs, f"{rec.name} operand {role}: {len(diffs)} disagreements\n" + "\n".join(diffs[:40])
+
+
+def check_random_exact(rec, rng):
+    """Random inputs whose products and sums are exact: hardware == reference == emulator, bit for bit."""
+    grid = probes.exact_grid(rec)
+    for _ in range(3):
+        a = probes.exact_values(rec.a_format, (rec.m, rec.k), rng, **grid)
+        b = probes.exact_values(rec.b_format, (rec.k, rec.n), rng, **grid)
+        c = probes.exact_values(rec.c_format, (rec.m, rec.n), rng, grid=grid["grid"] ** 2, vmax=grid["vmax"] ** 2)
+        ref = probes.reference_d(rec, a, b, c)
+        hw = probes.run_matrices(rec, a, b, c, device="cuda")
+        np.testing.assert_array_equal(hw, ref, err_msg=f"{rec.name}: hardware vs reference")
+        np.testing.assert_array_equal(probes.run_matrices(rec, a, b, c), ref, err_msg=f"{rec.name}: emulator")
+
+
+def check_random(rec, rng):
+    """Arbitrary finite inputs (every fp8 code, normals for 16/32-bit formats): hardware within a few units
+    in the last place of the reference and of the emulator."""
+    a = probes.random_values(rec.a_format, (rec.m, rec.k), rng)
+    b = probes.random_values(rec.b_format, (rec.k, rec.n), rng)
+    c = probes.random_values(rec.c_format, (rec.m, rec.n), rng)
+    hw = probes.run_matrices(rec, a, b, c, device="cuda")
+    ref = probes.reference_d(rec, a, b, c)
+    emu = probes.run_matrices(rec, a, b, c)
+    bound = probes.error_bound(rec, a, b, c)
+    assert np.all(np.isfinite(hw))
+    worst = np.max(np.abs(hw - ref) / bound)
+    print(f"{rec.name}: max |hw - ref| / bound = {worst:.3g}; hw == ref in {np.mean(hw == ref):.0%} of cells")
+    assert np.all(np.abs(hw - ref) <= bound), f"{rec.name}: hardware vs reference beyond the bound"
+    assert np.all(np.abs(hw - emu) <= 2 * bound), f"{rec.name}: hardware vs emulator beyond the bound"
+
+
+def check_ldmatrix(rec):
+    """Each lane supplies its row address per the table; each lane receives exactly the table's elements."""
+    got = probes.run_cuda_ldmatrix(rec)
+    want = probes.ldmatrix_expected(rec)
+    bad = np.argwhere(got != want)
+    msg = "\n".join(f"lane {lane} slot {slot}: got element {got[lane, slot]}, table says {want[lane, slot]}"
+                    for lane, slot in bad[:40])
+    assert not len(bad), f"{rec.name}: {len(bad)} disagreements\n{msg}"
+
+
+@pytest.mark.nvidia_gpu
+@pytest.mark.parametrize("rec", MMA, ids=_id)
+def test_gpu_probe_arange(rec, cupy_device):
+    _require_arch(rec, cupy_device)
+    check_arange(rec)
+
+
+@pytest.mark.nvidia_gpu
+@pytest.mark.parametrize("rec", MMA, ids=_id)
+def test_gpu_probe_random_exact(rec, cupy_device, rng):
+    _require_arch(rec, cupy_device)
+    check_random_exact(rec, rng)
+
+
+@pytest.mark.nvidia_gpu
+@pytest.mark.parametrize("rec", MMA, ids=_id)
+def test_gpu_probe_random(rec, cupy_device, rng):
+    _require_arch(rec, cupy_device)
+    check_random(rec, rng)
+
+
+@pytest.mark.nvidia_gpu
+@pytest.mark.parametrize("rec", LDMATRIX, ids=_id)
+def test_gpu_ldmatrix_probe(rec, cupy_device):
+    check_ldmatrix(rec)
+
+
+# ---------------------------------------------------------------------------------------------- host plumbing
+class _FakeCupy:
+    """Just enough of CuPy for the probe host code, backed by numpy (device arrays are numpy arrays)."""
+
+    uint16, uint32 = np.uint16, np.uint32
+
+    class cuda:  # noqa: N801 -- mirrors cupy.cuda.runtime.deviceSynchronize
+        class runtime:  # noqa: N801
+            @staticmethod
+            def deviceSynchronize():
+                return None
+
+    @staticmethod
+    def asarray(x):
+        return np.array(x)
+
+    @staticmethod
+    def full(n, value, dtype):
+        return np.full(n, value, dtype=dtype)
+
+    @staticmethod
+    def asnumpy(x):
+        return np.array(x)
+
+    @staticmethod
+    def arange(n, dtype):
+        return np.arange(n, dtype=dtype)
+
+
+def _fake_mma_kernel(rec):
+    """What probe_mma.cu does, in numpy: lane-major words in, one instruction (the emulator), words out."""
+    from mxcore import emulate
+
+    def kernel(grid, block, args):
+        a, b, c, d = args
+        assert grid == (1,) and block == (32,)
+        regs = [emulate.unpack(rec, role, buf.reshape(32, getattr(rec, role).registers))
+                for role, buf in (("a", a), ("b", b), ("c", c))]
+        d[:] = emulate.pack(rec, "c", emulate.execute(rec, *regs)).ravel()
+
+    return kernel
+
+
+def _fake_ldmatrix_kernel(rec):
+    """What the ldmatrix hardware does per the PTX ISA (written out here, not from the table)."""
+    trans, n = ".trans" in rec.name, probes.ldmatrix_count(rec)
+
+    def kernel(grid, block, args):
+        tile, offs, out = args
+        words = np.zeros((32, n), dtype=np.uint32)
+        for lane in range(32):
+            for j in range(n):
+                halves = []
+                for h in range(2):
+                    if trans:  # element (row 2*(l%4)+h, col l>>2) of matrix j
+                        addr = offs[j * 8 + 2 * (lane % 4) + h] + (lane >> 2)
+                    else:  # element (row l>>2, col 2*(l%4)+h)
+                        addr = offs[j * 8 + (lane >> 2)] + 2 * (lane % 4) + h
+                    halves.append(int(tile[addr]))
+                words[lane, j] = halves[0] | (halves[1] << 16)
+        out[:] = words.ravel()
+
+    return kernel
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(probes, "_cupy", lambda: _FakeCupy)
+    kernels = {}
+    for rec in MMA:
+        kernels[probes.probe_kernel(rec)] = _fake_mma_kernel(rec)
+    for rec in LDMATRIX:
+        kernels[probes.ldmatrix_probe_kernel(rec)] = _fake_ldmatrix_kernel(rec)
+    monkeypatch.setattr(probes, "_cupy_function", lambda pk: kernels[pk])
+
+
+@pytest.mark.parametrize("rec", MMA, ids=_id)
+def test_host_side_of_the_gpu_probe_on_a_fake_device(rec, fake_cuda):
+    """The GPU tests' host path (scatter, pack, launch arguments, unpack, gather) and checks, on a numpy
+    stand-in for the kernel: so a GPU run fails only for what the hardware does."""
+    rng = np.random.default_rng(11)
+    check_random_exact(rec, rng)
+    check_random(rec, rng)
+    check_arange(rec)
+
+
+@pytest.mark.parametrize("rec", LDMATRIX, ids=_id)
+def test_host_side_of_the_ldmatrix_probe_on_a_fake_device(rec, fake_cuda):
+    check_ldmatrix(rec)
