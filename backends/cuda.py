@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, DeviceError, UnsupportedError
+from ..errors import BackendUnavailableError, UnsupportedError
 
 __all__ = ["CudaBackend", "FRAGMENT_FORMULAS", "ELEMENTS", "TILES", "Variant", "all_variants", "gemm_options",
            "choose_tile"]
@@ -132,6 +132,7 @@ class Tile:
     warps_n: int
     stages: int
     group_m: int = 8
+    frag_db: bool = False  # double-buffer the mma fragments in registers
 
     @property
     def threads(self) -> int:
@@ -144,6 +145,23 @@ TILES = {
     "64x64": Tile("64x64", 64, 64, 64, 2, 2, 4),
     "32x64": Tile("32x64", 32, 64, 64, 1, 2, 4),
 }
+CI_TILES = tuple(TILES)
+# tuning candidates: launchable with ``force_tile`` / ``bench --tile``, not compiled in CI
+EXTRA_TILES = {
+    "128x256k128s3": Tile("128x256k128s3", 128, 256, 128, 2, 4, 3),
+    "128x256k64s5": Tile("128x256k64s5", 128, 256, 64, 2, 4, 5),
+    "256x128k64s4": Tile("256x128k64s4", 256, 128, 64, 4, 2, 4),
+    "256x128k128s3": Tile("256x128k128s3", 256, 128, 128, 4, 2, 3),
+    "128x128k128s3": Tile("128x128k128s3", 128, 128, 128, 2, 2, 3),
+    "128x128k64s3": Tile("128x128k64s3", 128, 128, 64, 2, 2, 3),
+    "128x256db": Tile("128x256db", 128, 256, 64, 2, 4, 4, frag_db=True),
+    "128x256k128s3db": Tile("128x256k128s3db", 128, 256, 128, 2, 4, 3, frag_db=True),
+    "128x128db": Tile("128x128db", 128, 128, 64, 2, 2, 4, frag_db=True),
+    "128x128k128s3db": Tile("128x128k128s3db", 128, 128, 128, 2, 2, 3, frag_db=True),
+    "128x128w8": Tile("128x128w8", 128, 128, 64, 2, 4, 4),
+    "128x128w8db": Tile("128x128w8db", 128, 128, 64, 2, 4, 4, frag_db=True),
+}
+TILES.update(EXTRA_TILES)
 
 
 @dataclass(frozen=True)
@@ -168,7 +186,7 @@ class Variant:
 
     @property
     def smem_bytes(self) -> int:
-        t, es = TILES[self.tile], self.element.esize
+        t = TILES[self.tile]
         return t.stages * (t.bm + t.bn) * t.bk_bytes  # rows x (BK bytes) for either majorness
 
     @property
@@ -198,6 +216,7 @@ def gemm_options(v: Variant) -> list[str]:
         f"-DMX_WARPS_N={t.warps_n}",
         f"-DMX_STAGES={t.stages}",
         f"-DMX_GROUP_M={t.group_m}",
+        f"-DMX_FRAG_DB={int(t.frag_db)}",
         _macro("MX_LDSM_A_ROW", "lane", a[0]),
         _macro("MX_LDSM_A_CHUNK", "lane", a[1]),
         _macro("MX_LDSM_B_ROW", "lane", b[0]),
@@ -230,7 +249,7 @@ def all_variants(arch: str) -> list[Variant]:
             continue  # sm_90 decodes fp8 to f16 instead
         majors = [(True, True), (True, False), (False, True), (False, False)] if el.esize == 2 else [(True, True)]
         for ak, bk in majors:
-            for tile in TILES:
+            for tile in CI_TILES:
                 out.append(Variant(e, ak, bk, tile))
     return out
 
@@ -780,29 +799,45 @@ class _NullCtx:
         return False
 
 
+class _StreamHandle:
+    """The CUDA stream protocol (``__cuda_stream__``) around a raw stream handle."""
+
+    def __init__(self, handle: int):
+        self.handle = int(handle)
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
 def _torch_stream(cp, tensor):
     """Run on torch's current stream when a torch CUDA tensor is involved (ordering with torch's work)."""
     if tensor is None:
         return _NullCtx()
     import torch
 
-    return cp.cuda.ExternalStream(torch.cuda.current_stream(tensor.device).cuda_stream)
+    handle = torch.cuda.current_stream(tensor.device).cuda_stream
+    if hasattr(cp.cuda.Stream, "from_external"):
+        return cp.cuda.Stream.from_external(_StreamHandle(handle))
+    return cp.cuda.ExternalStream(handle)
 
 
-def vendor_baseline(dtype: str, m: int, n: int, k: int):
-    """cuBLAS through torch (fp16/bf16/tf32/fp32) or torch._scaled_mm (fp8), or None when torch is missing."""
+def vendor_baseline(dtype: str, m: int, n: int, k: int, sets: int = 3):
+    """cuBLAS through torch (fp16/bf16/tf32/fp32) or torch._scaled_mm (fp8), or None when torch is missing.
+    The callable rotates over ``sets`` input pairs, like the mxcore side of the benchmark."""
     try:
         import torch
     except ImportError:
         return None
     d = dtype.lower()
     dev = "cuda"
+    turn = [0]
     if d in ("fp16", "bf16", "tf32", "fp32"):
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(d, torch.float32)
-        a = torch.randn(m, k, device=dev, dtype=torch.float32).to(tdt)
-        b = torch.randn(k, n, device=dev, dtype=torch.float32).to(tdt)
+        pairs = [(torch.randn(m, k, device=dev).to(tdt), torch.randn(k, n, device=dev).to(tdt)) for _ in range(sets)]
 
         def run():
+            a, b = pairs[turn[0] % sets]
+            turn[0] += 1
             prev = torch.backends.cuda.matmul.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
             try:
@@ -812,11 +847,13 @@ def vendor_baseline(dtype: str, m: int, n: int, k: int):
 
         return f"cuBLAS {d} (torch.matmul)", run
     if d in ("fp8", "e4m3fn", "e4m3") and hasattr(torch, "_scaled_mm"):
-        a = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
-        b = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()  # column-major B, as _scaled_mm needs
         one = torch.ones((), device=dev)
+        pairs = [(torch.randn(m, k, device=dev).to(torch.float8_e4m3fn),
+                  torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()) for _ in range(sets)]  # col-major B
 
         def run8():
+            a, b = pairs[turn[0] % sets]
+            turn[0] += 1
             return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
         return "cuBLASLt fp8 e4m3 (torch._scaled_mm)", run8

@@ -24,6 +24,30 @@ MI355X fp8 5 PF, fp6/fp4 10 PF through the f8f6f4 family (fp8 operands take the 
 MI325X (gfx942) fp16 1.3 PF, fp8 2.6 PF.  The kernels are correct-first: LDS double buffering and
 16-byte global loads, but no tuned pipelines yet, so expect well below these peaks.
 
+Design-target sources: the MI325X / MI355X tables and the MFMA cycle counts of the AMD matrix-core guide
+(../shared/seeds/002, section 1 and the MFMA table; peak = 2*M*N*K * matrix cores * clock / cycles).
+
+Kernel structure (``gemm_mfma.hip``): 4 waves per block, each 2x2 instruction tiles (block tile 128x128
+for the 32x32 shapes, 64x64 for the 16x16 ones; the 16x16 shape is picked when M or N < 128), BK =
+max(instruction K, 64 bytes); global -> registers with 16-byte loads where the operand is contiguous,
+aligned and inside the matrix (element loads with zero fill at the edges: any M, N, K >= 1) -> LDS (two
+buffers, one barrier per K tile) -> per-lane fragments.  A and B may each be row- or column-major.
+Output fp32; ``out_dtype`` float16/bfloat16 is rounded from the fp32 result on the host (a second
+rounding, unlike the reference's single one).  Per-tensor fp8 scales (powers of two) are applied in the
+epilogue; MX block scales go through the scale operands of the f8f6f4 MFMA (op_sel 0, byte 0), one
+E8M0 per lane per 32-K block as the layout record says.  MX element codes are staged one code per byte
+(fp4/fp6 are packed into the instruction's registers in the kernel), which costs global bandwidth
+against packed storage -- a known limit of this first version.
+
+Runtime: hip-python is imported lazily; ``is_available()`` says why the backend is unusable (no
+hip-python, no ROCm runtime -- hip-python raises a plain RuntimeError on its first call then --, no AMD
+GPU, or an arch other than gfx942/gfx950).  Kernels are compiled with hiprtc for the device's
+``gcnArchName``; code objects are cached on disk (:func:`cache_dir`) under a hash of (source, sorted
+options, arch, hiprtc + ROCm version, mxcore version), written atomically and verified by SHA-256 on
+read (a corrupt entry is deleted and rebuilt).  Every hip/hiprtc call goes through ``_Runtime.check``
+(DeviceError / KernelCompileError with the hiprtc log).  numpy inputs are copied; ROCm device arrays
+(DLPack device type 10, or ``__cuda_array_interface__``) of the matmul's own float type are read in place.
+
 Per-lane index arithmetic is not written by hand: :func:`fragment_constants` fits the kernel's
 parametric lane map to the instruction's record in :mod:`mxcore.layouts` (raising LayoutError when a
 record does not fit), and tests/test_hip_index.py runs the same constants through a Python mirror of
@@ -31,14 +55,14 @@ the kernel and :mod:`mxcore.emulate`.
 
 fp8 encodings: ``dtype="fp8"`` means e4m3fnuz on gfx942 and e4m3fn (OCP) on gfx950
 (:func:`mxcore.dtypes.resolve`).  Bytes of the other encoding are refused with an error naming both,
-unless ``matmul(..., fp8_convert=True)`` (or :func:`convert_fp8`): values are decoded and re-encoded
+unless ``HipBackend.matmul(..., fp8_convert=True)`` (or :func:`convert_fp8`): values are decoded and re-encoded
 (RNE), exact wherever the target can hold the value.  What is not exact:
 
 * OCP e4m3fn -> e4m3fnuz: magnitudes in (240, 448] saturate to +-240 (FNUZ max); -0 becomes +0.
 * e4m3fnuz -> OCP e4m3fn: FNUZ subnormals that are odd multiples of 2^-10 round to OCP's 2^-9 grid.
 * OCP e5m2 -> e5m2fnuz: +-inf becomes NaN (0x80, FNUZ has no inf); -0 becomes +0.
 * e5m2fnuz -> OCP e5m2: odd multiples of 2^-17 round to OCP's 2^-16 grid.
-* NaN stays NaN (0x80 in FNUZ, 0x7F / 0x7E-style codes in OCP).
+* NaN becomes the target's NaN code (0x80 in FNUZ).
 """
 
 from __future__ import annotations
@@ -82,7 +106,7 @@ WAVE = 64
 
 # Format codes of the CDNA4 f8f6f4 family (the cbsz / blgp operands of the scaled MFMA), per element
 # format: the layout database's table (one truth), re-exported for validation here.
-from ..layouts.cdna4 import FORMAT_CODE as F8F6F4_CODES  # noqa: E402  (pure numpy, no GPU import)
+from ..layouts.cdna4 import FORMAT_CODE as F8F6F4_CODES
 
 # CDNA3 fp8 MFMA operand names, per FNUZ element format
 _CDNA3_FP8 = {"e4m3fnuz": "fp8", "e5m2fnuz": "bf8"}
@@ -235,7 +259,7 @@ def _pair_name(a: str, b: str) -> str:
     return a if a == b else f"{a},{b}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_specs(arch: str) -> tuple:
     """Every variant compiled for ``arch`` (both instruction shapes of every dtype)."""
     if arch not in ARCHS:
@@ -429,6 +453,8 @@ def operand_storage(op, spec: KernelSpec, role: str) -> np.ndarray:
     logical shape (M, K) for A and (K, N) for B.  tf32 is rounded here (RNE) so that the xf32 MFMA and
     gfx950's fp32 MFMA both see exactly the values the reference uses."""
     fmt = spec.a_format if role == "a" else spec.b_format
+    if getattr(op.dtype, "name", None) == "tf32":
+        fmt = "tf32"  # also on gfx950, where tf32 runs through the fp32 instruction
     if op.codes is not None:
         codes = np.asarray(op.codes)
         if codes.dtype != np.uint8:
@@ -440,7 +466,7 @@ def operand_storage(op, spec: KernelSpec, role: str) -> np.ndarray:
         return codes
     vals = np.asarray(op.values)
     if fmt == "fp32":
-        return np.ascontiguousarray(vals, dtype=np.float32).view(np.uint32)
+        return np.asarray(vals, dtype=np.float32).view(np.uint32)  # keeps a column-major input column-major
     if fmt == "tf32":
         from .. import formats
 
@@ -488,9 +514,8 @@ def plan_launch(spec: KernelSpec, m: int, n: int, k: int, a_strides: tuple, b_st
     for name, st in (("A", a_strides), ("B", b_strides)):
         if 1 not in st:
             raise UnsupportedError(f"operand {name} strides {st}: the kernel needs one unit stride; copy it first")
-    limit = 2**31 - 1
-    if max(m * k, k * n, m * n) > limit or max(m, n, k) > limit:
-        raise UnsupportedError(f"{m}x{n}x{k}: the kernel indexes with 32-bit tile offsets; split the problem")
+    if max(m, n, k) > 2**31 - 1024:  # addresses are 64-bit; row/column/k indices are 32-bit ints
+        raise UnsupportedError(f"{m}x{n}x{k}: a dimension beyond 2^31 elements; split the problem")
     bm, bn, _ = spec.tile
     a_cont = 1 if a_strides[1] == 1 else 0  # K-contiguous A: axis 1
     b_cont = 0 if b_strides[0] == 1 else 1  # K-contiguous B: axis 0
@@ -503,3 +528,620 @@ def plan_launch(spec: KernelSpec, m: int, n: int, k: int, a_strides: tuple, b_st
         b_vec_ok=_vec_ok(tuple(b_strides), b_cont, b_addr, spec.elem_bytes),
         out_scale=float(out_scale),
     )
+
+
+# ----------------------------------------------------------------------------- compile inputs, cache
+def compile_inputs(spec: KernelSpec) -> tuple:
+    """(source, options) of a variant: the one source string and -D options that go to hiprtc at run
+    time and to clang-22 in CI (both add -O3 -std=c++17 and the arch)."""
+    from ..kernels import kernel_source
+
+    return kernel_source("amd", SOURCE_FILE), spec.defines()
+
+
+COMMON_OPTIONS = ("-O3", "-std=c++17")
+
+
+def cache_dir() -> str:
+    """Where compiled code objects are kept: $MXCORE_CACHE_DIR/hip, else $XDG_CACHE_HOME (~/.cache)/mxcore/hip."""
+    root = os.environ.get("MXCORE_CACHE_DIR")
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mxcore")
+    return os.path.join(root, "hip")
+
+
+def cache_key(source: str, arch: str, options, compiler: str) -> str:
+    """Hash of (source, sorted options, arch, compiler identity incl. ROCm version, mxcore version)."""
+    try:
+        from .. import __version__ as version
+    except ImportError:
+        version = "0"
+    blob = json.dumps([hashlib.sha256(source.encode()).hexdigest(), arch, sorted(options), compiler, version])
+    return hashlib.sha256(blob.encode()).hexdigest()[:40]
+
+
+_MAGIC = b"MXCOv1 "
+
+
+def cache_read(key: str) -> bytes | None:
+    """The cached code object for ``key``, or None.  A corrupt or truncated entry is deleted, never trusted."""
+    path = os.path.join(cache_dir(), key + ".co")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    head, sep, body = raw.partition(b"\n")
+    if head.startswith(_MAGIC) and sep and hashlib.sha256(body).hexdigest().encode() == head[len(_MAGIC):]:
+        return body
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return None
+
+
+def cache_write(key: str, blob: bytes) -> None:
+    """Store atomically (temp file in the same folder + os.replace) with a SHA-256 header."""
+    d = cache_dir()
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=".co")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_MAGIC + hashlib.sha256(blob).hexdigest().encode() + b"\n" + blob)
+            os.replace(tmp, os.path.join(d, key + ".co"))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError:
+        pass  # a read-only or full cache folder costs a recompile, nothing else
+
+
+def offline_compile(spec: KernelSpec, *, use_cache: bool = True):
+    """clang-22 code object of ``spec`` (hip_tools.HipBinary), through the disk cache."""
+    from . import hip_tools
+
+    source, options = compile_inputs(spec)
+    key = cache_key(source, spec.arch, options, "clang:" + hip_tools.clang_version())
+    blob = cache_read(key) if use_cache else None
+    if blob is None:
+        binary = hip_tools.compile_hip(source, name=spec.entry, arch=spec.arch, options=options)
+        if use_cache:
+            cache_write(key, binary.code_object)
+        return binary
+    return hip_tools.HipBinary(blob, name=spec.entry, arch=spec.arch, options=tuple(options))
+
+
+# ----------------------------------------------------------------------------- fp8 encodings
+_FP8_PEER = {"e4m3fn": "e4m3fnuz", "e4m3fnuz": "e4m3fn", "e5m2": "e5m2fnuz", "e5m2fnuz": "e5m2"}
+
+
+def convert_fp8(codes, src: str, dst: str) -> np.ndarray:
+    """Re-encode fp8 bytes from ``src`` to ``dst`` (OCP <-> FNUZ): exact where ``dst`` holds the value,
+    RNE otherwise, magnitudes beyond ``dst``'s max saturate (e4m3fn 448 -> e4m3fnuz 240), NaN -> NaN,
+    OCP inf -> FNUZ NaN.  See the module docstring for the list."""
+    from .. import formats
+
+    if _FP8_PEER.get(src) != dst:
+        raise UnsupportedError(f"convert_fp8 converts between e4m3fn<->e4m3fnuz and e5m2<->e5m2fnuz, not {src}->{dst}")
+    vals = formats.decode(np.asarray(codes, dtype=np.uint8), src, dtype=np.float64)
+    bad = ~np.isfinite(vals)
+    out = formats.encode(np.where(bad, 0.0, vals), dst, rounding="rne", overflow="saturate")
+    dspec = formats.get(dst)
+    nan_code = dspec.nan_codes[0] if dspec.nan_codes else 0x80
+    out = np.where(np.isnan(vals) | (np.isinf(vals) & (not dspec.has_inf)), np.uint8(nan_code), out)
+    if dspec.has_inf:
+        inf_codes = formats.encode(np.array([np.inf, -np.inf]), dst, overflow="saturate")
+        out = np.where(np.isposinf(vals), inf_codes[0], np.where(np.isneginf(vals), inf_codes[1], out))
+    return out.astype(np.uint8)
+
+
+def _fp8_input_convert(x, want: str, convert: bool):
+    """An ml_dtypes fp8 array of the peer encoding: convert it (if asked) or leave it for prepare() to refuse."""
+    name = getattr(getattr(x, "dtype", None), "name", "")
+    if not name.startswith("float8_"):
+        return x
+    have = name.removeprefix("float8_")
+    if have == want or _FP8_PEER.get(have) != want or not convert:
+        return x
+    import ml_dtypes
+
+    codes = convert_fp8(np.asarray(x).view(np.uint8), have, want)
+    return codes.view(getattr(ml_dtypes, f"float8_{want}"))
+
+
+# ----------------------------------------------------------------------------- hip-python runtime
+class _Runtime:
+    """hip-python, imported lazily; every hip / hiprtc call goes through :meth:`check`."""
+
+    def __init__(self):
+        from hip import hip, hiprtc
+
+        self.hip = hip
+        self.hiprtc = hiprtc
+        self.lock = threading.Lock()
+        self.modules: dict = {}
+        props = hip.hipDeviceProp_t()
+        self.check(hip.hipGetDeviceProperties(props, 0), "hipGetDeviceProperties")
+        self.props = props
+        raw = props.gcnArchName
+        full = raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
+        self.arch_full = full
+        self.arch = full.split(":")[0]
+        nm = props.name
+        self.name = nm.decode() if isinstance(nm, (bytes, bytearray)) else str(nm)
+        self.cus = int(getattr(props, "multiProcessorCount", 0))
+        try:
+            self.runtime_version = int(self.check(hip.hipRuntimeGetVersion(), "hipRuntimeGetVersion"))
+        except DeviceError:
+            self.runtime_version = 0
+
+    def check(self, result, what: str):
+        """The one checker: hip-python returns (err, *values); raise DeviceError / KernelCompileError."""
+        hip, hiprtc = self.hip, self.hiprtc
+        if not isinstance(result, tuple):
+            result = (result,)
+        err, values = result[0], result[1:]
+        if isinstance(err, hip.hipError_t) and err != hip.hipError_t.hipSuccess:
+            msg = hip.hipGetErrorString(err)
+            msg = msg[-1] if isinstance(msg, tuple) else msg
+            msg = msg.decode() if isinstance(msg, (bytes, bytearray)) else str(msg)
+            raise DeviceError(f"{what} failed: {err.name}: {msg}")
+        if isinstance(err, hiprtc.hiprtcResult) and err != hiprtc.hiprtcResult.HIPRTC_SUCCESS:
+            raise KernelCompileError(f"{what} failed: {err.name}")
+        if not values:
+            return None
+        return values[0] if len(values) == 1 else values
+
+    # -- compile and load
+    def hiprtc_compile(self, source: str, name: str, arch: str, options) -> bytes:
+        hiprtc = self.hiprtc
+        opts = [f"--offload-arch={arch}", *COMMON_OPTIONS, *options]
+        prog = self.check(hiprtc.hiprtcCreateProgram(source.encode(), name.encode(), 0, [], []), "hiprtcCreateProgram")
+        try:
+            enc = [o.encode() for o in opts]
+            result = hiprtc.hiprtcCompileProgram(prog, len(enc), enc)
+            err = result[0] if isinstance(result, tuple) else result
+            if err != hiprtc.hiprtcResult.HIPRTC_SUCCESS:
+                size = self.check(hiprtc.hiprtcGetProgramLogSize(prog), "hiprtcGetProgramLogSize")
+                log = bytearray(int(size))
+                self.check(hiprtc.hiprtcGetProgramLog(prog, log), "hiprtcGetProgramLog")
+                raise KernelCompileError(f"hiprtc failed to compile {name} ({err.name})",
+                                         log=log.decode(errors="replace"), source=name, options=opts, arch=arch)
+            size = self.check(hiprtc.hiprtcGetCodeSize(prog), "hiprtcGetCodeSize")
+            code = bytearray(int(size))
+            self.check(hiprtc.hiprtcGetCode(prog, code), "hiprtcGetCode")
+            return bytes(code)
+        finally:
+            self.check(hiprtc.hiprtcDestroyProgram(prog.createRef()), "hiprtcDestroyProgram")
+
+    def compiler_id(self) -> str:
+        try:
+            ver = self.check(self.hiprtc.hiprtcVersion(), "hiprtcVersion")
+        except (DeviceError, KernelCompileError, AttributeError):
+            ver = "?"
+        return f"hiprtc:{ver}:rocm{self.runtime_version}"
+
+    def code_object(self, source: str, name: str, arch: str, options) -> bytes:
+        key = cache_key(source, arch, options, self.compiler_id())
+        blob = cache_read(key)
+        if blob is None:
+            blob = self.hiprtc_compile(source, name, arch, options)
+            cache_write(key, blob)
+        return blob
+
+    def function(self, source: str, name: str, options):
+        """The loaded kernel ``name`` (compiled for this device, cached on disk and in memory)."""
+        key = (hashlib.sha256(source.encode()).hexdigest(), name, tuple(options))
+        with self.lock:
+            if key not in self.modules:
+                blob = self.code_object(source, name, self.arch, options)
+                module = self.check(self.hip.hipModuleLoadData(blob), "hipModuleLoadData")
+                func = self.check(self.hip.hipModuleGetFunction(module, name.encode()), f"hipModuleGetFunction({name})")
+                self.modules[key] = (module, func)
+            return self.modules[key][1]
+
+    # -- memory
+    def alloc(self, nbytes: int):
+        return self.check(self.hip.hipMalloc(max(int(nbytes), 1)), "hipMalloc")
+
+    def free(self, ptr) -> None:
+        self.check(self.hip.hipFree(ptr), "hipFree")
+
+    def upload(self, host: np.ndarray):
+        host = np.ascontiguousarray(host)
+        ptr = self.alloc(host.nbytes)
+        if host.nbytes:
+            kind = self.hip.hipMemcpyKind.hipMemcpyHostToDevice
+            self.check(self.hip.hipMemcpy(ptr, host, host.nbytes, kind), "hipMemcpy H2D")
+        return ptr
+
+    def download(self, ptr, host: np.ndarray) -> np.ndarray:
+        kind = self.hip.hipMemcpyKind.hipMemcpyDeviceToHost
+        self.check(self.hip.hipMemcpy(host, ptr, host.nbytes, kind), "hipMemcpy D2H")
+        return host
+
+    def memset(self, ptr, byte: int, nbytes: int) -> None:
+        self.check(self.hip.hipMemset(ptr, byte, nbytes), "hipMemset")
+
+    def launch(self, func, grid, block, args) -> None:
+        self.check(self.hip.hipModuleLaunchKernel(func, *grid, *block, sharedMemBytes=0, stream=None,
+                                                  kernelParams=None, extra=tuple(args)), "hipModuleLaunchKernel")
+
+    def synchronize(self) -> None:
+        self.check(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
+
+
+def _address(ptr) -> int:
+    """Integer device address of a hip-python pointer, a CAI producer, or an int."""
+    if isinstance(ptr, int):
+        return ptr
+    try:
+        return int(ptr)  # hip-python's Pointer / DeviceArray convert to their address
+    except TypeError:
+        pass
+    cai = getattr(ptr, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    value = getattr(ptr, "value", None)  # ctypes.c_void_p
+    if value is not None:
+        return int(value)
+    raise DeviceError(f"cannot read a device address from {type(ptr).__name__}")
+
+
+# ----------------------------------------------------------------------------- DLPack / CAI device inputs
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+KDL_ROCM = 10
+_DL_NAMES = {(2, 32): "float32", (2, 16): "float16", (4, 16): "bfloat16"}
+
+
+@dataclass
+class DeviceView:
+    """A 2-D device array seen through DLPack or __cuda_array_interface__: address, element strides, dtype."""
+
+    addr: int
+    shape: tuple
+    strides: tuple  # in elements
+    dtype: str  # "float32" | "float16" | "bfloat16"
+    owner: object = field(default=None, repr=False)  # keeps the producer (and capsule) alive
+
+
+def device_view(x) -> DeviceView | None:
+    """A ROCm device view of ``x`` (torch on ROCm, CuPy-ROCm, anything with DLPack or CAI), or None for host data."""
+    dev = getattr(x, "__dlpack_device__", None)
+    if callable(dev):
+        try:
+            dev_type, _ = dev()
+        except Exception:  # noqa: BLE001  (a producer that cannot say: treat as host)
+            dev_type = None
+        if dev_type == KDL_ROCM:
+            cap = x.__dlpack__()
+            get = ctypes.pythonapi.PyCapsule_GetPointer
+            get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+            t = _DLTensor.from_address(get(cap, b"dltensor"))
+            name = _DL_NAMES.get((t.dtype.code, t.dtype.bits))
+            if name is None or t.ndim != 2 or t.dtype.lanes != 1:
+                return None
+            shape = (t.shape[0], t.shape[1])
+            strides = (t.strides[0], t.strides[1]) if t.strides else (shape[1], 1)
+            return DeviceView(int(t.data or 0) + int(t.byte_offset), shape, strides, name, owner=(x, cap))
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None and len(cai.get("shape", ())) == 2:
+        names = {"<f4": "float32", "<f2": "float16"}
+        name = names.get(cai["typestr"])
+        if name is None:
+            return None
+        item = int(cai["typestr"][2:])
+        shape = tuple(int(s) for s in cai["shape"])
+        st = cai.get("strides")
+        strides = (shape[1], 1) if st is None else (st[0] // item, st[1] // item)
+        return DeviceView(int(cai["data"][0]), shape, strides, name, owner=x)
+    return None
+
+
+# ----------------------------------------------------------------------------- the backend
+def supported_dtype_names(arch: str) -> list[str]:
+    """Canonical matmul dtype names (single-format; A/B pairs of the same kind also run) on ``arch``."""
+    names = {d for s in kernel_specs(arch) for d in s.dtypes if "," not in d}
+    if arch == "gfx950":
+        names.add("tf32")
+    order = list(_dt.KINDS)
+    return sorted(names, key=order.index)
+
+
+def ceiling_defines(spec: KernelSpec, chains: int) -> tuple:
+    c = dict(o[2:].split("=", 1) for o in spec.defines())
+    keep = ("MX_BUILTIN", "MX_AFRAG_T", "MX_CFRAG_T", "MX_C_SLOTS", "MX_SCALED", "MX_CBSZ", "MX_BLGP")
+    return tuple(f"-D{k}={c[k]}" for k in keep) + (f"-DMX_CHAINS={chains}",)
+
+
+class HipBackend:
+    """mxcore.matmul on AMD Instinct GPUs (gfx942, gfx950) through hip-python; see the module docstring."""
+
+    name = "hip"
+    vendor = "amd"
+
+    def __init__(self):
+        self.unavailable_cause = None
+        self._rt = None
+        self._reason = None
+        self._probed = False
+
+    # -- availability (never raises)
+    def is_available(self) -> str | None:
+        if self._probed:
+            return self._reason
+        self._probed = True
+        try:
+            import hip  # noqa: F401
+        except ImportError as exc:
+            self.unavailable_cause = exc
+            self._reason = "hip-python is not installed (pip install hip-python matching your ROCm version)"
+            return self._reason
+        try:
+            from hip import hip as _hip
+
+            count = _hip.hipGetDeviceCount()
+            err, n = count if isinstance(count, tuple) else (count, 0)
+            if err != _hip.hipError_t.hipSuccess or int(n) < 1:
+                self._reason = f"no AMD GPU visible to the ROCm runtime ({getattr(err, 'name', err)})"
+                return self._reason
+            self._rt = _Runtime()
+        except RuntimeError as exc:  # hip-python without a ROCm runtime raises a plain RuntimeError
+            self.unavailable_cause = exc
+            self._reason = f"no ROCm runtime: {exc}"
+            return self._reason
+        except Exception as exc:  # noqa: BLE001  (is_available must never raise)
+            self.unavailable_cause = exc
+            self._reason = f"hip-python failed to initialise: {type(exc).__name__}: {exc}"
+            return self._reason
+        if self._rt.arch not in ARCHS:
+            self._reason = (f"device {self._rt.name} is {self._rt.arch}; mxcore's MFMA kernels target "
+                            f"{', '.join(ARCHS)} (CDNA3/CDNA4)")
+            return self._reason
+        return None
+
+    def _runtime(self) -> _Runtime:
+        reason = self.is_available()
+        if reason is not None:
+            raise BackendUnavailableError(f"hip backend not usable: {reason}") from self.unavailable_cause
+        return self._rt
+
+    def devices(self) -> list[str]:
+        if self.is_available() is not None:
+            return []
+        return [f"{self._rt.name} ({self._rt.arch_full})"]
+
+    def target(self):
+        from . import Target
+
+        rt = self._runtime()
+        return Target("amd", rt.arch, WAVE)
+
+    # -- capabilities
+    def supported_dtypes(self, arch=None) -> list[str]:
+        arch = arch or self.target().arch
+        if arch not in ARCHS:
+            return []
+        return supported_dtype_names(arch)
+
+    def supports(self, mdt) -> str | None:
+        arch = self.target().arch
+        return self._supports_on(mdt, arch)
+
+    @staticmethod
+    def _supports_on(mdt, arch: str) -> str | None:
+        if arch not in ARCHS:
+            return f"{arch} is not a CDNA3/CDNA4 arch ({', '.join(ARCHS)})"
+        name = _spec_dtype_name(mdt, arch)
+        if not any(name in s.dtypes for s in kernel_specs(arch)):
+            fnuz = any(x.name.endswith("fnuz") for x in (mdt.a, mdt.b))
+            if fnuz and arch == "gfx950":
+                return "gfx950 (CDNA4) reads OCP fp8 (e4m3fn/e5m2), not FNUZ; use dtype='fp8' or fp8_convert=True"
+            if mdt.kind == "fp8" and arch == "gfx942":
+                return "gfx942 (CDNA3) reads FNUZ fp8 (e4m3fnuz/e5m2fnuz), not OCP; use dtype='fp8' or fp8_convert=True"
+            if mdt.kind == "mx":
+                return "block-scaled MX formats need gfx950 (CDNA4) f8f6f4 MFMAs"
+            return f"no {arch} kernel for {mdt}"
+        return None
+
+    # -- matmul
+    def matmul(self, a, b, mdt, *, out_dtype="float32", scale_rounding="floor", fp8_convert=False, poison=False):
+        """``a @ b`` on the AMD GPU.  ``fp8_convert``: accept fp8 bytes of the other encoding (OCP vs FNUZ)
+        and re-encode them (see :func:`convert_fp8`).  ``poison``: fill the output with NaN before the launch
+        (tests check that every element is written)."""
+        from ..arrays import array_kind, like_input, to_numpy
+        from ..operands import prepare
+        from ..reference import round_output
+
+        rt = self._runtime()
+        arch = rt.arch
+        out_dtype = _dt.canonical_out_dtype(out_dtype)
+        reason = self._supports_on(mdt, arch)
+        if reason is not None:
+            raise UnsupportedError(f"dtype {mdt} on {arch}: {reason}")
+        m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
+        spec = select_spec(arch, mdt, m, n)
+        allocs = []
+        try:
+            ops = self._device_operands(a, b, mdt)
+            if ops is None:  # host path: quantize / round with mxcore.operands, upload
+                host = [x if array_kind(x) in ("mx", "numpy") else to_numpy(x) for x in (a, b)]
+                host = [_fp8_input_convert(x, od.name, fp8_convert) for x, od in zip(host, (mdt.a, mdt.b))]
+                opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
+                ops = [self._stage(rt, op, spec, role, allocs) for op, role in ((opa, "a"), (opb, "b"))]
+            (a_addr, a_str, a_scale, sa, _), (b_addr, b_str, b_scale, sb, _) = ops
+            launch = plan_launch(spec, m, n, k, a_str, b_str, a_addr=a_addr, b_addr=b_addr,
+                                 out_scale=a_scale * b_scale)
+            d = rt.alloc(m * n * 4)
+            allocs.append(d)
+            if poison:
+                rt.memset(d, 0xFF, m * n * 4)
+            self._launch(rt, spec, launch, a_addr, b_addr, _address(d), sa, sb)
+            rt.synchronize()
+            d32 = rt.download(d, np.empty((m, n), np.float32))
+        finally:
+            for p in allocs:
+                try:
+                    rt.free(p)
+                except DeviceError:
+                    pass
+        result = d32 if out_dtype == "float32" else round_output(d32.astype(np.float64), out_dtype)
+        return like_input(result, a, b)
+
+    @staticmethod
+    def _device_operands(a, b, mdt):
+        """Both operands already on the GPU in the matmul's own float type, one unit stride each: use them
+        in place (no copy).  Else None (the host path)."""
+        want = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+        if mdt.kind != "float" or mdt.a.name not in want:
+            return None
+        views = [device_view(x) for x in (a, b)]
+        if any(v is None or v.dtype != want[mdt.a.name] or 1 not in v.strides for v in views):
+            return None
+        return [(v.addr, v.strides, 1.0, None, v) for v in views]
+
+    @staticmethod
+    def _stage(rt, op, spec, role, allocs):
+        """Upload one prepared operand (its storage units, and MX block scales) in its own major."""
+        store = operand_storage(op, spec, role)
+        if store.flags.f_contiguous and not store.flags.c_contiguous:
+            dev, strides = rt.upload(store.T), (1, store.shape[0])  # column-major kept: the kernel reads either
+        else:
+            dev, strides = rt.upload(np.ascontiguousarray(store)), (store.shape[1], 1)
+        allocs.append(dev)
+        scales = None
+        if op.scales is not None:
+            scales = rt.upload(np.ascontiguousarray(op.scales, dtype=np.uint8))
+            allocs.append(scales)
+        return (_address(dev), strides, op.tensor_scale, scales, None)
+
+    def _launch(self, rt, spec, launch, a_addr, b_addr, d_addr, sa, sb):
+        source, options = compile_inputs(spec)
+        func = rt.function(source, spec.entry, options)
+        c = ctypes
+        args = (c.c_void_p(a_addr), c.c_void_p(b_addr), c.c_void_p(d_addr),
+                c.c_void_p(_address(sa) if sa is not None else 0), c.c_void_p(_address(sb) if sb is not None else 0),
+                c.c_longlong(launch.sam), c.c_longlong(launch.sak), c.c_longlong(launch.sbk), c.c_longlong(launch.sbn),
+                c.c_longlong(launch.ldd), c.c_int(launch.m), c.c_int(launch.n), c.c_int(launch.k),
+                c.c_int(launch.a_vec_ok), c.c_int(launch.b_vec_ok), c.c_float(launch.out_scale))
+        rt.launch(func, launch.grid, launch.block, args)
+
+    # -- offline
+    def emit_kernels(self, arch, out_dir, *, jobs: int = 2) -> list[dict]:
+        """Write every variant's code object (hiprtc when a ROCm runtime is present, else clang-22) and, with
+        clang-22 tools present, its disassembly; returns manifest rows (also written to manifest.json)."""
+        from . import hip_tools
+
+        os.makedirs(out_dir, exist_ok=True)
+        use_rtc = self.is_available() is None
+        specs = kernel_specs(arch)
+
+        def one(spec):
+            source, options = compile_inputs(spec)
+            if use_rtc:
+                blob = self._rt.code_object(source, spec.entry, arch, options)
+                binary = hip_tools.HipBinary(blob, name=spec.entry, arch=arch, options=options)
+                compiler = self._rt.compiler_id()
+            else:
+                binary = offline_compile(spec)
+                compiler = "clang:" + hip_tools.clang_version()
+            path = os.path.join(out_dir, f"{spec.entry}.co")
+            with open(path, "wb") as f:
+                f.write(binary.code_object)
+            res = binary.resources.get(spec.entry, {})
+            row = {
+                "kernel": spec.entry, "dtype": " ".join(spec.dtypes), "arch": arch, "instruction": spec.instruction,
+                "tile": "x".join(str(t) for t in spec.tile), "file": os.path.basename(path),
+                "vgpr": res.get("vgpr"), "agpr": res.get("agpr"), "sgpr": res.get("sgpr"),
+                "registers": res.get("vgpr"), "lds_bytes": res.get("lds_bytes"),
+                "shared_bytes": res.get("lds_bytes"), "scratch_bytes": res.get("scratch_bytes"), "compiler": compiler,
+            }
+            if hip_tools.have_clang() is None:
+                disasm = binary.disasm
+                with open(os.path.join(out_dir, f"{spec.entry}.s"), "w") as f:
+                    f.write(disasm)
+                row["mfma"] = sorted(set(hip_tools.mfma_instructions(disasm)))
+            return row
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            rows = list(pool.map(one, specs))
+        with open(os.path.join(out_dir, "manifest.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+        return rows
+
+    # -- bench hooks
+    def instruction_ceiling(self, dtype: str, *, iters: int = 4096, chains: int = 4) -> tuple[str, float]:
+        """(mnemonic, TFLOP/s) of a register-only loop of the MFMA that ``dtype`` uses on this device."""
+        from ..kernels import kernel_source
+
+        rt = self._runtime()
+        mdt = _dt.resolve(dtype, rt.arch)
+        spec = select_spec(rt.arch, mdt, 1 << 20, 1 << 20)
+        source = kernel_source("amd", "gemm_ceiling.hip")
+        func = rt.function(source, "mx_mfma_ceiling", ceiling_defines(spec, chains))
+        blocks = max(1, rt.cus) * 8
+        out = rt.alloc(blocks * 256 * 4)
+        hip = rt.hip
+        try:
+            args = (ctypes.c_void_p(_address(out)), ctypes.c_int(iters), ctypes.c_uint(1))
+            rt.launch(func, (blocks, 1, 1), (256, 1, 1), args)
+            rt.synchronize()
+            start = rt.check(hip.hipEventCreate(), "hipEventCreate")
+            stop = rt.check(hip.hipEventCreate(), "hipEventCreate")
+            times = []
+            for _ in range(5):
+                rt.check(hip.hipEventRecord(start, None), "hipEventRecord")
+                rt.launch(func, (blocks, 1, 1), (256, 1, 1), args)
+                rt.check(hip.hipEventRecord(stop, None), "hipEventRecord")
+                rt.check(hip.hipEventSynchronize(stop), "hipEventSynchronize")
+                times.append(rt.check(hip.hipEventElapsedTime(start, stop), "hipEventElapsedTime") * 1e-3)
+            rt.check(hip.hipEventDestroy(start), "hipEventDestroy")
+            rt.check(hip.hipEventDestroy(stop), "hipEventDestroy")
+        finally:
+            rt.free(out)
+        m, n, k = spec.shape
+        flops = 2.0 * m * n * k * chains * iters * blocks * 4  # 4 waves per 256-thread block
+        return spec.instruction, flops / sorted(times)[len(times) // 2] / 1e12
+
+    def vendor_baseline(self, dtype: str, m: int, n: int, k: int):
+        """hipBLASLt through a ROCm build of torch (fp32/tf32/fp16/bf16), as (label, callable); else None."""
+        try:
+            import torch
+        except ImportError:
+            return None
+        if not getattr(torch.version, "hip", None) or not torch.cuda.is_available():
+            return None
+        d = dtype.lower()
+        if d not in ("fp16", "bf16", "fp32", "tf32"):
+            return None
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(d, torch.float32)
+        x = torch.randn(m, k, device="cuda").to(tdt)
+        y = torch.randn(k, n, device="cuda").to(tdt)
+
+        def run():
+            prev = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
+            try:
+                return torch.matmul(x, y)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = prev
+
+        return f"hipBLASLt {d} (torch.matmul, ROCm {torch.version.hip})", run

@@ -27,9 +27,9 @@ from ..errors import KernelCompileError
 
 __all__ = [
     "CLANG",
-    "HipBinary",
     "LLD",
     "OBJDUMP",
+    "HipBinary",
     "code_object_metadata",
     "compile_hip",
     "disassemble",
@@ -112,7 +112,10 @@ def compile_hip(source: str, *, name: str, arch: str, options=()) -> HipBinary:
             f.write(_shim_text())
         with open(src, "w") as f:
             f.write(source)
-        cmd = [CLANG, *BASE_FLAGS, f"--offload-arch={arch}", "-include", shim, *DEFAULT_OPTIONS, *opts, src, "-o", out]
+        # -ffile-prefix-map and -cuid: the temp path must not leak into the code object (reproducible builds)
+        cuid = re.sub(r"\W", "_", name) or "mxcore"
+        cmd = [CLANG, *BASE_FLAGS, f"--offload-arch={arch}", f"-ffile-prefix-map={tmp}=mxcore", f"-cuid={cuid}",
+               "-include", shim, *DEFAULT_OPTIONS, *opts, src, "-o", out]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
         except subprocess.TimeoutExpired as exc:

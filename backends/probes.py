@@ -108,8 +108,7 @@ def probe_entry(name: str, *extra) -> str:
     non-alphanumerics as ``_``, then any ``extra`` parts (formats, op_sel)."""
     base = name
     for prefix in ("mma.sync.aligned.", "v_"):
-        if base.startswith(prefix):
-            base = base[len(prefix):]
+        base = base.removeprefix(prefix)
     base = base.replace(".sync.aligned", "")
     return "_".join(["mx_probe", _suffix(base), *(_suffix(str(x)) for x in extra if x != "")])
 
@@ -354,11 +353,11 @@ def _d_values(layout, words) -> np.ndarray:
     return np.asarray(emulate.unpack(layout, "c", words), dtype=np.float64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cupy_function(probe: ProbeKernel):
     import cupy
 
-    module = cupy.RawModule(code=probe.source(), options=("-std=c++17", *probe.options))
+    module = cupy.RawModule(code=probe.source(), options=probe.options)
     return module.get_function(probe.entry)
 
 
@@ -445,20 +444,39 @@ def scale_words(layout, name: str, regs) -> np.ndarray:
 
 
 def _hip_launcher():
-    """A callable (probe, input word arrays, output words, threads) -> output words, from backends/hip.py."""
-    try:
-        from . import hip as _hip
-    except ImportError as exc:
-        raise BackendUnavailableError(f"the hip backend module is not importable ({exc})") from exc
-    launcher = getattr(_hip, "run_probe", None)
-    if launcher is None:
-        raise BackendUnavailableError("backends/hip.py has no run_probe(source, options, entry, inputs, out_words, "
-                                      "threads) loader yet; AMD probes compile-check only")
+    """A callable (probe, input word arrays, output word count, threads) -> output words, on the hip backend's
+    runtime (backends/hip.py: hiprtc compile for the device's arch, code-object cache, module load)."""
+    import ctypes
+
+    from . import get
+
+    rt = get("hip")._runtime()  # raises BackendUnavailableError (with the reason) without ROCm / an AMD GPU
 
     def launch(probe, inputs, out_words, threads):
-        return launcher(probe.source(), probe.options, probe.entry, inputs, out_words, threads)
+        func = rt.function(probe.source(), probe.entry, probe.options)
+        allocs = []
+        try:
+            for words in inputs:
+                allocs.append(rt.upload(np.ascontiguousarray(words, dtype=np.uint32)))
+            out = np.full(out_words, 0x7FC00000, dtype=np.uint32)  # poisoned with NaN
+            d = rt.upload(out)
+            allocs.append(d)
+            ptrs = [ctypes.c_void_p(_device_address(x)) for x in allocs]
+            a, b, c, sa, sb = (ptrs[i] for i in range(5))
+            rt.launch(func, (1, 1, 1), (threads, 1, 1), (a, b, c, ptrs[5], sa, sb))
+            rt.synchronize()
+            return rt.download(d, out)
+        finally:
+            for x in allocs:
+                rt.free(x)
 
     return launch
+
+
+def _device_address(ptr) -> int:
+    from . import hip as _hip
+
+    return _hip._address(ptr)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -489,8 +507,8 @@ def run_matrices(layout, a, b, c, *, scale_a=None, scale_b=None, device: str = "
     if getattr(layout, "scale_a", None) is not None:
         if scale_a is None or scale_b is None:
             raise UnsupportedError(f"{layout.name} is block-scaled: pass scale_a and scale_b (E8M0 codes)")
-        scales = dict(scale_a=emulate.scatter(layout, "scale_a", np.asarray(scale_a, dtype=np.uint8)),
-                      scale_b=emulate.scatter(layout, "scale_b", np.asarray(scale_b, dtype=np.uint8)))
+        scales = {"scale_a": emulate.scatter(layout, "scale_a", np.asarray(scale_a, dtype=np.uint8)),
+                      "scale_b": emulate.scatter(layout, "scale_b", np.asarray(scale_b, dtype=np.uint8))}
     if device == "cuda":
         d = run_cuda(layout, *regs)
     elif device == "hip":
@@ -612,10 +630,10 @@ def random_values(fmt: str, shape, rng) -> np.ndarray:
 def exact_grid(layout) -> dict:
     """exact_values() settings for ``layout``: every D = A·B + C exact in C's format."""
     if layout.c_format == "fp16":
-        return dict(grid=2, vmax=2.0)
+        return {"grid": 2, "vmax": 2.0}
     if getattr(layout, "scale_a", None) is not None:
-        return dict(grid=8, vmax=4.0)
-    return dict(grid=8, vmax=8.0)
+        return {"grid": 8, "vmax": 4.0}
+    return {"grid": 8, "vmax": 8.0}
 
 
 def reference_d(layout, a, b, c, *, scale_a=None, scale_b=None) -> np.ndarray:

@@ -8,6 +8,7 @@
 //   MX_B_KMAJOR     1: B stored [N][ldb] with K contiguous; 0: B stored [K][ldb] with N contiguous (2-byte only)
 //   MX_BM MX_BN MX_BK MX_WARPS_M MX_WARPS_N MX_STAGES   block tile, warp grid, cp.async pipeline depth
 //   MX_GROUP_M      rows of blocks per L2 group (grid swizzle)
+//   MX_FRAG_DB      1: double-buffer the mma fragments in registers (more registers, overlaps ldmatrix)
 //   Fragment index formulas (generated from one Python table that tests/test_cuda_index.py checks against
 //   mxcore.layouts; see backends/cuda.py FRAGMENT_FORMULAS):
 //   MX_LDSM_A_ROW(l) MX_LDSM_A_CHUNK(l) MX_LDSM_B_ROW(l) MX_LDSM_B_CHUNK(l): the tile row and 16-byte chunk whose
@@ -176,43 +177,83 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
     const int a_row = MX_LDSM_A_ROW(lane), a_chunk = MX_LDSM_A_CHUNK(lane);
     const int b_row = MX_LDSM_B_ROW(lane), b_chunk = MX_LDSM_B_CHUNK(lane);
 
-    for (int kt = 0; kt < KT; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        const int nk = kt + STAGES - 1;
-        if (nk < KT) load_tile(sbase + (nk % STAGES) * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, nk * BK, tid);
-        cp_async_commit();
-
-        const u32 sa = sbase + (kt % STAGES) * STAGE_BYTES;
+    // fragments of one mma step, double-buffered in registers: step kk+1 is loaded while step kk multiplies
+    u32 af[MX_FRAG_DB ? 2 : 1][MI][4], bf[MX_FRAG_DB ? 2 : 1][NI][2];
+    auto load_frags = [&](int buf, u32 sa, int kk) {
         const u32 sb = sa + A_BYTES;
 #pragma unroll
-        for (int kk = 0; kk < BK / MMA_K; ++kk) {
-            u32 af[MI][4], bf[NI][2];
+        for (int mi = 0; mi < MI; ++mi) {
+            if (A_K)  // rows = m, chunks along k (2 chunks per mma step)
+                ldsm_x4<false>(af[buf][mi], sa + swz<A_CPR>(wm * WTM + mi * 16 + a_row, kk * 2 + a_chunk));
+            else      // rows = k, chunks along m (8 elements per chunk)
+                ldsm_x4<true>(af[buf][mi], sa + swz<A_CPR>(kk * MMA_K + a_row, (wm * WTM + mi * 16) / EPC + a_chunk));
+        }
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                if (A_K)  // rows = m, chunks along k (2 chunks per mma step)
-                    ldsm_x4<false>(af[mi], sa + swz<A_CPR>(wm * WTM + mi * 16 + a_row, kk * 2 + a_chunk));
-                else      // rows = k, chunks along m (8 elements per chunk)
-                    ldsm_x4<true>(af[mi], sa + swz<A_CPR>(kk * MMA_K + a_row, (wm * WTM + mi * 16) / EPC + a_chunk));
+        for (int p = 0; p < NI / 2; ++p) {
+            u32 t[4];
+            if (B_K)
+                ldsm_x4<false>(t, sb + swz<B_CPR>(wn * WTN + p * 16 + b_row, kk * 2 + b_chunk));
+            else
+                ldsm_x4<true>(t, sb + swz<B_CPR>(kk * MMA_K + b_row, (wn * WTN + p * 16) / EPC + b_chunk));
+            bf[buf][2 * p][0] = t[0];
+            bf[buf][2 * p][1] = t[1];
+            bf[buf][2 * p + 1][0] = t[2];
+            bf[buf][2 * p + 1][1] = t[3];
+        }
+    };
+
+    constexpr int KK = BK / MMA_K;
+    static_assert(STAGES >= 3, "the pipeline below needs at least 3 stages");
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    int read_stage = 0, write_stage = STAGES - 1;
+#if MX_FRAG_DB
+    // fragments double-buffered in registers: step kk+1 (or the next tile's step 0) loads while kk multiplies
+    static_assert(KK % 2 == 0, "an even number of mma steps per tile (fragment double buffer)");
+    load_frags(0, sbase, 0);
+    for (int kt = 0; kt < KT; ++kt) {
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            if (kk == KK - 1) {  // the next tile must have landed before its first fragments are read
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
             }
-#pragma unroll
-            for (int p = 0; p < NI / 2; ++p) {
-                u32 t[4];
-                if (B_K)
-                    ldsm_x4<false>(t, sb + swz<B_CPR>(wn * WTN + p * 16 + b_row, kk * 2 + b_chunk));
-                else
-                    ldsm_x4<true>(t, sb + swz<B_CPR>(kk * MMA_K + b_row, (wn * WTN + p * 16) / EPC + b_chunk));
-                bf[2 * p][0] = t[0];
-                bf[2 * p][1] = t[1];
-                bf[2 * p + 1][0] = t[2];
-                bf[2 * p + 1][1] = t[3];
+            load_frags((kk + 1) & 1, sbase + read_stage * STAGE_BYTES, (kk + 1) % KK);
+            if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
+                const int nk = kt + STAGES - 1;
+                if (nk < KT) load_tile(sbase + write_stage * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, nk * BK, tid);
+                cp_async_commit();
+                write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
             }
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[kk & 1][mi], bf[kk & 1][ni][0], bf[kk & 1][ni][1]);
         }
     }
+#else
+    for (int kt = 0; kt < KT; ++kt) {
+        const u32 sa = sbase + read_stage * STAGE_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            load_frags(0, sa, kk);
+            if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
+                const int nk = kt + STAGES - 1;
+                if (nk < KT) load_tile(sbase + write_stage * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, nk * BK, tid);
+                cp_async_commit();
+                write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[0][mi], bf[0][ni][0], bf[0][ni][1]);
+        }
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+    }
+#endif
     cp_async_wait<0>();
 
     // epilogue: scale, convert, predicated stores

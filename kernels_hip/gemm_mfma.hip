@@ -48,6 +48,9 @@ typedef mx_u32 mx_elem;
 #error "MX_EB must be 1, 2 or 4"
 #endif
 
+#ifndef MX_EDGE_UNROLL
+#define MX_EDGE_UNROLL 4  // element loads in flight per edge vector
+#endif
 #define MX_THREADS (64 * MX_WAVES_M * MX_WAVES_N)
 #define MX_BM (MX_WAVES_M * MX_TM * MX_IM)
 #define MX_BN (MX_WAVES_N * MX_TN * MX_IN)
@@ -110,13 +113,15 @@ __device__ __forceinline__ void mx_load_tile(mx_u32x4 (&stage)[NV], const mx_ele
         } else {  // edge of the matrix or unaligned: element loads along the vector, zero fill
             const long long step = k_major ? s_k : s_r;
             const int avail = !(k_major ? gr < rows : gk < kdim) ? 0 : (k_major ? kdim - gk : rows - gr);
-            mx_u32 w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
+            // shift each element in from the top of a 128-bit value: no dynamic register indexing, and a
+            // short unroll keeps the number of loads in flight (and their address registers) small
+            unsigned __int128 v = 0;
+#pragma unroll MX_EDGE_UNROLL
             for (int j = 0; j < MX_VEC; ++j) {
-                const mx_u32 e = (j < avail) ? (mx_u32)src[j * step] : 0u;
-                w[j / (4 / MX_EB)] |= e << (8 * MX_EB * (j % (4 / MX_EB)));
+                const unsigned __int128 e = (j < avail) ? (unsigned __int128)src[j * step] : 0u;
+                v = (v >> (8 * MX_EB)) | (e << (128 - 8 * MX_EB));
             }
-            stage[i] = mx_u32x4{w[0], w[1], w[2], w[3]};
+            __builtin_memcpy(&stage[i], &v, 16);
         }
     }
 }

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mxcore.backends import hip
 
 from mxcore import dtypes as _dt
 from mxcore import emulate
-from mxcore.backends import hip
 from mxcore.operands import prepare
 from mxcore.reference import reference_from_operands
 
@@ -209,7 +209,7 @@ def _inputs(rng, m, n, k):
 
 
 def _mdt(spec, which=0):
-    name = spec.dtypes[which]
+    name = spec.dtypes[which] if isinstance(which, int) else which
     pair = name.split(",")
     return _dt.resolve(tuple(pair) if len(pair) == 2 else name, spec.arch)
 
@@ -286,9 +286,30 @@ def test_ocp_fp8_shares_the_mx_kernel(rng):
 ])
 def test_mirror_catches_a_wrong_constant(rng, arch, dtype, key, bad):
     """The mirror reads the generated constants: one wrong value must break the result."""
-    spec = [s for s in ALL if s.arch == arch and s.dtype == dtype and s.shape[0] == 16][0]
+    spec = next(s for s in ALL if s.arch == arch and s.dtype == dtype and s.shape[0] == 16)
     assert consts(spec)[key] != bad
     m, n, k = 16, 16, 2 * spec.bk
     run_variant(spec, rng, m, n, k)
     with pytest.raises(AssertionError):
         run_variant(spec, rng, m, n, k, tweak={key: bad})
+
+
+def test_tf32_on_gfx950_uses_the_fp32_kernel(rng):
+    """CDNA4 has no xf32 MFMA: tf32 inputs are rounded on the host and run through v_mfma_f32_16x16x4_f32."""
+    mdt = _dt.resolve("tf32", "gfx950")
+    spec = hip.select_spec("gfx950", mdt, 30, 30)
+    assert spec.instruction == "v_mfma_f32_16x16x4_f32" and "tf32" in hip.supported_dtype_names("gfx950")
+    a = rng.standard_normal((30, 40)).astype(np.float32)  # not tf32-representable: the host must round
+    b = rng.standard_normal((40, 30)).astype(np.float32)
+    opa, _opb = prepare(a, b, mdt)
+    store = hip.operand_storage(opa, spec, "a").view(np.float32)
+    assert np.array_equal(store.astype(np.float64), opa.to_float64())
+    assert not np.array_equal(store, a)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 70, 3), (65, 1, 33), (2, 3, 129)])
+@pytest.mark.parametrize("dtype", ["fp16", "mxfp4"])
+def test_degenerate_shapes(rng, shape, dtype):
+    spec = hip.select_spec("gfx950", _dt.resolve(dtype, "gfx950"), shape[0], shape[1])
+    run_variant(spec, rng, *shape)
+    run_variant(spec, rng, *shape, majors=("c", "c"))

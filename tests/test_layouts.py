@@ -3,9 +3,11 @@
 The oracle formulas below are written here from the documents (never imported from mxcore):
 PTX ISA 9.7.14.5 "Matrix fragments for mma.m16n8k{4,8,16,32}" and "ldmatrix"; the CDNA3 ISA
 ch. 7 / AMD matrix instruction calculator rule (A[i][k] in lane i + M*(k // kpl), slot k % kpl;
-D[i][j] of 32x32 in lane j + 32*((i//4) % 2), slot 4*(i//8) + i%4); the seed's HIP code for
-32x32x64 fp8/fp4 (ROCm blog sec. 5.4-5.5); composable_kernel's mx_mfma_op register tables for
-16x16x128 and the scale lanes.
+D[i][j] of 32x32 in lane j + 32*((i//4) % 2), slot 4*(i//8) + i%4); the CDNA4 ISA 7.1.4 (4- and
+6-bit packing), 7.1.5.1 "Dense Matrix Layouts: 8-bit and Smaller" (per-lane K tables for FP4, FP6,
+FP8, BF16) and 7.2.1 (scale data layout, OPSEL byte codes); the seed's HIP code for 32x32x64
+fp8/fp4 (ROCm blog sec. 5.4-5.5); composable_kernel's mx_mfma_op register tables for 16x16x128
+and its gfx950 scale-mapping probe output (test/mx_mfma_op/scale_mapping_*.txt).
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def cdna_oracle(lay, role):
                 else:
                     out[(i, j)] = (j + 16 * (i // 4), i % 4)
         return out
-    if role in ("scale_a", "scale_b"):
+    if role in ("scale_a", "scale_b"):  # ISA 7.2.1 scale data layout: lane l <-> (row l % M, K block l // M)
         for i in range(m):
             for kb in range(k // 32):
                 out[(i, kb) if role == "scale_a" else (kb, i)] = (i + m * kb, 0)
@@ -119,13 +121,15 @@ def cdna_oracle(lay, role):
     fmt = lay.a_format if role == "a" else lay.b_format
     for lane in range(64):
         for s in range(lay.operand(role).slots):
-            if lay.cbsz is None:  # classic MFMA: lane i + M*(k // kpl), slot k % kpl
+            if lay.cbsz is None:  # classic MFMA: lane i + M*(k // kpl), slot k % kpl (CDNA4 ISA 7.1.4.1, 7.1.5.1 BF16)
                 kpl = m * k // 64
                 kk = (lane // m) * kpl + s
             elif fmt in ("e4m3fn", "e5m2") and m == 32:  # seed 5.4: a_reg[i*16+j] = A[l%32][(l/32)*16 + i*32 + j]
+                # (= ISA 7.1.5.1 FP8 32x32x64: thr 0-31 k=0-15 in v0-3, k=32-47 in v4-7; thr 32-63 +16)
                 i, j = divmod(s, 16)
                 kk = (lane // 32) * 16 + i * 32 + j
             elif fmt in ("e4m3fn", "e5m2"):  # CK mx_mfma_op 16x128: reg r byte b
+                # (= ISA 7.1.5.1 FP8 16x16x128: thr 16g.. k=16g..16g+15 in v0-3, 64+16g..64+16g+15 in v4-7)
                 r, b = divmod(s, 4)
                 kk = 16 * (lane // 16) + 4 * r + b if r < 4 else 64 + 16 * (lane // 16) + 4 * (r - 4) + b
             elif fmt == "e2m1" and m == 32 and role == "a":  # seed 5.5: byte i of row l%32 at (l/32)*16 + i
@@ -133,10 +137,10 @@ def cdna_oracle(lay, role):
                 kk = 2 * ((lane // 32) * 16 + byte) + nib
             elif fmt == "e2m1" and m == 32:  # seed 5.5 B: slot 2i <- row 32*(l/32)+2i, slot 2i+1 <- +1
                 kk = 32 * (lane // 32) + 2 * (s // 2) + s % 2
-            elif fmt == "e2m1":  # CK 16x128 fp4: reg r byte b holds K 32g + 8r + 2b (+1)
+            elif fmt == "e2m1":  # CK 16x128 fp4: reg r byte b holds K 32g + 8r + 2b (+1); = ISA 7.1.5.1 FP4
                 r, rest = divmod(s, 8)
                 kk = 32 * (lane // 16) + 8 * r + rest
-            else:  # fp6/bf6: 32 K-contiguous elements per lane, densely packed (CDNA4 ISA)
+            else:  # fp6/bf6, ISA 7.1.5.1 FP6: lane group g holds k=32g..32g+15 in v0-2, 32g+16.. in v3-5
                 kk = 32 * (lane // m) + s
             out[(lane % m, kk) if role == "a" else (kk, lane % m)] = (lane, s)
     return out
@@ -213,12 +217,55 @@ def test_errors_say_what_exists():
         layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", scale_opsel=(4, 0))
 
 
+def ck_probe_scale_lane(m, lane, slot):
+    """Lane whose scale multiplied the fp8 A/B element in (lane, slot), as measured on gfx950.
+
+    composable_kernel test/mx_mfma_op/scale_mapping_16x16x128.txt and scale_mapping_32x32x64.txt:
+    element t of row r sits in lane M*(t//32) + r, slot t % 32, every lane's scale is 2^lane, and the
+    printed log2 of the product names the lane.  16x16x128: lanes r, r+16 slots 0-15 -> lane r,
+    slots 16-31 -> r+32; lanes r+32, r+48 slots 0-15 -> r+16, slots 16-31 -> r+48 (A and B alike).
+    32x32x64 (A): lanes r, r+32 slots 0-15 -> lane r, slots 16-31 -> lane r+32.
+    """
+    row, group = lane % m, lane // m
+    if m == 16:
+        return row + 16 * (group // 2) + 32 * (slot // 16)
+    return row + 32 * (slot // 16)
+
+
+def scale_lane_of(lay, role, lane, slot):
+    """Through the database: the lane whose scale VGPR covers the element held in (lane, slot)."""
+    r, c = lay.operand(role).coords[lane, slot]
+    if role == "a":
+        return lay.scale_a.inverse[r, c // 32][0]
+    return lay.scale_b.inverse[r // 32, c][0]
+
+
+@pytest.mark.parametrize("name", ["v_mfma_scale_f32_16x16x128_f8f6f4", "v_mfma_scale_f32_32x32x64_f8f6f4"])
+@pytest.mark.parametrize("fmt", F8F6F4)
+def test_scale_grouping_matches_hardware_and_isa(name, fmt):
+    # Which elements share a scale is the observable that a K permutation hits (an equal permutation
+    # of A and B is invisible without scales).  fp8: CK's gfx950 probe (runs of 16, not aiter's 8);
+    # fp6/fp4: ISA 7.1.5.1 + 7.2.1 put a lane's 32 K exactly in the block its own scale covers.
+    lay = layouts.get(name, a_format=fmt, b_format=fmt)
+    roles = ("a", "b") if lay.m == 16 else ("a",)  # the 32x32x64 probe measured A only
+    for role in roles:
+        for lane in range(64):
+            for slot in range(32):
+                got = scale_lane_of(lay, role, lane, slot)
+                want = ck_probe_scale_lane(lay.m, lane, slot) if fmt in ("e4m3fn", "e5m2") else lane
+                assert got == want, (role, lane, slot)
+
+
 def test_scale_opsel_moves_the_byte():
     lay = layouts.get("v_mfma_scale_f32_16x16x128_f8f6f4", a_format="fp4", b_format="fp4", scale_opsel=(2, 3))
     assert lay.scale_a.bit_offsets == (16,) and lay.scale_b.bit_offsets == (24,)
     assert lay.scale_opsel == (2, 3)
     assert "op_sel:[0,1,0] op_sel_hi:[1,1,0]" in lay.modifiers and "cbsz:4 blgp:4" in lay.modifiers
     assert "op_sel" not in layouts.get("v_mfma_scale_f32_16x16x128_f8f6f4").modifiers
+    # ISA 7.2.1: {OP_SEL_HI[i], OP_SEL[i]} = 2-bit byte code; llc-22 prints builtin OPSEL (3, 1) so
+    lay = layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", scale_opsel=(3, 1))
+    assert lay.modifiers == "op_sel:[1,1,0] op_sel_hi:[1,0,0]"
+    assert lay.scale_a.bit_offsets == (24,) and lay.scale_b.bit_offsets == (8,)
 
 
 def test_non_bijective_map_raises():

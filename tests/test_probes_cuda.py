@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mxcore.backends import probes
 
 from mxcore import layouts
-from mxcore.backends import probes
 from mxcore.errors import KernelCompileError
 
 MMA = [layouts.get(n) for n in layouts.names("nvidia")]
@@ -101,8 +101,11 @@ def test_probe_registers_hold_what_the_ptx_isa_says(name, role, oracle, bits):
 def test_ldmatrix_table_matches_ptx_isa(rec):
     trans = ".trans" in rec.name
     n = probes.ldmatrix_count(rec)
-    want = np.array([[(lambda j, r, c: (j * 8 + r) * 8 + c)(*_ldmatrix_oracle(lane, slot, trans))
-                      for slot in range(2 * n)] for lane in range(32)])
+    want = np.zeros((32, 2 * n), dtype=np.int64)
+    for lane in range(32):
+        for slot in range(2 * n):
+            j, r, c = _ldmatrix_oracle(lane, slot, trans)
+            want[lane, slot] = (j * 8 + r) * 8 + c
     np.testing.assert_array_equal(probes.ldmatrix_expected(rec), want)
     offs = probes.ldmatrix_row_offsets(rec)
     np.testing.assert_array_equal(offs[: 8 * n], np.arange(8 * n) * 8)  # lane q*8+r supplies row r of matrix q
@@ -149,7 +152,6 @@ _MMA_OPS = ("HMMA", "QMMA", "IMMA", "DMMA")
 
 def _tools():
     from conftest import require_tool
-
     from mxcore.backends import nvrtc_tools
 
     require_tool("NVRTC", nvrtc_tools.have_nvrtc())
@@ -300,8 +302,8 @@ class _FakeCupy:
 
     uint16, uint32 = np.uint16, np.uint32
 
-    class cuda:  # noqa: N801 -- mirrors cupy.cuda.runtime.deviceSynchronize
-        class runtime:  # noqa: N801
+    class cuda:
+        class runtime:
             @staticmethod
             def deviceSynchronize():
                 return None
