@@ -160,6 +160,9 @@ EXTRA_TILES = {
     "128x128k128s3db": Tile("128x128k128s3db", 128, 128, 128, 2, 2, 3, frag_db=True),
     "128x128w8": Tile("128x128w8", 128, 128, 64, 2, 4, 4),
     "128x128w8db": Tile("128x128w8db", 128, 128, 64, 2, 4, 4, frag_db=True),
+    "128x128s3db": Tile("128x128s3db", 128, 128, 64, 2, 2, 3, frag_db=True),
+    "128x128g16db": Tile("128x128g16db", 128, 128, 64, 2, 2, 4, group_m=16, frag_db=True),
+    "256x128db": Tile("256x128db", 256, 128, 64, 4, 2, 4, frag_db=True),
 }
 TILES.update(EXTRA_TILES)
 
@@ -606,8 +609,12 @@ class CudaBackend:
                 raise UnsupportedError(f"internal: operands staged as {a.elem} and {b.elem}")
         tile = self.force_tile or choose_tile(m, n, self._sms())
         v = Variant(elem, a.kmajor, b.kmajor, tile)
-        kern = self._gemm_kernel(v)
         t = TILES[tile]
+        for op, mn_rows in ((a, t.bm), (b, t.bn)):  # the kernel's per-thread copy offsets are 32-bit
+            if (mn_rows if op.kmajor else v.bk) * op.ld * v.element.esize >= 2**32:
+                raise UnsupportedError(f"leading dimension {op.ld} is too large for the CUDA kernels' 32-bit tile "
+                                       "offsets; pass a contiguous operand with fewer than ~16M elements per row")
+        kern = self._gemm_kernel(v)
         grid = (-(-m // t.bm) * -(-n // t.bn),)
         e = a.exp + b.exp
         e0, e1 = e // 2, e - e // 2

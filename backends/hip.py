@@ -110,7 +110,6 @@ from ..layouts.cdna4 import FORMAT_CODE as F8F6F4_CODES
 
 # CDNA3 fp8 MFMA operand names, per FNUZ element format
 _CDNA3_FP8 = {"e4m3fnuz": "fp8", "e5m2fnuz": "bf8"}
-E8M0_ONE = 127
 
 
 # ----------------------------------------------------------------------------- kernel variants
@@ -140,6 +139,10 @@ class KernelSpec:
     @property
     def dtypes(self) -> tuple:
         return (self.dtype, *self.also)
+
+    @property
+    def name(self) -> str:
+        return self.entry
 
     @property
     def shape(self) -> tuple:
@@ -872,6 +875,73 @@ def ceiling_defines(spec: KernelSpec, chains: int) -> tuple:
     return tuple(f"-D{k}={c[k]}" for k in keep) + (f"-DMX_CHAINS={chains}",)
 
 
+class HipPlan:
+    """One staged GEMM on the device (see :meth:`HipBackend.plan`); frees its device memory on close."""
+
+    def __init__(self, backend, rt, spec, a, b, mdt, scale_rounding, fp8_convert):
+        self.backend, self.rt, self.spec, self.variant = backend, rt, spec, spec
+        self.a, self.b, self.mdt = a, b, mdt
+        self.scale_rounding, self.fp8_convert = scale_rounding, fp8_convert
+        self.m, self.k, self.n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
+        self.staged_allocs: list = []
+        self.ops = None
+        self.launch = None
+        self.d = rt.alloc(self.m * self.n * 4)
+
+    def prep(self) -> None:
+        """Stage A and B: in place for ROCm device arrays of the matmul's float type, else host-side
+        quantization/rounding (mxcore.operands.prepare) and an upload."""
+        from ..arrays import array_kind, to_numpy
+        from ..operands import prepare
+
+        self._free(self.staged_allocs)
+        ops = HipBackend._device_operands(self.a, self.b, self.mdt)
+        if ops is None:
+            host = [x if array_kind(x) in ("mx", "numpy") else to_numpy(x) for x in (self.a, self.b)]
+            host = [_fp8_input_convert(x, od.name, self.fp8_convert) for x, od in zip(host, (self.mdt.a, self.mdt.b))]
+            opa, opb = prepare(host[0], host[1], self.mdt, scale_rounding=self.scale_rounding)
+            ops = [HipBackend._stage(self.rt, op, self.spec, role, self.staged_allocs)
+                   for op, role in ((opa, "a"), (opb, "b"))]
+        (a_addr, a_str, a_scale, _, _), (b_addr, b_str, b_scale, _, _) = ops
+        self.ops = ops
+        self.launch = plan_launch(self.spec, self.m, self.n, self.k, a_str, b_str, a_addr=a_addr, b_addr=b_addr,
+                                  out_scale=a_scale * b_scale)
+
+    def poison(self) -> None:
+        self.rt.memset(self.d, 0xFF, self.m * self.n * 4)
+
+    def gemm(self) -> None:
+        if self.launch is None:
+            self.prep()
+        (a_addr, _, _, sa, _), (b_addr, _, _, sb, _) = self.ops
+        self.backend._launch(self.rt, self.spec, self.launch, a_addr, b_addr, _address(self.d), sa, sb)
+
+    def result(self) -> np.ndarray:
+        self.rt.synchronize()
+        return self.rt.download(self.d, np.empty((self.m, self.n), np.float32))
+
+    def _free(self, ptrs) -> None:
+        while ptrs:
+            p = ptrs.pop()
+            try:
+                self.rt.free(p)
+            except DeviceError:
+                pass
+
+    def close(self) -> None:
+        self._free(self.staged_allocs)
+        if self.d is not None:
+            self._free([self.d])
+            self.d = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
 class HipBackend:
     """mxcore.matmul on AMD Instinct GPUs (gfx942, gfx950) through hip-python; see the module docstring."""
 
@@ -963,46 +1033,36 @@ class HipBackend:
         return None
 
     # -- matmul
+    force_tile = None  # bench hook: 16 or 32 forces that instruction shape
+
+    def plan(self, a, b, mdt, *, scale_rounding="floor", fp8_convert=False) -> HipPlan:
+        """A reusable launch for ``a @ b``: ``prep()`` stages the operands (quantize, upload), ``gemm()``
+        launches the kernel (asynchronously, null stream), ``result()`` waits and copies D back."""
+        rt = self._runtime()
+        reason = self._supports_on(mdt, rt.arch)
+        if reason is not None:
+            raise UnsupportedError(f"dtype {mdt} on {rt.arch}: {reason}")
+        m, n = int(a.shape[0]), int(b.shape[1])
+        spec = select_spec(rt.arch, mdt, m, n)
+        if self.force_tile:
+            spec = next((s for s in kernel_specs(rt.arch) if spec.dtype in s.dtypes and s.shape[0] == int(self.force_tile)),
+                        spec)
+        return HipPlan(self, rt, spec, a, b, mdt, scale_rounding, fp8_convert)
+
     def matmul(self, a, b, mdt, *, out_dtype="float32", scale_rounding="floor", fp8_convert=False, poison=False):
         """``a @ b`` on the AMD GPU.  ``fp8_convert``: accept fp8 bytes of the other encoding (OCP vs FNUZ)
         and re-encode them (see :func:`convert_fp8`).  ``poison``: fill the output with NaN before the launch
         (tests check that every element is written)."""
-        from ..arrays import array_kind, like_input, to_numpy
-        from ..operands import prepare
+        from ..arrays import like_input
         from ..reference import round_output
 
-        rt = self._runtime()
-        arch = rt.arch
         out_dtype = _dt.canonical_out_dtype(out_dtype)
-        reason = self._supports_on(mdt, arch)
-        if reason is not None:
-            raise UnsupportedError(f"dtype {mdt} on {arch}: {reason}")
-        m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
-        spec = select_spec(arch, mdt, m, n)
-        allocs = []
-        try:
-            ops = self._device_operands(a, b, mdt)
-            if ops is None:  # host path: quantize / round with mxcore.operands, upload
-                host = [x if array_kind(x) in ("mx", "numpy") else to_numpy(x) for x in (a, b)]
-                host = [_fp8_input_convert(x, od.name, fp8_convert) for x, od in zip(host, (mdt.a, mdt.b))]
-                opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
-                ops = [self._stage(rt, op, spec, role, allocs) for op, role in ((opa, "a"), (opb, "b"))]
-            (a_addr, a_str, a_scale, sa, _), (b_addr, b_str, b_scale, sb, _) = ops
-            launch = plan_launch(spec, m, n, k, a_str, b_str, a_addr=a_addr, b_addr=b_addr,
-                                 out_scale=a_scale * b_scale)
-            d = rt.alloc(m * n * 4)
-            allocs.append(d)
+        with self.plan(a, b, mdt, scale_rounding=scale_rounding, fp8_convert=fp8_convert) as p:
+            p.prep()
             if poison:
-                rt.memset(d, 0xFF, m * n * 4)
-            self._launch(rt, spec, launch, a_addr, b_addr, _address(d), sa, sb)
-            rt.synchronize()
-            d32 = rt.download(d, np.empty((m, n), np.float32))
-        finally:
-            for p in allocs:
-                try:
-                    rt.free(p)
-                except DeviceError:
-                    pass
+                p.poison()
+            p.gemm()
+            d32 = p.result()
         result = d32 if out_dtype == "float32" else round_output(d32.astype(np.float64), out_dtype)
         return like_input(result, a, b)
 

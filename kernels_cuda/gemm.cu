@@ -127,6 +127,50 @@ __device__ __forceinline__ void load_tile(u32 sbuf, const u8* __restrict__ A, co
     }
 }
 
+// One operand's per-thread copy plan for FULL K tiles (k0 + BK <= K): few registers, ~3 instructions per
+// cp.async.  Thread tid copies chunks q = tid + i * NT (i < ITERS): tile row row0 + i * RSTEP, chunk c (the
+// same for every i since NT % CPR == 0), so the swizzled offsets differ by a constant.  The partial last tile
+// goes through load_tile (fully predicated).  row_step * ITERS must stay below 2^32 (checked by the host).
+template <bool KMAJ, int ROWS, int CPR>
+struct FastLoader {
+    static constexpr int ITERS = ROWS * CPR / NT;
+    static constexpr int RSTEP = NT / CPR;
+    static_assert(ITERS == 1 || RSTEP % 8 == 0, "slots must share the swizzle pattern");
+    const u8* ptr;  // global address of slot 0 in the next tile to copy
+    i64 k_step;     // bytes per K tile
+    u32 row_step;   // bytes between slots (RSTEP tile rows)
+    u32 smem0;      // swizzled shared offset of slot 0; slot i adds i * RSTEP * CPR * 16
+    u32 vmask;      // K-major: bit i set when slot i's row (m or n) lies inside the matrix
+    int bytes;      // M/N-major: source bytes of every slot's chunk (zero fill past M or N)
+
+    __device__ __forceinline__ void init(const u8* base, i64 ld, int mn0, int MN, int tid) {
+        const int row0 = tid / CPR, c = tid % CPR;
+        row_step = (u32)(RSTEP * ld * ESIZE);
+        smem0 = swz<CPR>(row0, c);
+        vmask = 0;
+        bytes = 0;
+        if (KMAJ) {  // tile rows = m or n, chunks along k
+            ptr = base + ((i64)(mn0 + row0) * ld + c * EPC) * ESIZE;
+            k_step = (i64)BK * ESIZE;
+#pragma unroll
+            for (int i = 0; i < ITERS; ++i)
+                if (mn0 + row0 + i * RSTEP < MN) vmask |= 1u << i;
+        } else {     // tile rows = k, chunks along m or n
+            ptr = base + ((i64)row0 * ld + mn0 + c * EPC) * ESIZE;
+            k_step = (i64)BK * ld * ESIZE;
+            bytes = clamp16((i64)(MN - mn0 - c * EPC) * ESIZE);
+        }
+    }
+    __device__ __forceinline__ void copy(u32 sbuf, const u8* fallback) {
+#pragma unroll
+        for (int i = 0; i < ITERS; ++i) {
+            const int b = KMAJ ? (int)((vmask >> i) & 1u) * 16 : bytes;
+            cp_async16(sbuf + smem0 + i * RSTEP * CPR * 16, b ? ptr + i * row_step : fallback, b);
+        }
+        ptr += k_step;
+    }
+};
+
 __device__ __forceinline__ u16 f32_to_f16(float v) {
     u16 h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
@@ -167,9 +211,26 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
 
     const int KT = (K + BK - 1) / BK;
+    const int KT_FULL = K / BK;  // tiles with every K index inside the matrix
+    FastLoader<A_K, A_ROWS, A_CPR> ldA;
+    FastLoader<B_K, B_ROWS, B_CPR> ldB;
+    ldA.init(A, lda, m0, M, tid);
+    ldB.init(B, ldb, n0, N, tid);
+    // K order: a partial last tile (K % BK != 0) is multiplied FIRST, so that the steady-state loop below only
+    // ever copies full tiles through the cheap FastLoader path.
+    auto issue = [&](int stage) {
+        const u32 sbuf = sbase + stage * STAGE_BYTES;
+        ldA.copy(sbuf, A);
+        ldB.copy(sbuf + A_BYTES, B);
+    };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < KT) load_tile(sbase + s * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, s * BK, tid);
+        if (s < KT) {
+            if (s == 0 && KT_FULL < KT)
+                load_tile(sbase, A, B, lda, ldb, M, N, K, m0, n0, KT_FULL * BK, tid);
+            else
+                issue(s);
+        }
         cp_async_commit();
     }
 
@@ -222,7 +283,7 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
             load_frags((kk + 1) & 1, sbase + read_stage * STAGE_BYTES, (kk + 1) % KK);
             if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
                 const int nk = kt + STAGES - 1;
-                if (nk < KT) load_tile(sbase + write_stage * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, nk * BK, tid);
+                if (nk < KT) issue(write_stage);
                 cp_async_commit();
                 write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
             }
@@ -240,7 +301,7 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
             load_frags(0, sa, kk);
             if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
                 const int nk = kt + STAGES - 1;
-                if (nk < KT) load_tile(sbase + write_stage * STAGE_BYTES, A, B, lda, ldb, M, N, K, m0, n0, nk * BK, tid);
+                if (nk < KT) issue(write_stage);
                 cp_async_commit();
                 write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
             }

@@ -35,7 +35,7 @@ def _stack(results, like):
     return np.stack(results)
 
 
-def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_rounding="floor"):
+def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_rounding="floor", **options):
     """Compute ``a @ b`` on a matrix core (or the numpy reference).
 
     a: (M, K) and b: (K, N) — or batched (B, M, K) and (B, K, N).  numpy, CuPy, torch (CPU or CUDA),
@@ -49,6 +49,8 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     backend: ``"auto"`` (``MXCORE_BACKEND``, else the first usable GPU backend, else ``"reference"``),
     ``"cuda"``, ``"hip"`` or ``"reference"``.
     scale_rounding: MX scale policy, ``"floor"`` (OCP v1.0 §6.3) or ``"rceil"`` (cuBLAS/cuDNN).
+    options: backend-specific keywords, passed through (e.g. ``fp8_convert=True`` for ``hip``: convert fp8
+    bytes of the other encoding instead of refusing them).  A keyword the backend does not take is an error.
 
     Returns the same kind of array as the inputs (numpy in → numpy out; CuPy → CuPy; torch → torch).
     """
@@ -67,6 +69,7 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     if len(sa) == 3 and sa[0] != sb[0]:
         raise ShapeError(f"batch sizes differ: a has {sa[0]}, b has {sb[0]}")
     be = select(backend)
+    _check_options(be, options)
     arch = be.target().arch
     mdt = _dt.resolve(infer_dtype(a, b) if dtype is None else dtype, arch)
     out = _dt.canonical_out_dtype(out_dtype, allow_float64=be.name == "reference")
@@ -80,10 +83,28 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
         if array_kind(a) == "mx" or array_kind(b) == "mx":
             raise ShapeError("batched matmul takes plain arrays; quantize each batch element separately")
         return _stack([matmul(a[i], b[i], mdt_pair(mdt), out_dtype=out, backend=be.name,
-                              scale_rounding=scale_rounding) for i in range(sa[0])], a)
+                              scale_rounding=scale_rounding, **options) for i in range(sa[0])], a)
     if 0 in (sa[0], sa[1], sb[1]):
         return _empty_like_kind((sa[0], sb[1]), out, a, b, sa[1])
-    return be.matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding)
+    return be.matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding, **options)
+
+
+def _check_options(be, options) -> None:
+    if not options:
+        return
+    import inspect
+
+    params = inspect.signature(be.matmul).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    fixed = {"a", "b", "mdt", "out_dtype", "scale_rounding"}
+    accepted = sorted(name for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name not in fixed)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise UnsupportedError(
+            f"backend {be.name!r} takes no option(s) {', '.join(unknown)}; "
+            f"its options are: {', '.join(accepted) or 'none'}"
+        )
 
 
 def mdt_pair(mdt: _dt.MatmulDType):

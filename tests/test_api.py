@@ -140,6 +140,8 @@ def test_errors():
         mxcore.matmul(a, a.T, out_dtype="int8")
     with pytest.raises(errors.UnsupportedError, match="scale_rounding"):
         mxcore.matmul(a, a.T, "mxfp4", scale_rounding="ceil", backend="reference")
+    with pytest.raises(errors.UnsupportedError, match="fp8_convert"):
+        mxcore.matmul(a, a.T, "fp16", backend="reference", fp8_convert=True)
     ocp = np.zeros((3, 4), ml_dtypes.float8_e4m3fn)
     with pytest.raises(errors.UnsupportedError, match="e4m3fnuz") as info:
         mxcore.matmul(ocp, ocp.T, "e4m3fnuz", backend="reference")

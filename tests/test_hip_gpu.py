@@ -419,3 +419,22 @@ def test_fake_emit_kernels_uses_hiprtc(fake_gfx942, tmp_path):
     rows = be.emit_kernels("gfx942", tmp_path / "out")
     assert len(rows) == len(hip.kernel_specs("gfx942"))
     assert all(r["compiler"].startswith("hiprtc:") for r in rows)
+
+
+def test_fake_plan_reuse_and_forced_tile(fake_gfx950, rng):
+    """bench's interface: plan() once, prep()/gemm() many times, force_tile picks the instruction shape."""
+    fake, be = fake_gfx950
+    a, b = _exact_inputs(rng, 40, 24, 64)
+    mdt = _dt.resolve("bf16")
+    be.force_tile = 32
+    try:
+        with be.plan(a, b, mdt) as p:
+            assert p.variant.shape[0] == 32 and p.variant.name == p.spec.entry
+            p.prep()
+            p.prep()  # re-staging frees the previous operand buffers
+            p.poison()
+            p.gemm()
+            np.testing.assert_array_equal(p.result(), reference_matmul(a, b, "bf16"))
+    finally:
+        be.force_tile = None
+    assert not fake.mem
