@@ -96,7 +96,11 @@ def select(name: str | None = "auto"):
     if key == "auto":
         env = os.environ.get("MXCORE_BACKEND", "").strip()
         if env and env.lower() != "auto":
-            return select(env)
+            try:
+                return select(env)
+            except (UnknownNameError, BackendUnavailableError) as exc:
+                raise type(exc)(f"MXCORE_BACKEND={env!r} (environment variable) chose this backend: {exc}. "
+                                "Unset MXCORE_BACKEND or set it to a usable backend") from exc
         for status in available():
             if status.usable:
                 return get(status.name)

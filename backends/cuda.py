@@ -163,6 +163,9 @@ EXTRA_TILES = {
     "128x128s3db": Tile("128x128s3db", 128, 128, 64, 2, 2, 3, frag_db=True),
     "128x128g16db": Tile("128x128g16db", 128, 128, 64, 2, 2, 4, group_m=16, frag_db=True),
     "256x128db": Tile("256x128db", 256, 128, 64, 4, 2, 4, frag_db=True),
+    "128x128k128s3db": Tile("128x128k128s3db", 128, 128, 128, 2, 2, 3, frag_db=True),
+    "128x256k128s3": Tile("128x256k128s3", 128, 256, 128, 2, 4, 3),
+    "128x128k128s4": Tile("128x128k128s4", 128, 128, 128, 2, 2, 4),
 }
 TILES.update(EXTRA_TILES)
 

@@ -35,6 +35,8 @@ def _cmd_demo(argv) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--size", type=int, default=512, help="M = N = K (default 512)")
     args = p.parse_args(argv)
+    if args.size < 1:
+        p.error(f"--size must be a positive integer, got {args.size}")
     from . import dtypes, matmul
     from .backends import select
     from .errors import MXCoreError
@@ -125,5 +127,10 @@ def main(argv=None) -> int:
     except MXCoreError as exc:
         print(f"mxcore {cmd}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `python -m mxcore formats --table | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     print(f"unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
     return 2

@@ -166,20 +166,27 @@ def _prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str) -> Ope
     if host.dtype.name.startswith("float8"):
         raise UnsupportedError(f"operand {role} holds {host.dtype.name} codes but dtype is {od.name}; "
                                f"pass dtype={_NATIVE[host.dtype.name]!r} or decode them first")
-    if od.name in ("fp32", "tf32"):
-        values = host.astype(np.float32)  # float64 -> float32 is one RNE rounding
-    elif od.name == "fp16":
-        values = host.astype(np.float16) if host.dtype != np.float16 else host  # numpy rounds once, RNE
-    else:  # bf16
-        import ml_dtypes
+    with np.errstate(over="ignore"):  # overflow to +-inf is the documented IEEE behaviour, not a warning
+        if od.name in ("fp32", "tf32"):
+            values = host.astype(np.float32)  # float64 -> float32 is one RNE rounding
+        elif od.name == "fp16":
+            values = host.astype(np.float16) if host.dtype != np.float16 else host  # numpy rounds once, RNE
+        else:  # bf16
+            import ml_dtypes
 
-        values = host if host.dtype.name == "bfloat16" else formats.round_to(host, "bf16").astype(ml_dtypes.bfloat16)
+            values = host if host.dtype.name == "bfloat16" else formats.round_to(
+                host, "bf16", overflow="nan").astype(ml_dtypes.bfloat16)
     return Operand(od, role, tuple(host.shape), values=values)
 
 
 def _fp8_mismatch(role: str, have: str, want: str) -> str:
-    return (f"operand {role} holds {have} bytes but the matmul reads {want}. These are different fp8 encodings "
-            "(OCP e4m3fn/e5m2 vs FNUZ e4m3fnuz/e5m2fnuz: CDNA3 (gfx942) reads FNUZ, CDNA4 (gfx950) and NVIDIA read OCP); "
+    have = _dt.canonical_operand(have)
+    if have.endswith("fnuz") != want.endswith("fnuz"):
+        why = ("These are different fp8 encodings (OCP e4m3fn/e5m2 vs FNUZ e4m3fnuz/e5m2fnuz: CDNA3 (gfx942) reads "
+               "FNUZ, CDNA4 (gfx950) and NVIDIA read OCP)")
+    else:
+        why = "These are different fp8 element formats (e4m3 has 3 mantissa bits, e5m2 has 2)"
+    return (f"operand {role} holds {have} bytes but the matmul reads {want}. {why}; "
             f"convert the data (decode as {have}, re-encode as {want}) or pass dtype={have!r}")
 
 

@@ -106,6 +106,13 @@ def test_zero_size(shape_a, shape_b):
     assert (got == 0).all()
 
 
+def test_overflow_to_inf_is_silent_ieee():
+    big = np.full((1, 1), 1e6)
+    assert np.isinf(mxcore.matmul(big, np.ones((1, 1)), "fp16", backend="reference")).all()
+    assert np.isinf(mxcore.matmul(np.full((1, 1), 1e39), np.ones((1, 1)), "bf16", backend="reference")).all()
+    assert np.isinf(mxcore.matmul(np.full((1, 1), 1e39), np.ones((1, 1)), backend="reference")).all()
+
+
 def test_nan_and_inf_policy():
     a = np.ones((2, 64), np.float32)
     b = np.ones((64, 2), np.float32)
@@ -146,6 +153,9 @@ def test_errors():
     with pytest.raises(errors.UnsupportedError, match="e4m3fnuz") as info:
         mxcore.matmul(ocp, ocp.T, "e4m3fnuz", backend="reference")
     assert "e4m3fn" in str(info.value) and "CDNA3" in str(info.value)
+    e5 = mxcore.quantize_tensor(np.ones((3, 4)), "e5m2")
+    with pytest.raises(errors.UnsupportedError, match="element formats"):
+        mxcore.matmul(e5, mxcore.quantize_tensor(np.ones((4, 3)), "e4m3fn"), "fp8", backend="reference")
 
 
 def test_arch_dependent_fp8_names():
@@ -168,7 +178,7 @@ def test_backend_registry(monkeypatch):
     monkeypatch.setenv("MXCORE_BACKEND", "reference")
     assert select("auto").name == "reference"
     monkeypatch.setenv("MXCORE_BACKEND", "nonsense")
-    with pytest.raises(errors.UnknownNameError):
+    with pytest.raises(errors.UnknownNameError, match="MXCORE_BACKEND"):
         select("auto")
 
 

@@ -24,7 +24,11 @@ def _run(cmd, **kw):
 
 @pytest.mark.slow
 def test_wheel_installs_and_runs(tmp_path):
-    pytest.importorskip("build", reason="the 'build' package (test extra) builds the wheel")
+    import importlib.util
+
+    from conftest import require_tool
+
+    require_tool("build (pip install build)", importlib.util.find_spec("build") is not None)
     _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)])
     wheel = next((tmp_path / "dist").glob("mxcore-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
