@@ -95,6 +95,7 @@ __all__ = [
     "HipBackend",
     "KernelSpec",
     "convert_fp8",
+    "device_address",
     "fragment_constants",
     "kernel_specs",
     "select_spec",
@@ -553,13 +554,33 @@ def cache_dir() -> str:
     return os.path.join(root, "hip")
 
 
+def hiprtc_options(arch: str, options) -> list[str]:
+    """The exact option list :meth:`_Runtime.hiprtc_compile` hands to hiprtc, in order."""
+    return [f"--offload-arch={arch}", *COMMON_OPTIONS, *options]
+
+
+def clang_options(arch: str, options, name: str) -> list[str]:
+    """What :func:`offline_compile`'s clang-22 call gets (hip_tools.compile_hip), for the cache key: its flags
+    in order, the force-included shim named by a hash of its text, and no per-call temp paths."""
+    from ..kernels import kernel_source
+    from . import hip_tools
+
+    shim = hashlib.sha256(kernel_source("amd", "hip_shim.h").encode()).hexdigest()
+    return [*hip_tools.BASE_FLAGS, f"--offload-arch={arch}", f"-cuid={name}", "-include", f"hip_shim.h@{shim}",
+            *hip_tools.DEFAULT_OPTIONS, *options]
+
+
 def cache_key(source: str, arch: str, options, compiler: str) -> str:
-    """Hash of (source, sorted options, arch, compiler identity incl. ROCm version, mxcore version)."""
+    """Hash of (source, arch, options, compiler identity incl. ROCm version, mxcore version).
+
+    ``options``: the full option list the compiler receives, in order (:func:`hiprtc_options`,
+    :func:`clang_options`), so a change to COMMON_OPTIONS or the offline flags never reuses a stale entry.
+    """
     try:
         from .. import __version__ as version
     except ImportError:
         version = "0"
-    blob = json.dumps([hashlib.sha256(source.encode()).hexdigest(), arch, sorted(options), compiler, version])
+    blob = json.dumps([hashlib.sha256(source.encode()).hexdigest(), arch, list(options), compiler, version])
     return hashlib.sha256(blob.encode()).hexdigest()[:40]
 
 
@@ -609,7 +630,8 @@ def offline_compile(spec: KernelSpec, *, use_cache: bool = True):
     from . import hip_tools
 
     source, options = compile_inputs(spec)
-    key = cache_key(source, spec.arch, options, "clang:" + hip_tools.clang_version())
+    key = cache_key(source, spec.arch, clang_options(spec.arch, options, spec.entry),
+                    "clang:" + hip_tools.clang_version())
     blob = cache_read(key) if use_cache else None
     if blob is None:
         binary = hip_tools.compile_hip(source, name=spec.entry, arch=spec.arch, options=options)
@@ -703,7 +725,7 @@ class _Runtime:
     # -- compile and load
     def hiprtc_compile(self, source: str, name: str, arch: str, options) -> bytes:
         hiprtc = self.hiprtc
-        opts = [f"--offload-arch={arch}", *COMMON_OPTIONS, *options]
+        opts = hiprtc_options(arch, options)
         prog = self.check(hiprtc.hiprtcCreateProgram(source.encode(), name.encode(), 0, [], []), "hiprtcCreateProgram")
         try:
             enc = [o.encode() for o in opts]
@@ -730,7 +752,7 @@ class _Runtime:
         return f"hiprtc:{ver}:rocm{self.runtime_version}"
 
     def code_object(self, source: str, name: str, arch: str, options) -> bytes:
-        key = cache_key(source, arch, options, self.compiler_id())
+        key = cache_key(source, arch, hiprtc_options(arch, options), self.compiler_id())
         blob = cache_read(key)
         if blob is None:
             blob = self.hiprtc_compile(source, name, arch, options)
@@ -779,13 +801,16 @@ class _Runtime:
         self.check(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
 
 
-def _address(ptr) -> int:
-    """Integer device address of a hip-python pointer, a CAI producer, or an int."""
+def device_address(ptr) -> int:
+    """Integer device address of a hip-python pointer (e.g. from ``runtime().alloc``/``upload``), a
+    __cuda_array_interface__ producer, a ctypes.c_void_p, or an int.  Raises DeviceError otherwise."""
     if isinstance(ptr, int):
         return ptr
+    if isinstance(ptr, ctypes.c_void_p):  # int() would parse its buffer as text
+        return int(ptr.value or 0)
     try:
         return int(ptr)  # hip-python's Pointer / DeviceArray convert to their address
-    except TypeError:
+    except (TypeError, ValueError):
         pass
     cai = getattr(ptr, "__cuda_array_interface__", None)
     if cai is not None:
@@ -794,6 +819,9 @@ def _address(ptr) -> int:
     if value is not None:
         return int(value)
     raise DeviceError(f"cannot read a device address from {type(ptr).__name__}")
+
+
+_address = device_address  # the internal name used throughout this module
 
 
 # ----------------------------------------------------------------------------- DLPack / CAI device inputs
@@ -988,11 +1016,18 @@ class HipBackend:
             return self._reason
         return None
 
-    def _runtime(self) -> _Runtime:
+    def runtime(self) -> _Runtime:
+        """The device runtime, for launching extra kernels (probes): ``function(source, name, options)``
+        (hiprtc compile for this device's arch through the code-object cache, module load), ``upload``,
+        ``alloc``, ``download``, ``free``, ``launch(func, grid, block, args)``, ``synchronize``; pass
+        pointers to kernels as ``ctypes.c_void_p(device_address(ptr))``.  Raises BackendUnavailableError
+        (with the reason) without hip-python, ROCm or a supported AMD GPU."""
         reason = self.is_available()
         if reason is not None:
             raise BackendUnavailableError(f"hip backend not usable: {reason}") from self.unavailable_cause
         return self._rt
+
+    _runtime = runtime  # the internal name used throughout this module
 
     def devices(self) -> list[str]:
         if self.is_available() is not None:

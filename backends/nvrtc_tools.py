@@ -33,10 +33,12 @@ __all__ = [
     "CudaBinary",
     "compile_cuda",
     "cuobjdump_path",
+    "disassemble",
     "have_cuobjdump",
     "have_nvrtc",
     "nvrtc_version",
     "sass_counts",
+    "sass_lines",
 ]
 
 _ARCH_RE = re.compile(r"^sm_(\d+)([af]?)$")
@@ -278,6 +280,11 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
     if proc.returncode != 0:
         raise KernelCompileError(f"cuobjdump {flag} failed (exit {proc.returncode})", log=proc.stderr + proc.stdout)
     return proc.stdout
+
+
+def disassemble(cubin: bytes) -> str:
+    """``cuobjdump -sass`` of a cubin given as bytes (e.g. one read back from an emitted kernel folder)."""
+    return _cuobjdump(cubin, "-sass")
 
 
 _RE_SASS = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?")

@@ -450,7 +450,7 @@ def _hip_launcher():
 
     from . import get
 
-    rt = get("hip")._runtime()  # raises BackendUnavailableError (with the reason) without ROCm / an AMD GPU
+    rt = get("hip").runtime()  # raises BackendUnavailableError (with the reason) without ROCm / an AMD GPU
 
     def launch(probe, inputs, out_words, threads):
         func = rt.function(probe.source(), probe.entry, probe.options)
@@ -476,7 +476,7 @@ def _hip_launcher():
 def _device_address(ptr) -> int:
     from . import hip as _hip
 
-    return _hip._address(ptr)
+    return _hip.device_address(ptr)
 
 
 # ----------------------------------------------------------------------------------------------------------------

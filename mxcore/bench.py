@@ -80,43 +80,41 @@ def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, 
     cases = [(d, s, t) for d in dtypes for s in shapes for t in tiles]
     t_start = time.time()
     for idx, (dtype, (m, n, k), tile) in enumerate(cases, 1):
-        if True:
-            progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)",
-                     flush=True)
-            be.force_tile = tile
-            mdt = _dt.resolve(dtype, be.target().arch)
-            plans = []
-            for _ in range(sets):
-                a, b = _inputs(cp, rng, dtype, m, n, k, b_colmajor)
-                plans.append(be.plan(a, b, mdt))
-            it = iter(range(1 << 62))
-            gemm = lambda: plans[next(it) % sets].gemm()  # noqa: E731
-            t_gemm = time_callable(cp, gemm, repeats)
-            it2 = iter(range(1 << 62))
-            prep = lambda: plans[next(it2) % sets].prep()  # noqa: E731
-            t_prep = time_callable(cp, prep, max(3, repeats // 4))
-            flops = 2.0 * m * n * k
-            row = {"dtype": dtype, "m": m, "n": n, "k": k, "tile": plans[0].variant.name if plans[0].variant else "",
-                   "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
-                   "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
-            plans.clear()
-            base = be.vendor_baseline(dtype, m, n, k) if baseline and hasattr(be, "vendor_baseline") else None
-            if base is not None:
-                label, fn = base
-                t_base = time_callable(cp, fn, repeats)
-                row.update(baseline=label, baseline_tflops=flops / t_base / 1e12, baseline_ms=t_base * 1e3,
-                           ratio=t_base / t_gemm)
-            if hasattr(be, "instruction_ceiling"):
-                from mxcore.backends.cuda import ceiling_element
+        progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)", flush=True)
+        be.force_tile = tile
+        mdt = _dt.resolve(dtype, be.target().arch)
+        a, b = _inputs(cp, rng, dtype, m, n, k, b_colmajor)
+        plans = [be.plan(a, b, mdt)]  # fresh random operands; further sets are device copies of them
+        del a, b
+        plans += [plans[0].clone() for _ in range(sets - 1)]
+        it = iter(range(1 << 62))
+        gemm = lambda: plans[next(it) % sets].gemm()  # noqa: E731
+        t_gemm = time_callable(cp, gemm, repeats)
+        it2 = iter(range(1 << 62))
+        prep = lambda: plans[next(it2) % sets].prep()  # noqa: E731
+        t_prep = time_callable(cp, prep, max(3, repeats // 4))
+        flops = 2.0 * m * n * k
+        row = {"dtype": dtype, "m": m, "n": n, "k": k, "tile": plans[0].variant.name if plans[0].variant else "",
+               "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
+               "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
+        plans.clear()
+        base = be.vendor_baseline(dtype, m, n, k) if baseline and hasattr(be, "vendor_baseline") else None
+        if base is not None:
+            label, fn = base
+            t_base = time_callable(cp, fn, repeats)
+            row.update(baseline=label, baseline_tflops=flops / t_base / 1e12, baseline_ms=t_base * 1e3,
+                       ratio=t_base / t_gemm)
+        if hasattr(be, "instruction_ceiling"):
+            from mxcore.backends.cuda import ceiling_element
 
-                key = ceiling_element(dtype, be.target().arch)
-                if key not in ceilings:
-                    ceilings[key] = be.instruction_ceiling(dtype)
-                mnem, ceil_tf = ceilings[key]
-                row.update(ceiling_instruction=mnem, ceiling_tflops=ceil_tf,
-                           fraction_of_ceiling=row["mxcore_tflops"] / ceil_tf)
-            rows.append(row)
-            progress("    " + _fmt(row), flush=True)
+            key = ceiling_element(dtype, be.target().arch)
+            if key not in ceilings:
+                ceilings[key] = be.instruction_ceiling(dtype)
+            mnem, ceil_tf = ceilings[key]
+            row.update(ceiling_instruction=mnem, ceiling_tflops=ceil_tf,
+                       fraction_of_ceiling=row["mxcore_tflops"] / ceil_tf)
+        rows.append(row)
+        progress("    " + _fmt(row), flush=True)
     be.force_tile = None
     return rows
 

@@ -29,21 +29,47 @@ import math
 
 import numpy as np
 
-from .errors import FormatError, InputTypeError, ShapeError
+from .errors import FormatError, InputTypeError, LayoutError, ShapeError
 
-__all__ = ["scatter", "gather", "execute", "decode_regs", "pack", "unpack", "ldmatrix"]
+__all__ = ["scatter", "gather", "execute", "decode_regs", "pack", "unpack", "ldmatrix", "RegisterShapeError"]
 
 _CODE_BITS = {"e4m3fn": 8, "e5m2": 8, "e4m3fnuz": 8, "e5m2fnuz": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4, "e8m0": 8}
 _WORD = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16}
 
 
-def _operand(layout, operand):
+class RegisterShapeError(ShapeError, LayoutError):
+    """Register arrays whose shape is not the layout's (lanes, slots); both a ShapeError and a LayoutError."""
+
+
+def _mma_layout(layout, what: str):
+    """``layout`` when it is a matrix-instruction record, else LayoutError saying what to use."""
+    from .layouts import InstructionLayout, LdMatrixLayout
+
+    if isinstance(layout, LdMatrixLayout):
+        raise LayoutError(f"{layout.name} is a movement layout (ldmatrix loads, it does not multiply): "
+                          f"{what} needs an mma/MFMA layout; use mxcore.emulate.ldmatrix(layout, matrices)")
+    if not isinstance(layout, InstructionLayout):
+        raise LayoutError(f"{what} needs a layout from mxcore.layouts.get(name), got {type(layout).__name__}")
+    return layout
+
+
+def _operand(layout, operand, what: str = "emulate"):
+    layout = _mma_layout(layout, what)
     return layout.operand(operand) if isinstance(operand, str) else operand
+
+
+def _check_regs(layout, op, regs, what: str) -> np.ndarray:
+    arr = np.asarray(regs)
+    if arr.shape != (op.lanes, op.slots):
+        raise RegisterShapeError(
+            f"{what}: {layout.name} operand {op.role} registers must have shape (lanes, slots) = "
+            f"({op.lanes}, {op.slots}), got an array of shape {arr.shape}")
+    return arr
 
 
 def scatter(layout, operand, matrix) -> np.ndarray:
     """Per-lane registers (lanes, slots) holding ``matrix`` (the operand's full tile) as the layout says."""
-    op = _operand(layout, operand)
+    op = _operand(layout, operand, "emulate.scatter")
     mat = np.asarray(matrix)
     if mat.shape != op.shape:
         raise ShapeError(f"{layout.name} operand {op.role}: tile is {op.shape}, got an array of shape {mat.shape}")
@@ -52,11 +78,8 @@ def scatter(layout, operand, matrix) -> np.ndarray:
 
 def gather(layout, operand, regs) -> np.ndarray:
     """The operand's tile rebuilt from per-lane registers (lanes, slots)."""
-    op = _operand(layout, operand)
-    regs = np.asarray(regs)
-    if regs.shape != (op.lanes, op.slots):
-        raise ShapeError(f"{layout.name} operand {op.role}: registers are ({op.lanes}, {op.slots}), "
-                         f"got an array of shape {regs.shape}")
+    op = _operand(layout, operand, "emulate.gather")
+    regs = _check_regs(layout, op, regs, "emulate.gather")
     out = np.empty(op.shape, dtype=regs.dtype)
     out[op.coords[..., 0], op.coords[..., 1]] = regs
     return out
@@ -64,6 +87,11 @@ def gather(layout, operand, regs) -> np.ndarray:
 
 def ldmatrix(layout, matrices) -> np.ndarray:
     """What each lane receives from ``ldmatrix``: ``matrices`` (num, 8, 8) as stored -> (32, 2*num) halves."""
+    from .layouts import LdMatrixLayout
+
+    if not isinstance(layout, LdMatrixLayout):
+        raise LayoutError(f"emulate.ldmatrix needs an ldmatrix layout (e.g. mxcore.layouts.get('ldmatrix.x4')), "
+                          f"got {getattr(layout, 'name', type(layout).__name__)}; use emulate.execute for mma/MFMA")
     mats = np.asarray(matrices)
     if mats.shape != (layout.num, 8, 8):
         raise ShapeError(f"{layout.name}: expected ({layout.num}, 8, 8) stored matrices, got {mats.shape}")
@@ -164,6 +192,10 @@ def execute(layout, a, b, c, *, scale_a=None, scale_b=None) -> np.ndarray:
     shape (lanes, 1) holding the byte that op_sel selects.  Returns float32 (or float16 for an fp16
     accumulator) values.
     """
+    _mma_layout(layout, "emulate.execute")
+    a = _check_regs(layout, layout.a, a, "emulate.execute")
+    b = _check_regs(layout, layout.b, b, "emulate.execute")
+    c = _check_regs(layout, layout.c, c, "emulate.execute")
     A = gather(layout, "a", decode_regs(layout.a_format, a))
     B = gather(layout, "b", decode_regs(layout.b_format, b))
     C = gather(layout, "c", decode_regs(layout.c_format, c))
@@ -172,6 +204,8 @@ def execute(layout, a, b, c, *, scale_a=None, scale_b=None) -> np.ndarray:
             raise ShapeError(f"{layout.name} is block-scaled: pass scale_a and scale_b (E8M0 codes, "
                              f"registers of shape ({layout.lanes}, 1))")
         blk = layout.scale_block
+        scale_a = _check_regs(layout, layout.scale_a, scale_a, "emulate.execute")
+        scale_b = _check_regs(layout, layout.scale_b, scale_b, "emulate.execute")
         SA = gather(layout, "scale_a", decode_regs(layout.scale_format, scale_a))
         SB = gather(layout, "scale_b", decode_regs(layout.scale_format, scale_b))
         A = A * np.repeat(SA, blk, axis=1)   # exact: powers of two, far from float64's range limits
@@ -202,11 +236,9 @@ def _slot_bits(fmt: str, regs: np.ndarray) -> np.ndarray:
 
 def pack(layout, operand, regs) -> np.ndarray:
     """(lanes, registers) uint32 words holding ``regs`` (lanes, slots) at the layout's bit offsets."""
-    op = _operand(layout, operand)
+    op = _operand(layout, operand, "emulate.pack")
     fmt = layout.format_of(op.role)
-    bits = _slot_bits(fmt, regs)
-    if bits.shape != (op.lanes, op.slots):
-        raise ShapeError(f"{layout.name} operand {op.role}: expected ({op.lanes}, {op.slots}) registers")
+    bits = _slot_bits(fmt, _check_regs(layout, op, regs, "emulate.pack"))
     big = np.zeros((op.lanes,), dtype=object)
     mask = (1 << op.bits) - 1
     for s, off in enumerate(op.bit_offsets):
@@ -219,11 +251,11 @@ def pack(layout, operand, regs) -> np.ndarray:
 
 def unpack(layout, operand, words) -> np.ndarray:
     """Inverse of :func:`pack`: codes (uint8) for ≤8-bit formats, float values otherwise."""
-    op = _operand(layout, operand)
+    op = _operand(layout, operand, "emulate.unpack")
     fmt = layout.format_of(op.role)
     words = np.asarray(words, dtype=np.uint64)
     if words.shape != (op.lanes, op.registers):
-        raise ShapeError(f"{layout.name} operand {op.role}: expected ({op.lanes}, {op.registers}) words")
+        raise RegisterShapeError(f"{layout.name} operand {op.role}: expected ({op.lanes}, {op.registers}) words")
     big = [sum(int(w) << (32 * r) for r, w in enumerate(row)) for row in words]
     mask = (1 << op.bits) - 1
     raw = np.array([[(v >> off) & mask for off in op.bit_offsets] for v in big], dtype=np.uint64)

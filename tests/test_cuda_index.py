@@ -121,6 +121,6 @@ def test_formula_grammar_rejects_other_code():
 
 def test_tile_choice():
     assert cuda.choose_tile(16, 8192) == "32x64"
-    assert cuda.choose_tile(4096, 4096) == "128x256"
+    assert cuda.choose_tile(4096, 4096) == "128x128"
     assert cuda.choose_tile(8192, 1024) == "128x128"
     assert cuda.choose_tile(100, 100) == "64x64"

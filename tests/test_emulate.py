@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mxcore import emulate, layouts
-from mxcore.errors import InputTypeError, ShapeError
+from mxcore.errors import InputTypeError, LayoutError, ShapeError
 
 from test_layouts import ALL, lid
 
@@ -140,3 +140,31 @@ def test_input_checks():
     with pytest.raises(ShapeError, match="scale"):
         emulate.execute(scaled, np.zeros((64, 32), np.uint8), np.zeros((64, 32), np.uint8),
                         np.zeros((64, 16), np.float32))
+
+
+def test_register_shapes_named():
+    lay = layouts.get("m16n8k16.f16")
+    c = np.zeros((32, 4), np.float32)
+    with pytest.raises(LayoutError, match=r"operand a registers must have shape \(lanes, slots\) = \(32, 8\), "
+                                          r"got an array of shape \(32, 3\)") as info:
+        emulate.execute(lay, np.zeros((32, 3)), np.zeros((32, 4)), c)
+    assert isinstance(info.value, ShapeError)
+    with pytest.raises(LayoutError, match=r"operand c .*\(32, 4\), got an array of shape \(4, 32\)"):
+        emulate.execute(lay, np.zeros((32, 8)), np.zeros((32, 4)), c.T)
+    with pytest.raises(LayoutError, match=r"operand b .*\(32, 4\)"):
+        emulate.pack(lay, "b", np.zeros((32, 5)))
+    scaled = layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4")
+    codes = np.zeros((64, 32), np.uint8)
+    with pytest.raises(LayoutError, match=r"operand scale_a .*\(64, 1\), got an array of shape \(64,\)"):
+        emulate.execute(scaled, codes, codes, np.zeros((64, 16), np.float32),
+                        scale_a=np.zeros(64, np.uint8), scale_b=np.zeros((64, 1), np.uint8))
+
+
+def test_ldmatrix_is_not_an_mma():
+    ldm = layouts.get("ldmatrix.x1")
+    with pytest.raises(LayoutError, match=r"movement layout.*emulate\.ldmatrix"):
+        emulate.execute(ldm, np.zeros((32, 2)), np.zeros((32, 2)), np.zeros((32, 2)))
+    with pytest.raises(LayoutError, match="movement layout"):
+        emulate.gather(ldm, "a", np.zeros((32, 2)))
+    with pytest.raises(LayoutError, match="needs an ldmatrix layout"):
+        emulate.ldmatrix(layouts.get("m16n8k16.f16"), np.zeros((1, 8, 8)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import os
 import sys
 import types
 
@@ -27,7 +28,7 @@ from mxcore.backends import hip, hip_tools
 from test_hip_index import HALVES, consts, mirror_gemm
 
 from mxcore import dtypes as _dt
-from mxcore.errors import BackendUnavailableError, UnsupportedError
+from mxcore.errors import BackendUnavailableError, DeviceError, UnsupportedError
 from mxcore.reference import reference_matmul
 
 
@@ -229,6 +230,7 @@ class FakeHip:
 
         def compile_(prog, n, opts):
             opts = [o.decode() for o in opts]
+            fake.full_options = opts
             arch = next(o.split("=", 1)[1] for o in opts if o.startswith("--offload-arch="))
             assert opts[1:3] == list(hip.COMMON_OPTIONS)
             defines = [o for o in opts if o.startswith("-D")]
@@ -438,3 +440,84 @@ def test_fake_plan_reuse_and_forced_tile(fake_gfx950, rng):
     finally:
         be.force_tile = None
     assert not fake.mem
+
+
+# ============================================================================ code-object cache key
+def test_fake_cache_key_is_the_full_hiprtc_option_list(fake_gfx950, rng):
+    fake, be = fake_gfx950
+    a, b = _exact_inputs(rng, 16, 16, 32)
+    be.matmul(a, b, _dt.resolve("fp16", "gfx950"))
+    rt = be.runtime()
+    assert fake.full_options == hip.hiprtc_options("gfx950", fake.last_options)
+    assert fake.full_options[1:3] == list(hip.COMMON_OPTIONS)
+    from mxcore.kernels import kernel_source
+
+    key = hip.cache_key(kernel_source("amd", hip.SOURCE_FILE), "gfx950", fake.full_options, rt.compiler_id())
+    assert os.path.exists(os.path.join(hip.cache_dir(), key + ".co"))
+
+
+class _CountingRuntime(hip._Runtime):
+    """hip._Runtime's cache path (code_object) with the hiprtc call replaced by a counter."""
+
+    def __init__(self):  # no hip-python: only what code_object needs
+        self.compiled = []
+
+    def compiler_id(self) -> str:
+        return "hiprtc:test"
+
+    def hiprtc_compile(self, source, name, arch, options) -> bytes:
+        self.compiled.append(hip.hiprtc_options(arch, options))
+        return f"code object #{len(self.compiled)}".encode()
+
+
+def test_hiprtc_cache_key_covers_common_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path))
+    rt = _CountingRuntime()
+    first = rt.code_object("src", "k", "gfx950", ("-DA=1",))
+    assert rt.code_object("src", "k", "gfx950", ("-DA=1",)) == first and len(rt.compiled) == 1  # cache hit
+    monkeypatch.setattr(hip, "COMMON_OPTIONS", ("-O2", "-std=c++17"))
+    again = rt.code_object("src", "k", "gfx950", ("-DA=1",))
+    assert again != first and rt.compiled[-1] == ["--offload-arch=gfx950", "-O2", "-std=c++17", "-DA=1"]
+    # option order reaches the compiler, so it is part of the key too (a later -D wins)
+    rt.code_object("src", "k", "gfx950", ("-DA=1", "-DA=2"))
+    rt.code_object("src", "k", "gfx950", ("-DA=2", "-DA=1"))
+    assert len(rt.compiled) == 4
+
+
+def test_offline_cache_key_covers_clang_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def fake_compile(source, *, name, arch, options=()):
+        calls.append((tuple(hip_tools.DEFAULT_OPTIONS), tuple(options)))
+        return hip_tools.HipBinary(f"co{len(calls)}".encode(), name=name, arch=arch, options=tuple(options))
+
+    monkeypatch.setattr(hip_tools, "compile_hip", fake_compile)
+    monkeypatch.setattr(hip_tools, "clang_version", lambda: "22.test")
+    spec = hip.kernel_specs("gfx950")[0]
+    assert hip.offline_compile(spec).code_object == b"co1"
+    assert hip.offline_compile(spec).code_object == b"co1" and len(calls) == 1
+    monkeypatch.setattr(hip_tools, "DEFAULT_OPTIONS", ("-O1", "-std=c++17"))
+    assert hip.offline_compile(spec).code_object == b"co2"
+    opts = hip.clang_options("gfx950", ("-DX=1",), "entry")
+    assert opts[:len(hip_tools.BASE_FLAGS)] == list(hip_tools.BASE_FLAGS)
+    assert "--offload-arch=gfx950" in opts and opts[-3:] == ["-O1", "-std=c++17", "-DX=1"]
+    assert any(o.startswith("hip_shim.h@") for o in opts)
+
+
+# ============================================================================ public runtime / address helpers
+def test_device_address_forms():
+    class Cai:
+        __cuda_array_interface__ = {"data": (4096, False), "shape": (1,), "typestr": "<f4", "version": 3}
+
+    assert hip.device_address(12288) == 12288
+    assert hip.device_address(ctypes.c_void_p(8192)) == 8192
+    assert hip.device_address(Cai()) == 4096
+    with pytest.raises(DeviceError, match="cannot read a device address from object"):
+        hip.device_address(object())
+
+
+def test_runtime_is_public_and_says_why_not(monkeypatch):
+    monkeypatch.setitem(sys.modules, "hip", None)
+    with pytest.raises(BackendUnavailableError, match="hip-python is not installed"):
+        hip.HipBackend().runtime()

@@ -217,6 +217,28 @@ def test_errors_say_what_exists():
         layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", scale_opsel=(4, 0))
 
 
+def test_names_reject_unknown_vendor_and_arch():
+    with pytest.raises(UnknownNameError, match="known vendors: nvidia, amd"):
+        layouts.names("intel")
+    with pytest.raises(UnknownNameError, match=r"known archs: gfx942, gfx950, sm_80"):
+        layouts.names(arch="gfx900")
+    with pytest.raises(UnknownNameError, match="gfx942"):
+        layouts.names(arch="sm_70")  # older than every mma.sync record here
+    with pytest.raises(LayoutError, match="nvidia arch, not amd"):
+        layouts.names("amd", arch="sm_90")
+    assert layouts.names("AMD", arch="GFX950") == layouts.names("amd", "gfx950") != []
+    assert layouts.names(arch="sm_120") == layouts.names(arch="sm_90")  # forward compatible
+    assert layouts.names("amd", "gfx942", kind="ldmatrix") == []        # known arch, no ldmatrix there
+
+
+def test_get_non_string_name():
+    for bad in (5, None, ("m16n8k16.f16",)):
+        with pytest.raises(UnknownNameError, match="must be a string") as info:
+            layouts.get(bad)
+        assert isinstance(info.value, TypeError) and "names(kind='all')" in str(info.value)
+        assert "mma.sync" not in str(info.value)  # no unrelated suggestions
+
+
 def ck_probe_scale_lane(m, lane, slot):
     """Lane whose scale multiplied the fp8 A/B element in (lane, slot), as measured on gfx950.
 

@@ -277,3 +277,50 @@ def test_host_side_of_the_gpu_probe_on_a_fake_device(rec, monkeypatch):
     check_random_exact(rec, rng)
     check_random(rec, rng)
     check_arange(rec)
+
+
+def test_hip_launcher_uses_the_public_runtime(monkeypatch):
+    """probes' launcher goes through HipBackend.runtime() and hip.device_address only (no private names)."""
+    import ctypes
+
+    from mxcore.backends import hip
+
+    class StubRuntime:
+        def __init__(self):
+            self.mem, self.calls = {}, []
+
+        def function(self, source, name, options):
+            self.calls.append(("function", name, tuple(options)))
+            return "func"
+
+        def upload(self, host):
+            addr = 4096 * (len(self.mem) + 1)
+            self.mem[addr] = host.copy()
+            return ctypes.c_void_p(addr)  # like a pointer object, not a plain int
+
+        def launch(self, func, grid, block, args):
+            self.calls.append(("launch", func, grid, block, tuple(a.value for a in args)))
+            self.mem[args[3].value][:] = 42  # the "kernel" writes D
+
+        def synchronize(self):
+            self.calls.append(("synchronize",))
+
+        def download(self, ptr, host):
+            host[:] = self.mem[ptr.value]
+            return host
+
+        def free(self, ptr):
+            del self.mem[ptr.value]
+
+    stub = StubRuntime()
+    monkeypatch.setattr(hip.HipBackend, "runtime", lambda self: stub)
+    monkeypatch.delattr(hip.HipBackend, "_runtime")
+    monkeypatch.delattr(hip, "_address")
+    pk = PROBES[0]
+    launch = probes._hip_launcher()
+    inputs = [np.full(4, i, np.uint32) for i in range(5)]  # a, b, c, scale_a, scale_b
+    out = launch(pk, inputs, 8, 64)
+    assert out.tolist() == [42] * 8 and stub.mem == {}  # everything freed
+    assert stub.calls[0] == ("function", pk.entry, tuple(pk.options))
+    # kernel arguments: a, b, c, d, scale_a, scale_b (d is the sixth upload)
+    assert stub.calls[1] == ("launch", "func", (1, 1, 1), (64, 1, 1), tuple(4096 * i for i in (1, 2, 3, 6, 4, 5)))

@@ -48,7 +48,7 @@ def test_ldmatrix_picture():
 
 def test_png_optional():
     if importlib.util.find_spec("PIL") is None:
-        with pytest.raises(BackendUnavailableError, match="Pillow"):
+        with pytest.raises(BackendUnavailableError, match=r'Pillow: pip install "mxcore\[png\]"'):
             layouts.render("m16n8k8.tf32", "B", fmt="png")
     else:
         data = layouts.render("m16n8k8.tf32", "B", fmt="png")
@@ -76,3 +76,49 @@ def test_cli(tmp_path, capsys):
     ET.fromstring(target.read_text())
     assert layouts._cli(["no_such_instruction"]) == 2
     assert "unknown instruction" in capsys.readouterr().err
+
+
+def test_cli_bad_scale_opsel_is_a_usage_error(capsys):
+    for bad in ("x", "1", "0,5", "0,1,2"):
+        with pytest.raises(SystemExit) as info:
+            layouts._cli(["v_mfma_scale_f32_32x32x64_f8f6f4", "--scale-opsel", bad])
+        assert info.value.code == 2
+        captured = capsys.readouterr()
+        assert "expected A,B" in captured.err and "e.g. 0,1" in captured.err and captured.out == ""
+    assert layouts._cli(["v_mfma_scale_f32_32x32x64_f8f6f4", "--scale-opsel", "1,3", "--operand", "scale_b"]) == 0
+    assert "op_sel bytes (1, 3)" in capsys.readouterr().out
+
+
+def test_cli_bad_operand_prints_nothing_first(capsys):
+    assert layouts._cli(["v_mfma_f32_32x32x8_f16", "--operand", "Z"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "no operand 'Z'; operands: a, b, c, d" in captured.err
+    assert layouts._cli(["v_mfma_scale_f32_16x16x128_f8f6f4", "--operand", "scale_c"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "scale_a, scale_b" in captured.err
+
+
+def test_cli_out_suffix(tmp_path, capsys):
+    bmp = tmp_path / "x.bmp"
+    with pytest.raises(SystemExit) as info:
+        layouts._cli(["m16n8k16.f16", "--out", str(bmp)])
+    assert info.value.code == 2 and not bmp.exists()
+    assert ".svg, .png or .txt" in capsys.readouterr().err
+    txt = tmp_path / "c.TXT"
+    assert layouts._cli(["m16n8k16.f16", "--operand", "C", "--out", str(txt)]) == 0
+    assert txt.read_text() == layouts.render("m16n8k16.f16", "C", fmt="text")
+    png = tmp_path / "x.png"
+    if importlib.util.find_spec("PIL") is None:
+        capsys.readouterr()
+        assert layouts._cli(["m16n8k16.f16", "--out", str(png)]) == 2
+        assert 'pip install "mxcore[png]"' in capsys.readouterr().err and not png.exists()
+    else:
+        assert layouts._cli(["m16n8k16.f16", "--out", str(png)]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_list_rejects_unknown_arch(capsys):
+    assert layouts._cli(["--list", "--arch", "gfx900"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "known archs" in captured.err

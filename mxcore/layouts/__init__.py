@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import LayoutError, UnknownNameError
+from ..errors import InputTypeError, LayoutError, UnknownNameError
 from . import cdna3, cdna4, nvidia
 from ._core import InstructionLayout, LdMatrixLayout, OperandLayout
 
@@ -51,8 +51,16 @@ for _n in cdna4.F8F6F4_SHAPES:
     _ALIAS[_n.replace("v_mfma_", "")] = _n
 
 
+class _NameTypeError(UnknownNameError, InputTypeError):
+    """A layout name that is not a string (caught by ``except KeyError`` and ``except TypeError``)."""
+
+
 def _canonical_name(name: str) -> str:
-    key = str(name).strip().lower()
+    if not isinstance(name, str):
+        raise _NameTypeError(f"instruction name must be a string, got {type(name).__name__} {name!r}; "
+                             "e.g. 'm16n8k16.f16', 'v_mfma_f32_32x32x8_f16' or 'ldmatrix.x4' "
+                             "(all names: mxcore.layouts.names(kind='all'))")
+    key = name.strip().lower()
     if key in _BY_NAME or key in cdna4.F8F6F4_SHAPES or key in _LDM:
         return key
     if key in _ALIAS:
@@ -74,6 +82,26 @@ def _arch_matches(rec, arch: str) -> bool:
     return False
 
 
+VENDORS = ("nvidia", "amd")
+
+
+def _known_archs(vendor: str | None = None) -> list[str]:
+    recs = list(_fixed_records()) + list(nvidia.LDMATRIX) + [cdna4.f8f6f4(n, "e4m3fn", "e4m3fn")
+                                                              for n in cdna4.F8F6F4_SHAPES]
+    return sorted({a for r in recs if vendor in (None, r.vendor) for a in r.archs})
+
+
+def _check_arch(arch) -> str:
+    """``arch`` normalised (lower case) when some layout runs on it, else UnknownNameError."""
+    key = arch.strip().lower() if isinstance(arch, str) else None
+    if key is not None and any(_arch_matches(r, key) for r in list(_fixed_records()) + list(nvidia.LDMATRIX)):
+        return key
+    if key in _known_archs():
+        return key
+    raise UnknownNameError(f"no layouts for arch {arch!r}; known archs: {', '.join(_known_archs())} "
+                           "(NVIDIA sm_XY newer than sm_90 also work: mma.sync is forward compatible)")
+
+
 def names(vendor: str | None = None, arch: str | None = None, *, kind: str = "mma") -> list[str]:
     """Instruction names for ``vendor`` ("nvidia" | "amd") and ``arch`` (e.g. "sm_90", "gfx950").
 
@@ -81,6 +109,16 @@ def names(vendor: str | None = None, arch: str | None = None, *, kind: str = "mm
     """
     if kind not in ("mma", "ldmatrix", "all"):
         raise LayoutError(f"kind {kind!r}: use 'mma', 'ldmatrix' or 'all'")
+    if vendor is not None:
+        if not isinstance(vendor, str) or vendor.strip().lower() not in VENDORS:
+            raise UnknownNameError(f"unknown vendor {vendor!r}; known vendors: {', '.join(VENDORS)}")
+        vendor = vendor.strip().lower()
+    if arch is not None:
+        arch = _check_arch(arch)
+        arch_vendor = "nvidia" if arch.startswith("sm_") else "amd"
+        if vendor is not None and vendor != arch_vendor:
+            raise LayoutError(f"arch {arch!r} is an {arch_vendor} arch, not {vendor}; "
+                              f"drop the vendor or pick one of {', '.join(_known_archs(vendor))}")
     recs = []
     if kind in ("mma", "all"):
         recs += list(_fixed_records()) + [cdna4.f8f6f4(n, "e4m3fn", "e4m3fn") for n in cdna4.F8F6F4_SHAPES]
@@ -88,7 +126,7 @@ def names(vendor: str | None = None, arch: str | None = None, *, kind: str = "mm
         recs += list(nvidia.LDMATRIX)
     out = []
     for r in recs:
-        if vendor is not None and r.vendor != vendor.lower():
+        if vendor is not None and r.vendor != vendor:
             continue
         if arch is not None and not _arch_matches(r, arch):
             continue
@@ -153,37 +191,63 @@ def render(name: str, operand: str = "a", fmt: str = "svg", **get_kwargs) -> str
     return _render.render(get(name, **get_kwargs), operand, fmt)
 
 
+_OUT_FORMATS = {".svg": "svg", ".png": "png", ".txt": "text"}
+
+
+def _opsel_arg(text: str) -> tuple:
+    """argparse type for --scale-opsel: "A,B", two byte indices 0..3."""
+    import argparse
+
+    parts = text.split(",")
+    try:
+        vals = tuple(int(x) for x in parts)
+    except ValueError:
+        vals = ()
+    if len(vals) != 2 or not all(0 <= v <= 3 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected A,B: the bytes (0..3) of the scale_a and "
+                                         "scale_b registers, e.g. 0,1")
+    return vals
+
+
 def _cli(argv) -> int:
     import argparse
+    import os
     import sys
 
     p = argparse.ArgumentParser(prog="mxcore layout", description="show an instruction's fragment layout")
     p.add_argument("name", nargs="?", help="instruction (PTX form, alias like m16n8k16.f16, or AMD mnemonic)")
     p.add_argument("--list", action="store_true", help="list instruction names and exit")
-    p.add_argument("--vendor", choices=["nvidia", "amd"])
+    p.add_argument("--vendor", choices=list(VENDORS))
     p.add_argument("--arch", help="filter --list (sm_90, gfx942, gfx950) or pick the record")
-    p.add_argument("--operand", default="A", help="A, B, C (= D), scale_a, scale_b (default A)")
-    p.add_argument("--out", help="write a picture: file.svg or file.png (png needs Pillow)")
+    p.add_argument("--operand", default="A", help="A, B, C (= D), and scale_a, scale_b on scaled MFMAs (default A)")
+    p.add_argument("--out", help="write a picture instead of printing: file.svg, file.png (needs Pillow: "
+                                 'pip install "mxcore[png]") or file.txt')
     p.add_argument("--a-format", help="f8f6f4 A format: fp8 bf8 fp6 bf6 fp4 (or e4m3fn e5m2 e2m3 e3m2 e2m1)")
     p.add_argument("--b-format", help="f8f6f4 B format")
-    p.add_argument("--scale-opsel", help="scaled MFMAs: bytes read from the scale registers, e.g. 0,1")
+    p.add_argument("--scale-opsel", type=_opsel_arg, metavar="A,B",
+                   help="scaled MFMAs: bytes (0..3) read from the scale_a and scale_b registers, e.g. 0,1")
     args = p.parse_args(argv)
+    out_fmt = None
+    if args.out:
+        out_fmt = _OUT_FORMATS.get(os.path.splitext(args.out)[1].lower())
+        if out_fmt is None:
+            p.error(f"--out {args.out}: use a file name ending in .svg, .png or .txt")
     from ..errors import MXCoreError
+    from . import _draw as _render
 
-    if args.list or not args.name:
-        for n in names(args.vendor, args.arch, kind="all"):
-            print(n)
-        return 0
-    kw = dict(a_format=args.a_format, b_format=args.b_format, arch=args.arch)
-    if args.scale_opsel:
-        kw["scale_opsel"] = tuple(int(x) for x in args.scale_opsel.split(","))
     try:
+        if args.list or not args.name:
+            for n in names(args.vendor, args.arch, kind="all"):
+                print(n)
+            return 0
+        kw = dict(a_format=args.a_format, b_format=args.b_format, arch=args.arch)
+        if args.scale_opsel is not None:
+            kw["scale_opsel"] = args.scale_opsel
         lay = get(args.name, **kw)
-        from . import _draw as _render
-
-        if args.out:
-            fmt = "png" if args.out.lower().endswith(".png") else "svg"
-            data = _render.render(lay, args.operand, fmt)
+        if isinstance(lay, InstructionLayout):
+            lay.operand(args.operand)  # validate before printing anything
+        if out_fmt is not None:
+            data = _render.render(lay, args.operand, out_fmt)
             mode = "wb" if isinstance(data, bytes) else "w"
             with open(args.out, mode) as fh:
                 fh.write(data)

@@ -95,8 +95,8 @@ def _png(title, lane, slot, label, lanes) -> bytes:
     try:
         from PIL import Image, ImageDraw
     except ImportError as exc:
-        raise BackendUnavailableError("PNG output needs Pillow (pip install pillow); "
-                                      "render(..., fmt='svg') needs nothing") from exc
+        raise BackendUnavailableError("PNG output needs Pillow: pip install \"mxcore[png]\" (or pip install pillow); "
+                                      "SVG (fmt='svg', --out file.svg) needs nothing") from exc
     import io
 
     rows, cols = lane.shape
