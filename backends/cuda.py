@@ -370,6 +370,7 @@ class CudaBackend:
         self._reason_cache = None
         self.force_native_fp8 = False  # tests: run the m16n8k32 fp8 kernel even on sm_90 (compiler-emulated)
         self.force_tile: str | None = None
+        self.force_split: int = 0  # tests: split K into this many slices
 
     # ---- availability ---------------------------------------------------------------------------------------
     def is_available(self) -> str | None:
@@ -626,14 +627,36 @@ class CudaBackend:
                 raise UnsupportedError(f"leading dimension {op.ld} is too large for the CUDA kernels' 32-bit tile "
                                        "offsets; pass a contiguous operand with fewer than ~16M elements per row")
         kern = self._gemm_kernel(v)
-        grid = (-(-m // t.bm) * -(-n // t.bn),)
+        blocks = -(-m // t.bm) * -(-n // t.bn)
         e = a.exp + b.exp
-        e0, e1 = e // 2, e - e // 2
-        kern(grid, (t.threads,), (a.buf, b.buf, out, np.int32(m), np.int32(n), np.int32(a.k), np.int64(a.ld),
-                                  np.int64(b.ld), np.int64(out.shape[1]), np.float32(2.0 ** e0),
-                                  np.float32(2.0 ** e1), np.int32(_OUT_KIND[out_dtype])),
-             shared_mem=v.smem_bytes)
+        a0, a1 = np.float32(2.0 ** (e // 2)), np.float32(2.0 ** (e - e // 2))
+        splits, k_split = self._split(blocks, a.k, v.bk)
+        if splits == 1:
+            kern((blocks, 1, 1), (t.threads,), (a.buf, b.buf, out, np.int32(m), np.int32(n), np.int32(a.k),
+                 np.int64(a.ld), np.int64(b.ld), np.int64(out.shape[1]), a0, a1, np.int32(_OUT_KIND[out_dtype]),
+                 np.int32(a.k), np.int64(0)), shared_mem=v.smem_bytes)
+            return v
+        ws = cp.empty((splits, m, n), dtype=cp.float32)  # fp32 partial products, summed in z order below
+        kern((blocks, 1, splits), (t.threads,), (a.buf, b.buf, ws, np.int32(m), np.int32(n), np.int32(a.k),
+             np.int64(a.ld), np.int64(b.ld), np.int64(n), np.float32(1), np.float32(1), np.int32(0),
+             np.int32(k_split), np.int64(m * n)), shared_mem=v.smem_bytes)
+        red = self._prep_kernel("mx_splitk_reduce")
+        grid = (max(1, min(-(-m * n // 256), 4 * self._sms())),)
+        red(grid, (256,), (ws, np.int32(splits), np.int64(m * n), out, np.int32(m), np.int32(n),
+                           np.int64(out.shape[1]), a0, a1, np.int32(_OUT_KIND[out_dtype])))
         return v
+
+    def _split(self, blocks: int, k: int, bk: int) -> tuple[int, int]:
+        """(splits, K per split): split K when the output tiles cannot fill the GPU and K is long."""
+        sms = self._sms()
+        if self.force_split:
+            want = self.force_split
+        elif blocks >= sms or k < 8 * bk:
+            return 1, k
+        else:
+            want = min(-(-4 * sms // blocks), 16, k // (4 * bk))
+        k_split = _round_up(-(-k // max(1, want)), bk)
+        return -(-k // k_split), k_split
 
     def _sms(self) -> int:
         if not hasattr(self, "_sm_count"):
@@ -896,7 +919,7 @@ def compile_jobs(arch: str) -> list[dict]:
         jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": dtype, "tile": v.tile,
                      "options": gemm_options(v), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
                      "ldmatrix": True, "cp_async": True, "mma": "QMMA" if v.element.esize == 1 else "HMMA"})
-    for kname in ("mx_prep_float", "mx_prep_codes"):
+    for kname in ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce"):
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
     sm = _sm(arch)

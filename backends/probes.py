@@ -118,11 +118,23 @@ def _ptx_text(layout) -> str:
     return ptx.strip().rstrip(";")
 
 
+def is_block_scaled(layout) -> bool:
+    """An sm_120a ``mma.sync ... .block_scale`` record (scale operands chosen by {byte-id, thread-id})."""
+    return getattr(layout, "vendor", None) == "nvidia" and getattr(layout, "scale_a", None) is not None
+
+
 def _is_fp8_mma(layout) -> bool:
+    if is_block_scaled(layout):
+        return False
     return layout.a_format in ("e4m3fn", "e5m2") or layout.b_format in ("e4m3fn", "e5m2")
 
 
+_NV_ARCH_SPECIFIC = ("sm_120a",)  # arch-specific records (block-scaled mma.sync) are compile-checked here
+
+
 def _nv_archs(layout) -> tuple:
+    if is_block_scaled(layout):
+        return tuple(a for a in layout.archs if a in _NV_ARCH_SPECIFIC)
     archs = tuple(a for a in getattr(layout, "archs", _NV_ARCHS) if a in _NV_ARCHS)
     if _is_fp8_mma(layout):  # fp8 mma.sync needs sm_89+ (QMMA on sm_89, emulated on sm_90)
         archs = tuple(a for a in archs if a != "sm_80")
@@ -154,7 +166,17 @@ def _cuda_mma_probe(layout) -> ProbeKernel:
         ("MX_C_REGS", layout.c.registers),
         ("MX_C_F32", int(c_f32)),
     )
-    return ProbeKernel(layout.name, "nvidia", "probe_mma.cu", probe_entry(layout.name), defines, _nv_archs(layout),
+    entry = probe_entry(layout.name)
+    if is_block_scaled(layout):
+        (byte_a, byte_b), (thr_a, thr_b) = layout.scale_opsel, layout.scale_thread
+        if any((byte_a, byte_b, thr_a, thr_b)):
+            entry = probe_entry(layout.name, f"sel{byte_a}{thr_a}{byte_b}{thr_b}")
+        defines = ((defines[0][0], entry),) + defines[1:] + (
+            ("MX_BLOCK_SCALED", 1), ("MX_SCALE_BYTE_A", byte_a), ("MX_SCALE_THREAD_A", thr_a),
+            ("MX_SCALE_BYTE_B", byte_b), ("MX_SCALE_THREAD_B", thr_b))
+        return ProbeKernel(layout.name, "nvidia", "probe_mma.cu", entry, defines, _nv_archs(layout),
+                           layout.a_format, layout.b_format, byte_a, byte_b, True)
+    return ProbeKernel(layout.name, "nvidia", "probe_mma.cu", entry, defines, _nv_archs(layout),
                        layout.a_format, layout.b_format)
 
 
@@ -279,6 +301,9 @@ def _hip_mfma_probe(layout) -> ProbeKernel:
 _FP8_SASS = {"e4m3fn": "E4M3", "e5m2": "E5M2"}
 
 
+_MX_SASS = {"e4m3fn": "E4M3", "e5m2": "E5M2", "e3m2": "E3M2", "e2m3": "E2M3", "e2m1": "E2M1"}
+
+
 def expected_sass(layout, arch: str) -> dict:
     """What the probe's SASS must hold for ``arch``: {"opcode": (count, required line fragment), ...}.
 
@@ -294,6 +319,9 @@ def expected_sass(layout, arch: str) -> dict:
     if not m:
         raise LayoutError(f"{layout.name}: no .mMnNkK shape in {text!r}")
     shape = "".join(m.groups())
+    if is_block_scaled(layout):  # sm_120a: QMMA.SF.16832 (kind::mxf8f6f4) / OMMA.SF.16864 (kind::mxf4*), E8 scales
+        op = "QMMA" if shape == "16832" else "OMMA"
+        return {op: (1, f"{op}.SF.{shape}.F32.{_MX_SASS[layout.a_format]}.{_MX_SASS[layout.b_format]}.E8")}
     if _is_fp8_mma(layout):
         if arch == "sm_89":
             return {"QMMA": (1, f"QMMA.{shape}.F32.{_FP8_SASS[layout.a_format]}.{_FP8_SASS[layout.b_format]}")}
@@ -370,15 +398,20 @@ def _cupy():
     return cupy
 
 
-def run_cuda(layout, a_regs, b_regs, c_regs) -> np.ndarray:
+def run_cuda(layout, a_regs, b_regs, c_regs, *, scale_a=None, scale_b=None) -> np.ndarray:
     """Execute ``layout``'s mma.sync once on the current CUDA device.
 
     ``a_regs``, ``b_regs``, ``c_regs``: per-lane slots (``(lanes, slots)``, codes or values, as from
-    ``mxcore.emulate.scatter``).  Returns D's per-lane slots as float64 values ``(lanes, slots)``."""
+    ``mxcore.emulate.scatter``); ``scale_a``/``scale_b`` the same for the block-scaled sm_120a records
+    (E8M0 codes; lanes that supply no scale get decoys).  Returns D's per-lane slots as float64 values."""
     cp = _cupy()
     probe = _cuda_mma_probe(layout)
     fn = _cupy_function(probe)
     bufs = [cp.asarray(_words(layout, n, r).ravel()) for n, r in (("a", a_regs), ("b", b_regs), ("c", c_regs))]
+    if probe.scaled:
+        if scale_a is None or scale_b is None:
+            raise UnsupportedError(f"{layout.name} is block-scaled: pass scale_a and scale_b (E8M0 codes)")
+        bufs += [cp.asarray(scale_words(layout, "scale_a", scale_a)), cp.asarray(scale_words(layout, "scale_b", scale_b))]
     d = cp.full(layout.lanes * layout.c.registers, 0x7FC00000, dtype=cp.uint32)  # poisoned with NaN
     fn((1,), (layout.lanes,), (*bufs, d))
     cp.cuda.runtime.deviceSynchronize()
@@ -434,13 +467,15 @@ def scale_words(layout, name: str, regs) -> np.ndarray:
     from mxcore import emulate
 
     op = getattr(layout, name)
-    codes = np.asarray(regs).astype(np.uint32).reshape(layout.lanes, -1)[:, 0]
-    word = emulate.pack(layout, name, codes.reshape(-1, 1).astype(np.uint8))[:, 0]
+    codes = np.asarray(regs).astype(np.uint32).reshape(layout.lanes, op.slots)
+    word = emulate.pack(layout, name, codes.astype(np.uint8))[:, 0]
     used = 0
     for off in op.bit_offsets:
         used |= ((1 << int(op.bits)) - 1) << int(off)
-    decoy = ((codes ^ 0x55) & 0xFF) * np.uint32(0x01010101)
-    return (word | (decoy & np.uint32(~used & 0xFFFFFFFF))).astype(np.uint32)
+    decoy = ((codes[:, 0] ^ 0x55) & 0xFF) * np.uint32(0x01010101)
+    out = word | (decoy & np.uint32(~used & 0xFFFFFFFF))
+    # lanes that supply no scale (NVIDIA block_scale: thread-id picks the lanes) hold decoys only
+    return np.where(op.held.any(axis=1), out, decoy ^ np.uint32(0x01010101)).astype(np.uint32)
 
 
 def _hip_launcher():
@@ -510,7 +545,7 @@ def run_matrices(layout, a, b, c, *, scale_a=None, scale_b=None, device: str = "
         scales = {"scale_a": emulate.scatter(layout, "scale_a", np.asarray(scale_a, dtype=np.uint8)),
                       "scale_b": emulate.scatter(layout, "scale_b", np.asarray(scale_b, dtype=np.uint8))}
     if device == "cuda":
-        d = run_cuda(layout, *regs)
+        d = run_cuda(layout, *regs, **scales)
     elif device == "hip":
         d = run_hip(layout, *regs, **scales)
     elif device == "emulate":

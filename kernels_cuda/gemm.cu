@@ -184,10 +184,20 @@ __device__ __forceinline__ u16 f32_to_bf16(float v) {
 
 // out_kind: 0 fp32, 1 fp16, 2 bf16.  ldc in elements.  alpha0, alpha1: powers of two of one sign of exponent
 // (per-tensor fp8 scales, MX global shifts) so that each product is exact; 1, 1 otherwise.
+// Split K: block z multiplies K range [z * k_split, min(K, (z + 1) * k_split)) (k_split a multiple of BK) and
+// writes its partial product to C + z * split_stride elements (fp32, alpha 1); mx_splitk_reduce (gemm_prep.cu)
+// then sums the slices in z order.  Without a split: gridDim.z = 1, k_split >= K.
 extern "C" __global__ void __launch_bounds__(NT)
 mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C, int M, int N, int K, i64 lda,
-        i64 ldb, i64 ldc, float alpha0, float alpha1, int out_kind) {
+        i64 ldb, i64 ldc, float alpha0, float alpha1, int out_kind, int k_split, i64 split_stride) {
     extern __shared__ __align__(128) u8 smem[];
+    {  // this block's K range
+        const int kbeg = blockIdx.z * k_split;
+        K = min(K - kbeg, k_split);
+        A += A_K ? (i64)kbeg * ESIZE : (i64)kbeg * lda * ESIZE;
+        B += B_K ? (i64)kbeg * ESIZE : (i64)kbeg * ldb * ESIZE;
+        C = (u8*)C + (i64)blockIdx.z * split_stride * (out_kind == 0 ? 4 : 2);
+    }
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
@@ -317,24 +327,40 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
 #endif
     cp_async_wait<0>();
 
-    // epilogue: scale, convert, predicated stores
+    // epilogue: scale, convert, predicated stores; the two columns of a register pair (c0,c1 / c2,c3) go out
+    // as one 8-byte (fp32) or 4-byte (fp16/bf16) store when both are inside N and the address is aligned
+    const float alpha = alpha0 * alpha1;
+    const int osize = out_kind == 0 ? 4 : 2;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int row = m0 + wm * WTM + mi * 16 + MX_C_ROW(lane, r);
-                const int col = n0 + wn * WTN + ni * 8 + MX_C_COL(lane, r);
-                if (row < M && col < N) {
-                    const float v = acc[mi][ni][r] * alpha0 * alpha1;
-                    const i64 o = (i64)row * ldc + col;
-                    if (out_kind == 0)
-                        ((float*)C)[o] = v;
-                    else if (out_kind == 1)
-                        ((u16*)C)[o] = f32_to_f16(v);
-                    else
-                        ((u16*)C)[o] = f32_to_bf16(v);
+            for (int r = 0; r < 4; r += 2) {
+                const int rb = m0 + wm * WTM + mi * 16, cb = n0 + wn * WTN + ni * 8;
+                const int row0 = rb + MX_C_ROW(lane, r), col0 = cb + MX_C_COL(lane, r);
+                const int row1 = rb + MX_C_ROW(lane, r + 1), col1 = cb + MX_C_COL(lane, r + 1);
+                const bool in0 = row0 < M && col0 < N, in1 = row1 < M && col1 < N;
+                const float v0 = acc[mi][ni][r] * alpha, v1 = acc[mi][ni][r + 1] * alpha;
+                const i64 o0 = (i64)row0 * ldc + col0, o1 = (i64)row1 * ldc + col1;
+                const bool vec = in0 && in1 && o1 == o0 + 1 &&
+                                 ((unsigned long long)((u8*)C + o0 * osize) & (2 * osize - 1)) == 0;
+                if (out_kind == 0) {
+                    if (vec) {
+                        *(float2*)((float*)C + o0) = make_float2(v0, v1);
+                    } else {
+                        if (in0) ((float*)C)[o0] = v0;
+                        if (in1) ((float*)C)[o1] = v1;
+                    }
+                } else {
+                    const u16 h0 = out_kind == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
+                    const u16 h1 = out_kind == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
+                    if (vec) {
+                        *(u32*)((u16*)C + o0) = (u32)h0 | ((u32)h1 << 16);
+                    } else {
+                        if (in0) ((u16*)C)[o0] = h0;
+                        if (in1) ((u16*)C)[o1] = h1;
+                    }
                 }
             }
 }

@@ -45,6 +45,13 @@ __device__ __forceinline__ float f16_bits_to_f32(u16 h) {
     return f;
 }
 
+// RNE of fp32 bits to tf32 (10 mantissa bits) in integer arithmetic; overflow carries into inf as IEEE does.
+__device__ __forceinline__ u32 f32_bits_to_tf32(u32 b) {
+    if ((b & 0x7f800000u) == 0x7f800000u) return (b & 0x007fffffu) ? (b | 0x7fc00000u) : b;  // NaN stays NaN
+    b += 0x0fffu + ((b >> 13) & 1u);
+    return b & 0xffffe000u;
+}
+
 // value -> destination bits (as u32; 16-bit kinds use the low half)
 __device__ __forceinline__ u32 encode_dst(double v, int dst_kind) {
     if (dst_kind == 0) {  // f16
@@ -57,12 +64,34 @@ __device__ __forceinline__ u32 encode_dst(double v, int dst_kind) {
         if (f != f) return 0x7fc0u;
         return __float_as_uint(f) >> 16;  // exact: low 16 bits are zero
     }
-    const double tf32_max = 3.4025678377658083e38;  // (2 - 2^-10) * 2^127
-    if (dst_kind == 2) return __float_as_uint((float)round_fmt(v, 10, -126, tf32_max));
-    // 3: residual of the 3xTF32 split of the fp32 value
-    const float x = (float)round_fmt(v, 23, -126, 3.4028234663852886e38);
-    const float big = (float)round_fmt((double)x, 10, -126, tf32_max);
-    return __float_as_uint((float)round_fmt((double)x - (double)big, 10, -126, tf32_max));
+    // tf32 kinds round through fp32 first, as mxcore.operands does (float64 -> float32 -> tf32)
+    const float x = (float)v;
+    const u32 big = f32_bits_to_tf32(__float_as_uint(x));
+    if (dst_kind == 2) return big;
+    // 3: residual of the 3xTF32 split of the fp32 value (x - big is exact in fp32)
+    return f32_bits_to_tf32(__float_as_uint(x - __uint_as_float(big)));
+}
+
+__device__ __forceinline__ u16 f32_to_bf16_rn(float f) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// Single-rounding shortcuts for the common sources (identical results to encode_dst's exact double path):
+// fp32 -> f16 / bf16 (cvt.rn, IEEE RNE with subnormals and overflow to inf), fp32 -> tf32 (integer RNE),
+// f16 -> f16 and bf16 -> bf16 (bit copies).  Returns false when the double path must be used.
+__device__ __forceinline__ bool fast_float(const void* src, int src_kind, i64 idx, int dst_kind, u32& bits) {
+    if (src_kind == 1 && dst_kind <= 2) {
+        const float f = ((const float*)src)[idx];
+        bits = dst_kind == 0 ? f32_bits_to_f16(f) : dst_kind == 1 ? f32_to_bf16_rn(f) : f32_bits_to_tf32(__float_as_uint(f));
+        return true;
+    }
+    if ((src_kind == 2 && dst_kind == 0) || (src_kind == 3 && dst_kind == 1)) {
+        bits = ((const u16*)src)[idx];
+        return true;
+    }
+    return false;
 }
 
 __device__ __forceinline__ double load_float(const void* src, int kind, i64 idx) {
@@ -93,7 +122,9 @@ mx_prep_float(const void* __restrict__ src, int src_kind, int rows, int cols, i6
         const int i = src_row_fast ? i0 + tx : i0 + r;
         const int j = src_row_fast ? j0 + r : j0 + tx;
         if (i < rows && j < cols) {
-            const u32 bits = encode_dst(load_float(src, src_kind, i * s_r + j * s_c), dst_kind);
+            const i64 idx = i * s_r + j * s_c;
+            u32 bits;
+            if (!fast_float(src, src_kind, idx, dst_kind, bits)) bits = encode_dst(load_float(src, src_kind, idx), dst_kind);
             if (src_row_fast) tile[tx][r] = bits; else tile[r][tx] = bits;
         }
     }
@@ -118,28 +149,40 @@ __device__ __forceinline__ double decode_code(u32 code, int ebits, int mbits, in
 
 // dst[i * ld + col_off + j] from codes[i * s_r + j * s_c] and, if scales != 0, the E8M0 scale
 // scales[i * ss_r + (j / 32) * ss_c]: value = decode(code) * 2^(scale - exp_bias)  (scale 255 = NaN).
+// Each block first decodes all 256 codes into a shared table (exact fp32 values, or the final bits when there
+// are no scales); with a scale, v * 2^e is formed in fp32 (exact: <= 4 significant bits and e >= -126 keep it
+// above 2^-149) and rounded once by cvt.rn; e outside [-126, 127] takes the exact double path.
 extern "C" __global__ void __launch_bounds__(256)
 mx_prep_codes(const u8* __restrict__ codes, int rows, int cols, i64 s_r, i64 s_c, int src_row_fast,
               const u8* __restrict__ scales, i64 ss_r, i64 ss_c, int exp_bias, int ebits, int mbits, int bias,
               int special, void* __restrict__ dst, int dst_kind, i64 ld, i64 col_off) {
     __shared__ u32 tile[32][33];
-    const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
+    __shared__ u32 table[256];
     const int tx = threadIdx.x, ty = threadIdx.y;
+    {
+        const u32 code = ty * 32 + tx;
+        const double v = decode_code(code, ebits, mbits, bias, special);
+        table[code] = dst_kind == 4 ? code : (scales ? __float_as_uint((float)v) : encode_dst(v, dst_kind));
+    }
+    __syncthreads();
+    const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
     for (int r = ty; r < 32; r += 8) {
         const int i = src_row_fast ? i0 + tx : i0 + r;
         const int j = src_row_fast ? j0 + r : j0 + tx;
         if (i < rows && j < cols) {
-            const u32 code = codes[i * s_r + j * s_c];
-            u32 bits;
-            if (dst_kind == 4) {
-                bits = code;
-            } else {
-                double v = decode_code(code, ebits, mbits, bias, special);
-                if (scales) {
-                    const u32 sc = scales[i * ss_r + (j / 32) * ss_c];
-                    v = sc == 255u ? __longlong_as_double(0x7ff8000000000000LL) : ldexp(v, (int)sc - exp_bias);
+            u32 bits = table[codes[i * s_r + j * s_c]];
+            if (scales && dst_kind != 4) {
+                const u32 sc = scales[i * ss_r + (j / 32) * ss_c];
+                const float v = __uint_as_float(bits);
+                const int e = (int)sc - exp_bias;
+                if (sc == 255u) {
+                    bits = dst_kind == 0 ? 0x7e00u : 0x7fc0u;  // NaN scale: NaN
+                } else if (e >= -126 && e <= 127) {
+                    const float f = v * __uint_as_float((u32)(e + 127) << 23);
+                    bits = dst_kind == 0 ? f32_bits_to_f16(f) : f32_to_bf16_rn(f);
+                } else {
+                    bits = encode_dst(ldexp((double)v, e), dst_kind);
                 }
-                bits = encode_dst(v, dst_kind);
             }
             if (src_row_fast) tile[tx][r] = bits; else tile[r][tx] = bits;
         }
@@ -148,5 +191,23 @@ mx_prep_codes(const u8* __restrict__ codes, int rows, int cols, i64 s_r, i64 s_c
     for (int r = ty; r < 32; r += 8) {
         const int i = i0 + r, j = j0 + tx;
         if (i < rows && j < cols) store_dst(dst, dst_kind, i * ld + col_off + j, tile[r][tx]);
+    }
+}
+
+// Split-K epilogue: C[i, j] = convert(alpha0 * alpha1 * sum_z ws[z * slice + i * N + j]), z in order (deterministic).
+// out_kind 0 fp32, 1 fp16, 2 bf16.  Grid-stride loop over M * N.
+extern "C" __global__ void __launch_bounds__(256)
+mx_splitk_reduce(const float* __restrict__ ws, int splits, i64 slice, void* __restrict__ C, int M, int N, i64 ldc,
+                 float alpha0, float alpha1, int out_kind) {
+    const i64 total = (i64)M * N;
+    for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
+        float acc = 0.f;
+        for (int z = 0; z < splits; ++z) acc += ws[z * slice + t];
+        const float v = acc * (alpha0 * alpha1);
+        const i64 i = t / N, j = t % N, o = i * ldc + j;
+        if (out_kind == 0)
+            ((float*)C)[o] = v;
+        else
+            ((u16*)C)[o] = out_kind == 1 ? f32_bits_to_f16(v) : f32_to_bf16_rn(v);
     }
 }

@@ -73,7 +73,10 @@ def scatter(layout, operand, matrix) -> np.ndarray:
     mat = np.asarray(matrix)
     if mat.shape != op.shape:
         raise ShapeError(f"{layout.name} operand {op.role}: tile is {op.shape}, got an array of shape {mat.shape}")
-    return mat[op.coords[..., 0], op.coords[..., 1]]
+    regs = mat[op.coords[..., 0], op.coords[..., 1]]
+    if not op.held.all():  # partial maps (NVIDIA scale operands): lanes that supply nothing get 0
+        regs = np.where(op.held, regs, np.zeros((), dtype=regs.dtype))
+    return regs
 
 
 def gather(layout, operand, regs) -> np.ndarray:
@@ -81,7 +84,8 @@ def gather(layout, operand, regs) -> np.ndarray:
     op = _operand(layout, operand, "emulate.gather")
     regs = _check_regs(layout, op, regs, "emulate.gather")
     out = np.empty(op.shape, dtype=regs.dtype)
-    out[op.coords[..., 0], op.coords[..., 1]] = regs
+    held = op.held
+    out[op.coords[held, 0], op.coords[held, 1]] = regs[held]
     return out
 
 

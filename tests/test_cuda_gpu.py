@@ -79,11 +79,6 @@ def _run(backend, a, b, dtype, out_dtype="float32"):
     return host.astype(np.float64)
 
 
-def _inputs_for(dtype, a, b):
-    """Device inputs: float dtypes take CuPy arrays in their storage type where there is one."""
-    return a, b
-
-
 @pytest.mark.parametrize("shape", SMALL_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("major", MAJORS, ids=lambda m: f"{m[0]}-{m[1]}")
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=_id)
@@ -229,3 +224,39 @@ def test_large_shapes_exact(backend, rng, shape, dtype):
         want = cp.asarray(opa.to_float64()) @ cp.asarray(opb.to_float64())
         assert not bool(cp.isnan(got).any())
         assert bool((got == want.astype(cp.float32)).all()), f"{ma}/{mb}: max |diff| {float(cp.abs(got - want).max())}"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "tf32", "fp32", "mxfp4", "e4m3fn"], ids=_id)
+@pytest.mark.parametrize("splits", [2, 3])
+def test_split_k_bit_exact(backend, rng, dtype, splits):
+    """Split K (partial products in fp32 slices, summed in order) on exact inputs, incl. a K tail."""
+    import cupy as cp
+
+    backend.force_split = splits
+    try:
+        for m, n, k in ((17, 33, 650), (100, 70, 4097)):
+            a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+            for out_dtype in ("float32", "bfloat16"):
+                got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
+                           out_dtype)
+                np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, out_dtype=out_dtype))
+    finally:
+        backend.force_split = 0
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "fp32"])
+def test_float64_device_inputs_round_once(backend, rng, dtype):
+    """CuPy float64 inputs take the exact double-precision rounding path of mx_prep_float."""
+    import cupy as cp
+
+    a = rng.standard_normal((40, 300)) * 1e3
+    b = rng.standard_normal((300, 30))
+    got = _run(backend, cp.asarray(a), cp.asarray(b), dtype)
+    mdt = _dt.resolve(dtype, "sm_90")
+    opa, opb = prepare(a, b, mdt)  # the oracle's rounding of the same float64 values
+    a64, b64 = opa.to_float64(), opb.to_float64()
+    if dtype == "fp32":
+        bound = (300 + 2) * 2.0**-23 * (np.abs(a64) @ np.abs(b64)) + 2.0**-20 * (np.abs(a64) @ np.abs(b64))
+    else:
+        bound = (300 + 2) * 2.0**-23 * (np.abs(a64) @ np.abs(b64))
+    assert (np.abs(got - a64 @ b64) <= bound).all()

@@ -168,3 +168,56 @@ def test_ldmatrix_is_not_an_mma():
         emulate.gather(ldm, "a", np.zeros((32, 2)))
     with pytest.raises(LayoutError, match="needs an ldmatrix layout"):
         emulate.ldmatrix(layouts.get("m16n8k16.f16"), np.zeros((1, 8, 8)))
+
+
+@pytest.mark.parametrize("fa", ["e4m3fn", "e3m2", "e2m1"])
+@pytest.mark.parametrize("fb", ["e5m2", "e2m3", "e2m1"])
+def test_sm120_block_scale_registers_built_from_the_ptx_text(fa, fb, rng):
+    """Registers filled by the PTX ISA m16n8k32 formulas and the scale-lane formula (not by the table):
+    A a_i of lane 4g+t is A[g + 8*((i >> 2) & 1)][4t + (i & 3) + 16*(i >> 3)], B b_i = B[4t + (i & 3) +
+    16*(i >> 2)][g]; scale_A row m from lane 4*(m % 8) + m // 8, scale_B col n from lane 4n (selectors 0)."""
+    t = {"e4m3fn": "e4m3", "e5m2": "e5m2", "e3m2": "e3m2", "e2m3": "e2m3", "e2m1": "e2m1"}
+    lay = layouts.get(f"m16n8k32.mxf8f6f4.{t[fa]}.{t[fb]}")
+    A, A64 = random_tile(rng, fa, (16, 32))
+    B, B64 = random_tile(rng, fb, (32, 8))
+    sa = rng.integers(120, 135, size=(16, 1)).astype(np.uint8)
+    sb = rng.integers(120, 135, size=(1, 8)).astype(np.uint8)
+    ra, rb = np.zeros((32, 16), np.uint8), np.zeros((32, 8), np.uint8)
+    rsa, rsb = np.full((32, 1), 255, np.uint8), np.full((32, 1), 255, np.uint8)  # NaN scales in unused lanes
+    for lane in range(32):
+        g, tt = lane >> 2, lane & 3
+        for i in range(16):
+            ra[lane, i] = A[g + 8 * ((i >> 2) & 1), 4 * tt + (i & 3) + 16 * (i >> 3)]
+        for i in range(8):
+            rb[lane, i] = B[4 * tt + (i & 3) + 16 * (i >> 2), g]
+    for m in range(16):
+        rsa[4 * (m % 8) + m // 8, 0] = sa[m, 0]
+    for n in range(8):
+        rsb[4 * n, 0] = sb[0, n]
+    c = np.zeros((32, 4), np.float32)
+    d = emulate.execute(lay, ra, rb, c, scale_a=rsa, scale_b=rsb)
+    want = ((A64 * np.exp2(sa - 127.0)) @ (B64 * np.exp2(sb - 127.0))).astype(np.float32)
+    assert np.array_equal(emulate.gather(lay, "d", d), want)
+    # register words: one element per byte, fp4 codes shifted into bits [5:2]
+    words = emulate.pack(lay, "a", ra)
+    shift = 2 if fa == "e2m1" else 0
+    for lane in (0, 13, 31):
+        want_w = [sum(int(ra[lane, 4 * r + j]) << (8 * j + shift) for j in range(4)) for r in range(4)]
+        assert words[lane].tolist() == want_w
+    assert np.array_equal(emulate.unpack(lay, "a", words), ra)
+
+
+def test_sm120_mxf4_two_scale_blocks():
+    """kind::mxf4 scale_vec::2X: K 0..31 scaled by byte byte-id, K 32..63 by byte byte-id + 1."""
+    from mxcore.layouts import nvidia
+
+    lay = nvidia.block_scaled("mxf4", "e2m1", "e2m1", 2, 1, 2, 3)
+    A = np.full((16, 64), 0x2, np.uint8)  # e2m1 1.0
+    B = np.full((64, 8), 0x2, np.uint8)
+    sa = np.stack([np.full(16, 127), np.full(16, 129)], axis=1).astype(np.uint8)  # 1 and 4
+    sb = np.stack([np.full(8, 128), np.full(8, 127)], axis=0).astype(np.uint8)    # 2 and 1
+    d = emulate.execute(lay, emulate.scatter(lay, "a", A), emulate.scatter(lay, "b", B), np.zeros((32, 4), np.float32),
+                        scale_a=emulate.scatter(lay, "scale_a", sa), scale_b=emulate.scatter(lay, "scale_b", sb))
+    assert (emulate.gather(lay, "d", d) == 32 * 1 * 2 + 32 * 4 * 1).all()
+    words = emulate.pack(lay, "scale_a", emulate.scatter(lay, "scale_a", sa))
+    assert words[2, 0] == (127 << 16 | 129 << 24) and words[0, 0] == 0  # lane 2 = row 0 (thread-id-a 1)

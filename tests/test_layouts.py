@@ -24,7 +24,7 @@ F8F6F4 = ("e4m3fn", "e5m2", "e2m3", "e3m2", "e2m1")
 def all_layouts():
     out, seen = [], set()
     for name in layouts.names():
-        if "f8f6f4" in name:
+        if name.startswith("v_mfma") and "f8f6f4" in name:
             for fa in F8F6F4:
                 for fb in F8F6F4:
                     out.append(layouts.get(name, a_format=fa, b_format=fb))
@@ -54,6 +54,48 @@ def ptx_oracle(lay, role):
     out = {}
     shape = lay.name.split(".")[3]
     ta = lay.name.split(".")[7]
+    if lay.scaled:  # sm_120a block_scale: A/B as the m16n8k32 / m16n8k64 fragments, scales below
+        return ptx_block_scale_oracle(lay, role) if role.startswith("scale") or shape == "m16n8k64" else \
+            ptx_oracle_unscaled(lay, role, shape, ta)
+    return ptx_oracle_unscaled(lay, role, shape, ta)
+
+
+def ptx_block_scale_oracle(lay, role):
+    """PTX ISA "Matrix Fragments for mma.m16n8k64" (e2m1 A a0..a31, B b0..b15) and the scale lanes:
+    scale_A row m from lane 4*(m % 8) + 2*thread-id-a + m // 8, scale_B col n from lane 4*n + thread-id-b,
+    K block j in slot j (byte byte-id + j).  (CUTLASS mma_traits_sm120.hpp SFALayout/SFBLayout for
+    thread-id 0; public sm_120 / sm_121a hardware probes for the lane formula.)"""
+    out = {}
+    tid_a, tid_b = lay.scale_thread
+    nb = lay.k // 32
+    if role == "scale_a":
+        for m in range(16):
+            for j in range(nb):
+                out[(m, j)] = (4 * (m % 8) + 2 * tid_a + m // 8, j)
+        return out
+    if role == "scale_b":
+        for n in range(8):
+            for j in range(nb):
+                out[(j, n)] = (4 * n + tid_b, j)
+        return out
+    for lane in range(32):
+        g, t = lane >> 2, lane % 4
+        if role == "c":
+            for i in range(4):
+                out[(g if i < 2 else g + 8, t * 2 + (i & 1))] = (lane, i)
+        elif role == "a":
+            for i in range(32):
+                row = g if (i < 8 or 16 <= i < 24) else g + 8
+                col = t * 8 + (i & 7) + (32 if i >= 16 else 0)
+                out[(row, col)] = (lane, i)
+        else:
+            for i in range(16):
+                out[(t * 8 + (i & 7) + (32 if i >= 8 else 0), g)] = (lane, i)
+    return out
+
+
+def ptx_oracle_unscaled(lay, role, shape, ta):
+    out = {}
     for lane in range(32):
         g, t = lane >> 2, lane % 4
         if role == "c":
@@ -163,13 +205,16 @@ def test_bijection_and_arange_round_trip(lay):
         rows, cols = op.shape
         assert op.coords.shape == (lay.lanes, op.slots, 2)
         assert op.inverse.shape == (rows, cols, 2)
+        held = op.held  # all True except the partial NVIDIA scale maps
+        assert held.all() or (lay.vendor == "nvidia" and role.startswith("scale"))
+        assert (op.coords[~held] == -1).all()
         seen = np.zeros((rows, cols), dtype=int)
-        np.add.at(seen, (op.coords[..., 0], op.coords[..., 1]), 1)
+        np.add.at(seen, (op.coords[held, 0], op.coords[held, 1]), 1)
         assert (seen == 1).all(), role
         tile = np.arange(rows * cols).reshape(rows, cols)
-        regs = tile[op.coords[..., 0], op.coords[..., 1]]
+        regs = np.where(held, tile[op.coords[..., 0], op.coords[..., 1]], -1)
         back = np.empty_like(tile)
-        back[op.coords[..., 0], op.coords[..., 1]] = regs
+        back[op.coords[held, 0], op.coords[held, 1]] = regs[held]
         assert np.array_equal(back, tile)
         lane, slot = op.inverse[..., 0], op.inverse[..., 1]
         assert np.array_equal(regs[lane, slot], tile)
@@ -188,7 +233,7 @@ def test_register_footprints():
 
 def test_names_and_aliases():
     nv = layouts.names("nvidia")
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in nv and len(nv) == 12
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in nv and len(nv) == 12 + 27  # 27: sm_120a block_scale
     assert not [n for n in layouts.names("nvidia", "sm_80") if "m16n8k32" in n]
     assert len([n for n in layouts.names("nvidia", "sm_90") if "m16n8k32" in n]) == 4
     g942, g950 = set(layouts.names("amd", "gfx942")), set(layouts.names("amd", "gfx950"))
@@ -220,7 +265,7 @@ def test_errors_say_what_exists():
 def test_names_reject_unknown_vendor_and_arch():
     with pytest.raises(UnknownNameError, match="known vendors: nvidia, amd"):
         layouts.names("intel")
-    with pytest.raises(UnknownNameError, match=r"known archs: gfx942, gfx950, sm_80"):
+    with pytest.raises(UnknownNameError, match=r"known archs: gfx942, gfx950, sm_120a, sm_121a, sm_80"):
         layouts.names(arch="gfx900")
     with pytest.raises(UnknownNameError, match="gfx942"):
         layouts.names(arch="sm_70")  # older than every mma.sync record here
@@ -321,3 +366,68 @@ def test_str_mentions_everything():
     text = str(layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", a_format="fp6", b_format="fp8"))
     for part in ("scale_a", "cbsz:2", "__builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4", "6 register"):
         assert part in text
+
+
+# ------------------------------------------------------------------ sm_120a block-scaled mma.sync
+MX_PTX = {"e4m3fn": "e4m3", "e5m2": "e5m2", "e3m2": "e3m2", "e2m3": "e2m3", "e2m1": "e2m1"}
+
+
+def test_block_scaled_records_cover_every_format_pair():
+    names = layouts.names("nvidia", "sm_120a")
+    scaled = [n for n in names if "block_scale" in n]
+    assert len(scaled) == 25 + 2
+    assert layouts.names(arch="sm_121a") == names
+    assert not [n for n in layouts.names(arch="sm_90") + layouts.names(arch="sm_120") if "block_scale" in n]
+    for fa in F8F6F4:
+        for fb in F8F6F4:
+            lay = layouts.get(f"m16n8k32.mxf8f6f4.{MX_PTX[fa]}.{MX_PTX[fb]}")
+            assert (lay.a_format, lay.b_format, lay.archs) == (fa, fb, ("sm_120a", "sm_121a"))
+            assert lay.ptx == ("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
+                               f".f32.{MX_PTX[fa]}.{MX_PTX[fb]}.f32.ue8m0")
+            assert layouts.get(lay.ptx) is lay and layouts.get(lay.name) is lay
+            assert (lay.scale_format, lay.scale_block, lay.scale_a.shape, lay.scale_b.shape) == ("e8m0", 32, (16, 1), (1, 8))
+    for kind in ("mxf4", "mxf4nvf4"):
+        lay = layouts.get(f"m16n8k64.{kind}")
+        assert lay.ptx == f"mma.sync.aligned.m16n8k64.row.col.kind::{kind}.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0"
+        assert (lay.a.registers, lay.b.registers, lay.scale_a.shape, lay.scale_a.bit_offsets) == (4, 2, (16, 2), (0, 8))
+
+
+def test_block_scaled_byte_containers():
+    """.kind::mxf8f6f4 keeps one element per byte: fp8 in [7:0], fp6 in [5:0], fp4 in [5:2] (CUTLASS
+    mma_traits_sm120.hpp fp4_shift: "0b0000ABCD --> 0b00ABCD00", not needed for FP6/FP8)."""
+    for fmt, bits, shift in (("e4m3fn", 8, 0), ("e5m2", 8, 0), ("e2m3", 6, 0), ("e3m2", 6, 0), ("e2m1", 4, 2)):
+        lay = layouts.get(f"m16n8k32.mxf8f6f4.{MX_PTX[fmt]}.e4m3")
+        assert (lay.a.bits, lay.a.registers) == (bits, 4)
+        assert lay.a.bit_offsets == tuple(8 * s + shift for s in range(16))
+        assert lay.b.bit_offsets == tuple(range(0, 64, 8))
+    # kind::mxf4: eight packed e2m1 per register
+    assert layouts.get("m16n8k64.mxf4").a.bit_offsets == tuple(range(0, 128, 4))
+
+
+@pytest.mark.parametrize("sel", [(0, 0, 0, 0), (3, 1, 2, 3), (1, 1, 0, 2)])
+def test_block_scaled_selectors_move_lanes_and_bytes(sel):
+    from mxcore.layouts import nvidia
+
+    byte_a, tid_a, byte_b, tid_b = sel
+    lay = nvidia.block_scaled("mxf8f6f4", "e2m1", "e4m3fn", byte_a, tid_a, byte_b, tid_b)
+    for role, op in (("scale_a", lay.scale_a), ("scale_b", lay.scale_b)):
+        want = ptx_block_scale_oracle(lay, role)
+        for (r, c), (lane, slot) in want.items():
+            assert tuple(op.inverse[r, c]) == (lane, slot)
+        assert op.held.sum() == len(want)  # every other lane supplies nothing
+    assert lay.scale_a.bit_offsets == (8 * byte_a,) and lay.scale_b.bit_offsets == (8 * byte_b,)
+    assert "(byte-id, thread-id) A (%d, %d), B (%d, %d)" % (byte_a, tid_a, byte_b, tid_b) in str(lay)
+
+
+def test_block_scaled_selector_ranges():
+    """ptxas (NVRTC 13, sm_120a) rejects thread-id-a > 1 and, for scale_vec::2X, byte-ids other than 0, 2."""
+    from mxcore.layouts import nvidia
+
+    with pytest.raises(LayoutError, match="thread-id-a must be 0 or 1"):
+        nvidia.block_scaled("mxf8f6f4", "e4m3fn", "e4m3fn", 0, 2, 0, 0)
+    with pytest.raises(LayoutError, match=r"byte-id must be one of \[0, 2\]"):
+        nvidia.block_scaled("mxf4", "e2m1", "e2m1", 1, 0, 0, 0)
+    with pytest.raises(LayoutError, match="not an operand format"):
+        nvidia.block_scaled("mxf4", "e4m3fn", "e2m1")
+    with pytest.raises(LayoutError, match="use one of mxf8f6f4"):
+        nvidia.block_scaled("nvf4", "e2m1", "e2m1")

@@ -17,7 +17,8 @@ from mxcore.backends import probes
 from mxcore import layouts
 from mxcore.errors import KernelCompileError
 
-MMA = [layouts.get(n) for n in layouts.names("nvidia")]
+MMA = [layouts.get(n) for n in layouts.names("nvidia") if "block_scale" not in n]
+BLOCK_SCALED = [layouts.get(n) for n in layouts.names("nvidia") if "block_scale" in n]  # sm_120a
 LDMATRIX = [layouts.get(n) for n in layouts.names("nvidia", kind="ldmatrix")]
 COMPILE_CASES = [(rec, arch) for rec in MMA + LDMATRIX for arch in
                  (probes.ldmatrix_probe_kernel(rec) if rec in LDMATRIX else probes.probe_kernel(rec)).archs]
@@ -385,3 +386,133 @@ def test_host_side_of_the_gpu_probe_on_a_fake_device(rec, fake_cuda):
 @pytest.mark.parametrize("rec", LDMATRIX, ids=_id)
 def test_host_side_of_the_ldmatrix_probe_on_a_fake_device(rec, fake_cuda):
     check_ldmatrix(rec)
+
+
+
+# ---------------------------------------------------------------------------------------------- sm_120a block_scale
+# mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.<a>.<b>.f32.ue8m0 (and the
+# m16n8k64 kind::mxf4 / mxf4nvf4 scale_vec::2X forms): compiled for sm_120a only (a handful, to keep CI short);
+# run only on an sm_120 / sm_121 GPU.
+def _bs(kind, fa, fb, *sel):
+    from mxcore.layouts import nvidia
+
+    return nvidia.block_scaled(kind, fa, fb, *sel)
+
+
+BS_COMPILE = [_bs("mxf8f6f4", "e4m3fn", "e4m3fn"), _bs("mxf8f6f4", "e5m2", "e2m1"), _bs("mxf8f6f4", "e2m3", "e3m2"),
+              _bs("mxf8f6f4", "e2m1", "e2m1"), _bs("mxf8f6f4", "e4m3fn", "e2m3", 3, 1, 2, 3),
+              _bs("mxf4", "e2m1", "e2m1"), _bs("mxf4nvf4", "e2m1", "e2m1", 2, 1, 0, 2)]
+_SASS_FMT = {"e4m3fn": "E4M3", "e5m2": "E5M2", "e3m2": "E3M2", "e2m3": "E2M3", "e2m1": "E2M1"}
+
+
+def _bs_id(rec) -> str:
+    return f"{rec.alias}@{rec.scale_opsel}{rec.scale_thread}"
+
+
+def test_block_scaled_probe_kernels():
+    assert len(BLOCK_SCALED) == 27
+    for rec in BLOCK_SCALED + BS_COMPILE:
+        pk = probes.probe_kernel(rec)
+        assert pk.scaled and pk.archs == ("sm_120a",)
+        defs = dict(pk.defines)
+        assert defs["MX_BLOCK_SCALED"] == 1 and defs["MX_PTX"] == f'"{rec.ptx}"'
+        assert (defs["MX_SCALE_BYTE_A"], defs["MX_SCALE_THREAD_A"]) == (rec.scale_opsel[0], rec.scale_thread[0])
+        assert (defs["MX_SCALE_BYTE_B"], defs["MX_SCALE_THREAD_B"]) == (rec.scale_opsel[1], rec.scale_thread[1])
+    entries = [probes.probe_kernel(r).entry for r in BLOCK_SCALED + BS_COMPILE]
+    assert len(set(entries)) == len(BLOCK_SCALED) + 2  # BS_COMPILE adds two non-default selector variants
+    assert probes.probe_kernel(BS_COMPILE[4]).entry.endswith("_sel3123")
+
+
+@pytest.mark.parametrize("rec", BS_COMPILE, ids=_bs_id)
+def test_block_scaled_probe_compiles_for_sm120a(rec):
+    """NVRTC -> sm_120a cubin; cuobjdump shows one QMMA.SF.16832 (kind::mxf8f6f4) or OMMA.SF.16864
+    (kind::mxf4 / mxf4nvf4) with both operand formats and E8 (ue8m0) scales, e.g.
+    ``QMMA.SF.16832.F32.E4M3.E4M3.E8 R16, R16, R14, R20, R0, R11, URZ``."""
+    nt = _tools()
+    pk = probes.probe_kernel(rec)
+    binary = nt.compile_cuda(pk.source(), name=pk.entry, arch="sm_120a", options=pk.options)
+    res = binary.resources[pk.entry]
+    assert res["local_bytes"] == 0 and res["spill_stores"] == 0
+    op = "QMMA" if rec.k == 32 else "OMMA"
+    lines = nt.sass_lines(binary.sass, op)
+    print(f"{pk.entry}: {lines}")
+    shape = "16832" if rec.k == 32 else "16864"
+    want = f"{op}.SF.{shape}.F32.{_SASS_FMT[rec.a_format]}.{_SASS_FMT[rec.b_format]}.E8"
+    assert [line.split()[0] for line in lines] == [want]
+    assert not nt.sass_lines(binary.sass, "HMMA")
+    for opcode, (count, fragment) in probes.expected_sass(rec, "sm_120a").items():
+        assert len(nt.sass_lines(binary.sass, opcode)) == count and fragment in lines[0]
+
+
+def test_block_scaled_selectors_outside_ptxas_range_do_not_compile():
+    """ptxas checks the immediates: thread-id-a is 0..1; scale_vec::2X byte-ids are 0 or 2."""
+    nt = _tools()
+    for rec, key, bad in ((BS_COMPILE[0], "MX_SCALE_THREAD_A", 2), (BS_COMPILE[5], "MX_SCALE_BYTE_A", 1)):
+        pk = probes.probe_kernel(rec)
+        opts = tuple(o for o in pk.options if not o.startswith(f"-D{key}=")) + (f"-D{key}={bad}",)
+        with pytest.raises(KernelCompileError, match="out of range|expected to be 0 or 2"):
+            nt.compile_cuda(pk.source(), name=pk.entry, arch="sm_120a", options=opts)
+
+
+def _scales(rec, rng):
+    nb = rec.k // 32  # a different scale per row/col and block: a wrong scale lane or byte changes D
+    return (rng.integers(123, 132, size=(rec.m, nb)).astype(np.uint8),
+            rng.integers(123, 132, size=(nb, rec.n)).astype(np.uint8))
+
+
+def check_block_scaled(rec, rng, device):
+    grid = probes.exact_grid(rec)
+    for _ in range(2):
+        a = probes.exact_values(rec.a_format, (rec.m, rec.k), rng, **grid)
+        b = probes.exact_values(rec.b_format, (rec.k, rec.n), rng, **grid)
+        c = probes.exact_values(rec.c_format, (rec.m, rec.n), rng, grid=grid["grid"] ** 2, vmax=grid["vmax"] ** 2)
+        sa, sb = _scales(rec, rng)
+        ref = probes.reference_d(rec, a, b, c, scale_a=sa, scale_b=sb)
+        hw = probes.run_matrices(rec, a, b, c, scale_a=sa, scale_b=sb, device=device)
+        np.testing.assert_array_equal(hw, ref, err_msg=f"{rec.name}: {device} vs reference")
+        emu = probes.run_matrices(rec, a, b, c, scale_a=sa, scale_b=sb)
+        np.testing.assert_array_equal(emu, ref, err_msg=f"{rec.name}: emulator vs reference")
+
+
+def _fake_scaled_kernel(rec):
+    """probe_mma.cu with MX_BLOCK_SCALED, in numpy: the scale bytes come from the lanes the PTX text names
+    (written out here: row m <- lane 4*(m % 8) + 2*thread-id-a + m // 8, col n <- lane 4n + thread-id-b)."""
+    from mxcore import emulate
+
+    (byte_a, byte_b), (tid_a, tid_b) = rec.scale_opsel, rec.scale_thread
+    nb = rec.k // 32
+
+    def kernel(grid, block, args):
+        a, b, c, sa_w, sb_w, d = args
+        assert grid == (1,) and block == (32,)
+        A, B, C = (emulate.gather(rec, role, emulate.unpack(rec, role, buf.reshape(32, getattr(rec, role).registers)))
+                   for role, buf in (("a", a), ("b", b), ("c", c)))
+        sa = np.array([[(int(sa_w[4 * (m % 8) + 2 * tid_a + m // 8]) >> (8 * (byte_a + j))) & 0xFF for j in range(nb)]
+                       for m in range(16)])
+        sb = np.array([[(int(sb_w[4 * n + tid_b]) >> (8 * (byte_b + j))) & 0xFF for n in range(8)] for j in range(nb)])
+        As = emulate.decode_regs(rec.a_format, A) * np.repeat(np.exp2(sa - 127.0), 32, axis=1)
+        Bs = emulate.decode_regs(rec.b_format, B) * np.repeat(np.exp2(sb - 127.0), 32, axis=0)
+        D = (As @ Bs + C.astype(np.float64)).astype(np.float32)  # exact inputs: any order, one rounding
+        d[:] = emulate.pack(rec, "c", emulate.scatter(rec, "c", D)).ravel()
+
+    return kernel
+
+
+@pytest.mark.parametrize("rec", BS_COMPILE, ids=_bs_id)
+def test_host_side_of_the_block_scaled_probe_on_a_fake_device(rec, monkeypatch):
+    monkeypatch.setattr(probes, "_cupy", lambda: _FakeCupy)
+    monkeypatch.setattr(probes, "_cupy_function", lambda pk: _fake_scaled_kernel(rec))
+    check_block_scaled(rec, np.random.default_rng(5), "cuda")
+
+
+def _require_sm120(cupy_device):
+    cc = int(cupy_device.compute_capability)
+    if cc not in (120, 121):
+        pytest.skip(f"block-scaled mma.sync (sm_120a / sm_121a) needs an sm_120 or sm_121 GPU, this one is sm_{cc}")
+
+
+@pytest.mark.nvidia_gpu
+@pytest.mark.parametrize("rec", BLOCK_SCALED + BS_COMPILE[4:5] + BS_COMPILE[6:], ids=_bs_id)
+def test_gpu_block_scaled_probe(rec, cupy_device, rng):
+    _require_sm120(cupy_device)
+    check_block_scaled(rec, rng, "cuda")

@@ -43,6 +43,8 @@ _LDM = {r.name: r for r in nvidia.LDMATRIX}
 _ALIAS: dict[str, str] = {}
 for _r in nvidia.RECORDS:
     _ALIAS[_r.alias.lower()] = _r.name
+    if _r.scaled:  # sm_120a block_scale: the alias (m16n8k32.mxf8f6f4.e4m3.e2m1) is the short form
+        continue
     shape, ta, tb, tc = _r.name.split(".")[3], *_r.name.split(".")[-3:-1], _r.name.split(".")[6]
     _ALIAS.setdefault(f"{shape}.{ta}.{tb}" + (".f16acc" if tc == "f16" else ""), _r.name)
 for _l in nvidia.LDMATRIX:  # "ldmatrix.x4.trans"
@@ -77,6 +79,8 @@ def _arch_matches(rec, arch: str) -> bool:
     if arch in rec.archs:
         return True
     if rec.vendor == "nvidia":  # mma.sync is forward compatible: sm_XY >= the record's first arch
+        if any(a.endswith("a") for a in rec.archs):  # arch-specific (sm_120a) features: listed archs only
+            return False
         m = re.fullmatch(r"sm_(\d+)[af]?", arch)
         return bool(m) and int(m.group(1)) >= int(rec.archs[0][3:])
     return False

@@ -50,6 +50,7 @@ class Map:
     slots: int
     fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
     doc: str = ""
+    partial: bool = False   # some (lane, slot) cells hold nothing: fn returns row -1 there (NVIDIA scale operands)
 
     def evaluate(self) -> np.ndarray:
         lane, slot = np.meshgrid(np.arange(self.lanes), np.arange(self.slots), indexing="ij")
@@ -108,24 +109,27 @@ class OperandLayout:
     bits: int            # storage bits per element in the register file
     registers: int       # 32-bit registers per lane that the operand occupies
     bit_offsets: tuple | None = None   # per slot; default slot * bits
-    coords: np.ndarray = field(init=False, repr=False)
+    coords: np.ndarray = field(init=False, repr=False)   # (-1, -1) where a partial map's cell holds nothing
     inverse: np.ndarray = field(init=False, repr=False)
+    held: np.ndarray = field(init=False, repr=False)     # (lanes, slots) bool: the cell holds an element
 
     def __post_init__(self):
         m = self.map
         coords = m.evaluate()
         rows, cols = m.rows, m.cols
         where = f"{self.role} map ({m.doc or 'unnamed'})"
-        if m.lanes * m.slots != rows * cols:
-            raise LayoutError(f"{where}: {m.lanes} lanes x {m.slots} slots = {m.lanes * m.slots} cells "
+        held = coords[..., 0] >= 0 if m.partial else np.ones(coords.shape[:2], dtype=bool)
+        coords[~held] = -1
+        if int(held.sum()) != rows * cols:
+            raise LayoutError(f"{where}: {m.lanes} lanes x {m.slots} slots ({int(held.sum())} holding an element) "
                               f"cannot cover a {rows}x{cols} tile exactly once")
-        r, c = coords[..., 0], coords[..., 1]
+        r, c = coords[held, 0], coords[held, 1]
         if r.min() < 0 or c.min() < 0 or r.max() >= rows or c.max() >= cols:
             raise LayoutError(f"{where}: coordinates fall outside the {rows}x{cols} tile")
         inverse = np.full((rows, cols, 2), -1, dtype=np.int64)
         lane, slot = np.meshgrid(np.arange(m.lanes), np.arange(m.slots), indexing="ij")
-        inverse[r, c, 0] = lane
-        inverse[r, c, 1] = slot
+        inverse[r, c, 0] = lane[held]
+        inverse[r, c, 1] = slot[held]
         if (inverse[..., 0] < 0).any():
             missing = np.argwhere(inverse[..., 0] < 0)[0]
             raise LayoutError(f"{where}: not a bijection, element {tuple(int(x) for x in missing)} is held by "
@@ -140,6 +144,7 @@ class OperandLayout:
         object.__setattr__(self, "bit_offsets", offs)
         object.__setattr__(self, "coords", _readonly(coords))
         object.__setattr__(self, "inverse", _readonly(inverse))
+        object.__setattr__(self, "held", _readonly(held))
 
     @property
     def lanes(self) -> int:
@@ -190,6 +195,7 @@ class InstructionLayout:
     scale_format: str | None = None   # "e8m0"
     scale_block: int | None = None    # K elements per scale (32)
     scale_opsel: tuple | None = None  # (byte of scale_a register, byte of scale_b register)
+    scale_thread: tuple | None = None  # nvidia block_scale: (thread-id-a, thread-id-b) selectors
     sources: tuple = ()
     notes: str = ""
 
@@ -260,7 +266,10 @@ class InstructionLayout:
         if self.intrinsic:
             extra = f" {self.modifiers}" if self.modifiers else ""
             lines.append(f"  asm: {self.mnemonic}{extra}; builtin: {self.intrinsic}")
-        if self.scaled:
+        if self.scaled and self.scale_thread is not None:
+            lines.append(f"  scales: {self.scale_format} per {self.scale_block} K, (byte-id, thread-id) "
+                         f"A {(self.scale_opsel[0], self.scale_thread[0])}, B {(self.scale_opsel[1], self.scale_thread[1])}")
+        elif self.scaled:
             lines.append(f"  scales: {self.scale_format} per {self.scale_block} K, op_sel bytes {self.scale_opsel}")
         for op in self.operands().values():
             lines.append(f"  {op}")
