@@ -30,15 +30,18 @@ def grid(layout, operand: str):
                 lambda s: f"r{s // 2}.{s % 2}", layout.lanes)
     op = layout.operand(operand)
     lane, slot = op.inverse[..., 0], op.inverse[..., 1]
-    per_reg = 32 // op.bits if 32 % op.bits == 0 else 0
+    offsets = np.asarray(op.bit_offsets)
+    # container width: the step between neighbouring elements (byte containers hold fp4 at 8-bit steps)
+    steps = np.diff(np.sort(offsets))
+    width = int(steps.min()) if len(steps) else op.bits
 
     def label(s):
-        off = op.bit_offsets[s]
-        if per_reg == 1:
+        off = int(offsets[s])
+        if width >= 32:
             return f"v{off // 32}"
-        if per_reg:
-            return f"v{off // 32}.{(off % 32) // op.bits}"
-        return f"s{s}"
+        if 32 % width == 0:
+            return f"v{off // 32}.{(off % 32) // width}"
+        return f"s{s}"  # dense 6-bit packing: elements straddle registers
 
     fmt = layout.format_of(operand)
     title = f"{layout.name} operand {operand.upper()} ({op.map.rows}x{op.map.cols}, {fmt})"
