@@ -5,10 +5,18 @@ Kernels (``kernels_cuda/``):
 * ``gemm.cu`` — one GEMM family, specialised by ``-D`` defines: element size (16-bit ``m16n8k16``, tf32
   ``m16n8k8``, fp8 ``m16n8k32``), A/B majorness, block/warp tile, pipeline depth.  cp.async (16 bytes, zero fill
   past M/N/K) into an XOR-swizzled multi-stage shared-memory ring, ldmatrix(.trans) into mma fragments,
-  fp32 accumulation, one epilogue that scales by a power of two and writes fp32/fp16/bf16.
+  fp32 accumulation, one epilogue that scales by a power of two and writes fp32/fp16/bf16 (paired stores).
+  Full K tiles are copied through a precomputed per-thread plan (~3 instructions per cp.async); a partial last
+  K tile is multiplied first, through the fully predicated path.  Split K (fp32 slices + an ordered reduction,
+  deterministic) when the output tiles cannot fill the GPU and K is long (e.g. 16x8192x8192).
 * ``gemm_prep.cu`` — operand preparation on the GPU: rounding (RNE) to f16/bf16/tf32, the 3xTF32 split,
-  fp8/fp6/fp4 decoding with the E8M0 block scale folded in, transposition to K-major, alignment padding.
+  fp8/fp6/fp4 decoding with the E8M0 block scale folded in (table decode, elementwise in the operand's own
+  layout when its contiguous dimension is a multiple of 8, else a transposing/padding copy), the split-K
+  reduction.
 * ``gemm_ceiling.cu`` — a register-only mma loop (the benchmark's instruction ceiling).
+
+Tiles (``choose_tile``): 128x128 (4 warps of 64x64, 4 stages of 64-byte K rows, two blocks per SM) when the
+output has at least one block per SM, 32x64 for M <= 32, else 64x64.
 
 How each dtype runs (all accumulate in fp32 on tensor cores):
 
@@ -17,21 +25,23 @@ fp16, bf16     inputs rounded once (RNE) to the dtype; ``m16n8k16``.  Fast paths
                combinations (ldmatrix for K-contiguous, ldmatrix.trans for M/N-contiguous operands) when the
                operand is already in the dtype, has one unit stride, a 16-byte aligned base and leading
                dimension; anything else is first copied by ``mx_prep_float`` (K-major, padded).
-tf32           inputs rounded to tf32 with RNE (``mx_prep_float``, integer-exact in double), then ``m16n8k8``;
-               the hardware reads the pre-rounded bits exactly.
+tf32           inputs rounded to tf32 with RNE (``mx_prep_float``: fp32 bits in integer arithmetic; float64
+               inputs first to fp32, as mxcore.operands does), then ``m16n8k8``; the hardware reads the
+               pre-rounded bits exactly.
 fp32           3xTF32: x = big + small with big = rne_tf32(x), small = rne_tf32(x - big);
                A'·B' over K' = 3K with A' = [big_A | big_A | small_A], B' = [big_B ; small_B ; big_B], i.e.
                big·big + big·small + small·big in one fp32 accumulator.  Dropped: small·small (≤ 2^-22
-               relative per product) and the tf32 rounding of the residual (≤ 2^-22); error ≲ K·2^-21·Σ|ab|
-               in the worst case, typically ~1e-6 relative (fp32-like).
+               relative per product) and the tf32 rounding of the residual (≤ 2^-22): per product ≤ 2^-20
+               relative, so |err| ≤ (K+2)·2^-23·Σ|ab| + 2^-20·Σ|ab| (tested), typically ~1e-6 relative.
 fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales (host quantization through
                ``mxcore.operands.prepare``) applied in the epilogue (exact: a power of two).  sm_89 / sm_120:
-               native ``m16n8k32`` (K-major fp8 bytes).  sm_90: the codes are decoded ONCE per element to f16
-               by ``mx_prep_codes`` (exact: every e4m3/e5m2 value is an f16) and the f16 kernel runs
-               (``m16n8k32`` fp8 would compile to conversions + two HMMA per mma on sm_90).
+               native ``m16n8k32`` (K-major fp8 bytes).  sm_90 (and any arch without native fp8 mma): the codes
+               are decoded ONCE per element to f16 by a table lookup (``mx_decode_codes``; exact: every
+               e4m3/e5m2 value is an f16) and the f16 kernel runs — not per mma: ``m16n8k32`` fp8 compiles to
+               conversions plus two HMMA per mma on sm_90.
 MX             mxfp8 (e4m3/e5m2), mxfp6 (e2m3/e3m2), mxfp4 and mixed pairs.  Codes and E8M0 scales from
-               ``mxcore.operands.prepare`` (OCP v1.0, host); ``mx_prep_codes`` decodes each element with its
-               block scale folded in, value·2^(scale - smax), to bf16, and the epilogue multiplies by
+               ``mxcore.operands.prepare`` (OCP v1.0, host); the device decodes each element with its block
+               scale folded in, value·2^(scale - smax), to bf16, and the epilogue multiplies by
                2^(smax_A - 127) · 2^(smax_B - 127) (smax: the tensor's largest finite scale code).
                Exactness: every fp8/fp6/fp4 value has ≤ 4 significant bits, so value·2^e is exact in bf16
                (8 bits) whenever it stays ≥ 2^-133 (bf16's smallest subnormal step): i.e. when a tensor's
@@ -41,6 +51,10 @@ MX             mxfp8 (e4m3/e5m2), mxfp6 (e2m3/e3m2), mxfp4 and mixed pairs.  Cod
                fp32; so the kernel equals the reference (exact products, block scales per 32 K, one sum)
                up to fp32 accumulation.
 =============  ===============================================================================================
+
+Accuracy bound (tested on random normal inputs): |out - ref| ≤ (K + 2)·2^-23·(|A|@|B|) (+ the output rounding
+for fp16/bf16 outputs), ref and |A|, |B| from the decoded operands.  On exactly representable inputs (every
+partial sum exact in fp32) the result equals ``mxcore.reference`` bit for bit.
 
 Inputs: CuPy arrays are used in place (or copied once by the prep kernels); numpy inputs are quantized on the
 host by ``mxcore.operands.prepare``, copied to the device, and the result comes back as numpy; torch CUDA
@@ -589,8 +603,9 @@ class CudaBackend:
             self._prep_float(cp, arr, kind, role, dst, out=out, col_off=i * kp, ld=3 * kp)
         return _DevOperand(out, 3 * kp, True, "tf32", 0, 3 * kp)
 
-    def _stage_quantized(self, cp, op, role: str, arch: str, device=None) -> _DevOperand:
-        """Decode/copy a host-quantized operand on the GPU.  ``device``: (codes, scales) already uploaded."""
+    def _stage_quantized(self, cp, op, role: str, arch: str, device=None, smax=None) -> _DevOperand:
+        """Decode/copy a host-quantized operand on the GPU.  ``device``: (codes, scales) already uploaded;
+        ``smax``: the largest finite scale code, if already known (it is a host-side scan of the scales)."""
         from mxcore import dtypes as _dt
 
         od = op.dtype
@@ -602,14 +617,62 @@ class CudaBackend:
             if native_fp8(arch) or self.force_native_fp8:
                 buf, ld = self._prep_codes(cp, codes, role, od.element, "byte")
                 return _DevOperand(buf, ld, True, short, exp, cols)
+            fast = self._decode_in_place(cp, codes, role, od.element, "f16", None, 127, exp, cols)
+            if fast is not None:
+                return fast
             buf, ld = self._prep_codes(cp, codes, role, od.element, "f16")
             return _DevOperand(buf, ld, True, "f16", exp, cols)
         # MX: fold the block scales in, relative to the tensor's largest finite scale
-        smax = _max_finite_scale(op.mx.scales)
+        smax = _max_finite_scale(op.mx.scales) if smax is None else smax
         element = _dt.MX_ELEMENT[od.name]
         scales = scales_d if scales_d is not None else op.mx.scales
+        fast = self._decode_in_place(cp, codes, role, element, "bf16", scales, smax, smax - 127, cols)
+        if fast is not None:
+            return fast
         buf, ld = self._prep_codes(cp, codes, role, element, "bf16", scales=scales, exp_bias=smax)
         return _DevOperand(buf, ld, True, "bf16", smax - 127, cols)
+
+    def _code_table(self, cp, element: str, dst: str, scaled: bool):
+        """256 x uint32 decode table: destination bits of each code, or (scaled) its exact fp32 value."""
+        key = ("table", element, dst, scaled)
+        if key not in self._kernels:
+            from mxcore import formats
+
+            spec = formats.get(element)
+            vals = formats.decode(np.arange(1 << spec.bits, dtype=np.uint8), element).astype(np.float32)
+            if scaled:
+                bits = vals.view(np.uint32)
+            elif dst == "f16":
+                bits = vals.astype(np.float16).view(np.uint16).astype(np.uint32)
+            else:
+                import ml_dtypes
+
+                bits = vals.astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+            table = np.zeros(256, dtype=np.uint32)
+            table[: bits.size] = bits
+            self._kernels[key] = cp.asarray(table)
+        return self._kernels[key]
+
+    def _decode_in_place(self, cp, codes, role: str, element: str, dst: str, scales, exp_bias: int, exp: int,
+                         cols: int) -> _DevOperand | None:
+        """Decode codes elementwise in their own layout (A stays K-major, B stays N-major: the 16-bit kernel
+        reads both); None when the contiguous dimension is not a multiple of 8 (the transposing path pads)."""
+        codes_d = cp.ascontiguousarray(cp.asarray(codes))
+        rows_, cols_ = codes_d.shape
+        if cols_ % 8 or codes_d.data.ptr % 8:
+            return None
+        out = cp.empty((rows_, cols_), dtype=cp.uint16)
+        table = self._code_table(cp, element, dst, scales is not None)
+        if scales is not None:
+            sc = cp.ascontiguousarray(cp.asarray(scales))
+            bi, bj, s_i, s_j = (1, 32, sc.shape[1], 1) if role == "a" else (32, 1, sc.shape[1], 1)
+        else:
+            sc, bi, bj, s_i, s_j = 0, 1, 1, 0, 0
+        k = self._prep_kernel("mx_decode_codes")
+        grid = (max(1, min(-(-(rows_ * cols_ // 8) // 256), 16 * self._sms())),)
+        k(grid, (256,), (codes_d, np.int32(rows_), np.int32(cols_), table, sc, np.int32(bi), np.int32(bj),
+                         np.int64(s_i), np.int64(s_j), np.int32(exp_bias), np.int32(_DST_KIND[dst]), out))
+        return _DevOperand(out, cols_, role == "a", dst, exp, cols)
 
     # ---- launch ---------------------------------------------------------------------------------------------
     def _launch(self, cp, a: _DevOperand, b: _DevOperand, out, m: int, n: int, arch: str, out_dtype: str):
@@ -707,10 +770,11 @@ class CudaBackend:
                 opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
                 dev = [(cp.asarray(op.codes), cp.asarray(op.mx.scales) if op.mx is not None else None)
                        for op in (opa, opb)]
+                smax = [_max_finite_scale(op.mx.scales) if op.mx is not None else None for op in (opa, opb)]
 
                 def prep():
-                    return (self._stage_quantized(cp, opa, "a", arch, dev[0]),
-                            self._stage_quantized(cp, opb, "b", arch, dev[1]))
+                    return (self._stage_quantized(cp, opa, "a", arch, dev[0], smax[0]),
+                            self._stage_quantized(cp, opb, "b", arch, dev[1], smax[1]))
             da, db = prep()
             if da.k != db.k:
                 raise UnsupportedError(f"internal: staged K differs ({da.k} vs {db.k})")
@@ -725,9 +789,9 @@ class CudaBackend:
         """Round a host float operand with mxcore.operands (the oracle's own rounding), upload the values."""
         from mxcore import dtypes as _dt
         from mxcore.arrays import to_numpy
-        from mxcore.operands import _prepare_one
+        from mxcore.operands import prepare_one
 
-        op = _prepare_one(to_numpy(x), _dt.OperandDType(od.name, od.element, od.kind), role, "floor")
+        op = prepare_one(to_numpy(x), _dt.OperandDType(od.name, od.element, od.kind), role, "floor")
         arr, kind = self._upload_float(cp, op.values)
         return _Uploaded(arr, kind)
 
@@ -919,7 +983,7 @@ def compile_jobs(arch: str) -> list[dict]:
         jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": dtype, "tile": v.tile,
                      "options": gemm_options(v), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
                      "ldmatrix": True, "cp_async": True, "mma": "QMMA" if v.element.esize == 1 else "HMMA"})
-    for kname in ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce"):
+    for kname in ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce", "mx_decode_codes"):
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
     sm = _sm(arch)

@@ -147,6 +147,17 @@ __device__ __forceinline__ double decode_code(u32 code, int ebits, int mbits, in
     return s ? -v : v;
 }
 
+__device__ __forceinline__ u32 scaled_bits(u32 tv, u32 sc, int exp_bias, int dst_kind) {
+    if (sc == 255u) return dst_kind == 0 ? 0x7e00u : 0x7fc0u;
+    const int e = (int)sc - exp_bias;
+    const float v = __uint_as_float(tv);
+    if (e >= -126 && e <= 127) {
+        const float f = v * __uint_as_float((u32)(e + 127) << 23);
+        return dst_kind == 0 ? f32_bits_to_f16(f) : f32_to_bf16_rn(f);
+    }
+    return encode_dst(ldexp((double)v, e), dst_kind);
+}
+
 // dst[i * ld + col_off + j] from codes[i * s_r + j * s_c] and, if scales != 0, the E8M0 scale
 // scales[i * ss_r + (j / 32) * ss_c]: value = decode(code) * 2^(scale - exp_bias)  (scale 255 = NaN).
 // Each block first decodes all 256 codes into a shared table (exact fp32 values, or the final bits when there
@@ -171,19 +182,7 @@ mx_prep_codes(const u8* __restrict__ codes, int rows, int cols, i64 s_r, i64 s_c
         const int j = src_row_fast ? j0 + r : j0 + tx;
         if (i < rows && j < cols) {
             u32 bits = table[codes[i * s_r + j * s_c]];
-            if (scales && dst_kind != 4) {
-                const u32 sc = scales[i * ss_r + (j / 32) * ss_c];
-                const float v = __uint_as_float(bits);
-                const int e = (int)sc - exp_bias;
-                if (sc == 255u) {
-                    bits = dst_kind == 0 ? 0x7e00u : 0x7fc0u;  // NaN scale: NaN
-                } else if (e >= -126 && e <= 127) {
-                    const float f = v * __uint_as_float((u32)(e + 127) << 23);
-                    bits = dst_kind == 0 ? f32_bits_to_f16(f) : f32_to_bf16_rn(f);
-                } else {
-                    bits = encode_dst(ldexp((double)v, e), dst_kind);
-                }
-            }
+            if (scales && dst_kind != 4) bits = scaled_bits(bits, scales[i * ss_r + (j / 32) * ss_c], exp_bias, dst_kind);
             if (src_row_fast) tile[tx][r] = bits; else tile[r][tx] = bits;
         }
     }
@@ -209,5 +208,45 @@ mx_splitk_reduce(const float* __restrict__ ws, int splits, i64 slice, void* __re
             ((float*)C)[o] = v;
         else
             ((u16*)C)[o] = out_kind == 1 ? f32_bits_to_f16(v) : f32_to_bf16_rn(v);
+    }
+}
+
+// Elementwise decode without transposition (the 16-bit GEMM reads either majorness): dst[e] for the contiguous
+// [rows][cols] code array, 8 codes per thread (8-byte loads, 16-byte stores; cols % 8 == 0).  table[code]: the
+// destination bits (no scales) or the exact fp32 value of the code (with scales, applied as in mx_prep_codes).
+// Element (i, j) reads scale scales[(i / bi) * s_i + (j / bj) * s_j]: (bi, bj) = (1, 32) for A, (32, 1) for B
+// (B: s_j == 1 and s_i % 8 == 0, so a thread's 8 scales are one aligned 8-byte load).
+extern "C" __global__ void __launch_bounds__(256)
+mx_decode_codes(const u8* __restrict__ codes, int rows, int cols, const u32* __restrict__ table,
+                const u8* __restrict__ scales, int bi, int bj, i64 s_i, i64 s_j, int exp_bias, int dst_kind,
+                u16* __restrict__ dst) {
+    const i64 chunks = (i64)rows * cols / 8;
+    for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < chunks; t += (i64)gridDim.x * blockDim.x) {
+        const i64 e0 = t * 8;
+        const int i = (int)(e0 / cols), j0 = (int)(e0 % cols);
+        const unsigned long long raw = *(const unsigned long long*)(codes + e0);
+        // the 8 elements' scales: one shared byte (A: blocks of 32 along the row) or 8 consecutive bytes (B)
+        unsigned long long sc8 = 0;
+        if (scales) {
+            if (bj == 32) {
+                sc8 = 0x0101010101010101ull * scales[(i / bi) * s_i + (j0 / 32) * s_j];
+            } else {
+                sc8 = *(const unsigned long long*)(scales + (i / bi) * s_i + j0 * s_j);
+            }
+        }
+        u32 out[4];
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            u32 pair = 0;
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int x = 2 * h + q;
+                u32 bits = __ldg(table + ((raw >> (8 * x)) & 0xffu));
+                if (scales) bits = scaled_bits(bits, (u32)((sc8 >> (8 * x)) & 0xffu), exp_bias, dst_kind);
+                pair |= (bits & 0xffffu) << (16 * q);
+            }
+            out[h] = pair;
+        }
+        *(uint4*)(dst + e0) = make_uint4(out[0], out[1], out[2], out[3]);
     }
 }

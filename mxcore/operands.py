@@ -25,7 +25,7 @@ import numpy as np
 from . import dtypes as _dt
 from .errors import InputTypeError, UnsupportedError
 
-__all__ = ["Operand", "infer_dtype", "prepare", "check_real_input"]
+__all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input"]
 
 # numpy / ml_dtypes dtype name -> canonical operand dtype, for dtype=None
 _NATIVE = {
@@ -120,7 +120,8 @@ class Operand:
         return mx.dequantize(self.mx, dtype=np.float64)
 
 
-def _prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str) -> Operand:
+def prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str = "floor") -> Operand:
+    """Prepare one host operand (role "a": M×K, blocks along axis 1; "b": K×N, blocks along axis 0)."""
     from . import formats, mx
 
     axis = 1 if role == "a" else 0  # K is A's columns and B's rows
@@ -194,4 +195,4 @@ def prepare(a, b, mdt: _dt.MatmulDType, *, scale_rounding: str = "floor") -> tup
     """Prepare host operands ``a`` (M×K) and ``b`` (K×N) for ``mdt``."""
     if scale_rounding not in ("floor", "rceil"):
         raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP v1.0) or 'rceil' (cuBLAS)")
-    return _prepare_one(a, mdt.a, "a", scale_rounding), _prepare_one(b, mdt.b, "b", scale_rounding)
+    return prepare_one(a, mdt.a, "a", scale_rounding), prepare_one(b, mdt.b, "b", scale_rounding)
