@@ -6,8 +6,9 @@ Kernels (``kernels_cuda/``):
   ``m16n8k8``, fp8 ``m16n8k32``), A/B majorness, block/warp tile, pipeline depth.  cp.async (16 bytes, zero fill
   past M/N/K) into an XOR-swizzled multi-stage shared-memory ring, ldmatrix(.trans) into mma fragments,
   fp32 accumulation, one epilogue that scales by a power of two and writes fp32/fp16/bf16 (paired stores).
-  Full K tiles are copied through a precomputed per-thread plan (~3 instructions per cp.async); a partial last
-  K tile is multiplied first, through the fully predicated path.  Split K (fp32 slices + an ordered reduction,
+  Full K tiles are copied through a precomputed per-thread plan (~4.5 instructions per cp.async; blocks whose
+  tile lies inside M and N copy with no predicate or zero fill at all); a partial last K tile is multiplied
+  first, through the fully predicated path.  Split K (fp32 slices + an ordered reduction,
   deterministic) when the output tiles cannot fill the GPU and K is long (e.g. 16x8192x8192).
 * ``gemm_prep.cu`` — operand preparation on the GPU: rounding (RNE) to f16/bf16/tf32, the 3xTF32 split,
   fp8/fp6/fp4 decoding with the E8M0 block scale folded in (table decode, elementwise in the operand's own
@@ -78,8 +79,16 @@ import numpy as np
 
 from ..errors import BackendUnavailableError, UnsupportedError
 
-__all__ = ["CudaBackend", "FRAGMENT_FORMULAS", "ELEMENTS", "TILES", "Variant", "all_variants", "gemm_options",
-           "choose_tile"]
+__all__ = [
+    "ELEMENTS",
+    "FRAGMENT_FORMULAS",
+    "TILES",
+    "CudaBackend",
+    "Variant",
+    "all_variants",
+    "choose_tile",
+    "gemm_options",
+]
 
 # ------------------------------------------------------------------------------------------------------------
 # the single source of the kernel's fragment index formulas (C and Python share the syntax: & >> << + only)
@@ -102,7 +111,7 @@ def eval_formula(expr: str, lane, i=0):
     """Evaluate one formula in Python (numpy arrays or ints) exactly as the C preprocessor expands it."""
     if not re.fullmatch(r"[\sa-z0-9&>|<+()]*", expr):
         raise ValueError(f"formula {expr!r} uses operators outside & >> << + ( )")
-    return eval(expr, {"__builtins__": {}}, {"lane": lane, "i": i})  # noqa: S307 (checked grammar above)
+    return eval(expr, {"__builtins__": {}}, {"lane": lane, "i": i})
 
 
 def _macro(name: str, params: str, expr: str) -> str:
@@ -181,6 +190,9 @@ EXTRA_TILES = {
     "128x128g16db": Tile("128x128g16db", 128, 128, 64, 2, 2, 4, group_m=16, frag_db=True),
     "256x128db": Tile("256x128db", 256, 128, 64, 4, 2, 4, frag_db=True),
     "128x128k128s4": Tile("128x128k128s4", 128, 128, 128, 2, 2, 4),
+    # deeper pipelines for 128x128 (two blocks per SM still fit: 2 x 80 / 96 KB); not yet timed, see NOTES_CUDA.md
+    "128x128s5": Tile("128x128s5", 128, 128, 64, 2, 2, 5),
+    "128x128s6": Tile("128x128s6", 128, 128, 64, 2, 2, 6),
 }
 TILES.update(EXTRA_TILES)
 
@@ -357,7 +369,7 @@ class _Plan:
     def prep(self):
         return self._prep()
 
-    def clone(self) -> "_Plan":
+    def clone(self) -> _Plan:
         """The same problem in fresh device buffers (copies of the staged operands): another input set for
         benchmarks without quantizing again on the host."""
         import copy
@@ -370,6 +382,11 @@ class _Plan:
 
     def result(self):
         return self.be._result(self.cp, self.out, self.out_dtype, self.kinds, self.inputs)
+
+    def close(self) -> None:
+        """Drop this plan's device buffers (CuPy frees them once no other reference is left)."""
+        self.da = self.db = self.out = None
+        self._prep = self.inputs = None
 
 
 class CudaBackend:
@@ -397,7 +414,7 @@ class CudaBackend:
             if n < 1:
                 raise RuntimeError("no CUDA device")
             reason = ""
-        except Exception as exc:  # ImportError, CUDARuntimeError
+        except Exception as exc:  # noqa: BLE001 (ImportError, CUDARuntimeError, ...: never raise here)
             self.unavailable_cause = exc
             reason = f"CuPy with an NVIDIA GPU is needed ({type(exc).__name__}: {exc})"
         self._reason_cache = reason
@@ -529,12 +546,12 @@ class CudaBackend:
         rows, cols, s_r, s_c = self._logical(arr, role)
         if arr.data.ptr % 16:
             return None
-        if s_c == 1 or cols == 1:  # K-major: row i (m or n) starts at i * s_r
-            if rows == 1 or (s_r > 0 and s_r % 8 == 0):
-                return _DevOperand(arr, s_r if rows > 1 else _round_up(cols, 8), True, "", 0, cols)
-        if s_r == 1 or rows == 1:  # M/N-major: k row j starts at j * s_c
-            if cols == 1 or (s_c > 0 and s_c % 8 == 0):
-                return _DevOperand(arr, s_c if cols > 1 else _round_up(rows, 8), False, "", 0, cols)
+        # K-major: row i (m or n) starts at i * s_r
+        if (s_c == 1 or cols == 1) and (rows == 1 or (s_r > 0 and s_r % 8 == 0)):
+            return _DevOperand(arr, s_r if rows > 1 else _round_up(cols, 8), True, "", 0, cols)
+        # M/N-major: k row j starts at j * s_c
+        if (s_r == 1 or rows == 1) and (cols == 1 or (s_c > 0 and s_c % 8 == 0)):
+            return _DevOperand(arr, s_c if cols > 1 else _round_up(rows, 8), False, "", 0, cols)
         return None
 
     def _prep_float(self, cp, arr, kind: str, role: str, dst: str, out=None, col_off: int = 0, ld: int | None = None):
@@ -735,7 +752,7 @@ class CudaBackend:
             p.gemm()
         return p.result()
 
-    def plan(self, a, b, mdt, *, out_dtype="float32", scale_rounding="floor", out=None) -> "_Plan":
+    def plan(self, a, b, mdt, *, out_dtype="float32", scale_rounding="floor", out=None) -> _Plan:
         """Stage both operands on the GPU (host quantization for fp8/MX, prep kernels) and return a
         :class:`_Plan` whose ``gemm()`` launches the GEMM alone and ``prep()`` re-runs the device-side
         preparation (used by the benchmark to time them separately)."""
@@ -852,6 +869,41 @@ class CudaBackend:
         return rows
 
     # ---- benchmark hooks ------------------------------------------------------------------------------------
+    def timer(self):
+        """``measure(fn) -> seconds``: runs ``fn()`` between two CUDA events on the current stream and waits."""
+        cp = self._cupy()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+
+        def measure(fn) -> float:
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            return cp.cuda.get_elapsed_time(start, stop) * 1e-3
+
+        return measure
+
+    def ceiling_key(self, dtype: str) -> str:
+        """Dtypes with the same key run the same mma instruction here (one ceiling measurement serves them)."""
+        return ceiling_element(dtype, self._props()[1])
+
+    def bench_operands(self, a: np.ndarray, b: np.ndarray, dtype: str):
+        """Host float32 operands -> device arrays as the kernel reads them in place: fp16 CuPy arrays for fp16,
+        torch bf16 tensors for bf16 (CuPy has no bf16; without torch, float32 CuPy arrays are prepped), float32
+        CuPy arrays otherwise.  Memory order (C or Fortran) is kept."""
+        cp = self._cupy()
+        a, b = (cp.asfortranarray(cp.asarray(x)) if x.flags.f_contiguous and not x.flags.c_contiguous
+                else cp.asarray(x) for x in (a, b))
+        if dtype == "fp16":
+            return a.astype(cp.float16), b.astype(cp.float16)
+        if dtype == "bf16":
+            try:
+                import torch
+            except ImportError:
+                return a, b
+            return torch.from_dlpack(a).to(torch.bfloat16), torch.from_dlpack(b).to(torch.bfloat16)
+        return a, b
+
     def instruction_ceiling(self, dtype: str, *, iters: int = 4096, chains: int = 8) -> tuple[str, float]:
         """(mnemonic, TFLOP/s) of a register-only loop of the mma that ``dtype`` uses on this device."""
         from mxcore import layouts
@@ -884,6 +936,8 @@ class CudaBackend:
 
 
 def ceiling_element(dtype: str, arch: str) -> str:
+    """The ELEMENTS key of the mma that ``dtype`` runs on ``arch`` (fp8 on sm_90 and every MX format are decoded
+    to f16 / bf16 first, so they share those instructions' ceilings)."""
     d = dtype.lower()
     if d in ("fp16",):
         return "f16"

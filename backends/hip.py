@@ -328,6 +328,14 @@ def validate_spec(spec: KernelSpec) -> None:
 
 
 # ----------------------------------------------------------------------------- lane constants from the layout
+def _leading_run(first) -> tuple[int, int]:
+    """(length, stride) of lane 0's slot runs: first[0], first[0]+1, ... for `length` slots, the next run
+    starting `stride` later (stride = length when a single run covers every slot)."""
+    slots = len(first)
+    run = next((s for s in range(1, slots) if first[s] != first[0] + s), slots)
+    return run, (int(first[run] - first[0]) if run < slots else run)
+
+
 def _fit_operand(op, role: str, frag_rows: int, kernel_bits: int, name: str) -> dict:
     """Fit the kernel's operand lane map to a layout record's coords:
     lane l, slot s -> (row l % FR, k = KLANE*(l // FR) + (s // CHUNK)*CSTRIDE + s % CHUNK)."""
@@ -342,12 +350,7 @@ def _fit_operand(op, role: str, frag_rows: int, kernel_bits: int, name: str) -> 
         raise LayoutError(f"{name} operand {role.upper()}: rows/cols are not lane % {frag_rows}; gemm_mfma.hip cannot load it")
     koff = ks[0]
     klane = int(ks[frag_rows, 0] - ks[0, 0]) if lanes > frag_rows else 0
-    chunk = slots
-    for s in range(1, slots):
-        if koff[s] != koff[0] + s:
-            chunk = s
-            break
-    cstride = int(koff[chunk] - koff[0]) if chunk < slots else chunk
+    chunk, cstride = _leading_run(koff)
     s = np.arange(slots)
     model = klane * (lane // frag_rows) + (s // chunk) * cstride + s % chunk
     if koff[0] != 0 or slots % chunk or not np.array_equal(ks, model):
@@ -373,12 +376,7 @@ def _fit_c(op, n: int, name: str) -> dict:
         raise LayoutError(f"{name} C/D: columns are not lane % {n}")
     r0 = rows[0]
     rlane = int(rows[n, 0] - rows[0, 0]) if lanes > n else 0
-    group = slots
-    for s in range(1, slots):
-        if r0[s] != r0[0] + s:
-            group = s
-            break
-    gstride = int(r0[group] - r0[0]) if group < slots else group
+    group, gstride = _leading_run(r0)
     s = np.arange(slots)
     model = rlane * (lane // n) + (s // group) * gstride + s % group
     if r0[0] != 0 or not np.array_equal(rows, model):
@@ -1183,6 +1181,27 @@ class HipBackend:
         return rows
 
     # -- bench hooks
+    def timer(self):
+        """``measure(fn) -> seconds``: runs ``fn()`` between two hipEvents on the null stream and waits
+        (mxcore.bench's device timer; added by the cuda helper for the vendor-neutral bench)."""
+        rt = self._runtime()
+        hip = rt.hip
+
+        def measure(fn) -> float:
+            start = rt.check(hip.hipEventCreate(), "hipEventCreate")
+            stop = rt.check(hip.hipEventCreate(), "hipEventCreate")
+            try:
+                rt.check(hip.hipEventRecord(start, None), "hipEventRecord")
+                fn()
+                rt.check(hip.hipEventRecord(stop, None), "hipEventRecord")
+                rt.check(hip.hipEventSynchronize(stop), "hipEventSynchronize")
+                return rt.check(hip.hipEventElapsedTime(start, stop), "hipEventElapsedTime") * 1e-3
+            finally:
+                rt.check(hip.hipEventDestroy(start), "hipEventDestroy")
+                rt.check(hip.hipEventDestroy(stop), "hipEventDestroy")
+
+        return measure
+
     def instruction_ceiling(self, dtype: str, *, iters: int = 4096, chains: int = 4) -> tuple[str, float]:
         """(mnemonic, TFLOP/s) of a register-only loop of the MFMA that ``dtype`` uses on this device."""
         from ..kernels import kernel_source

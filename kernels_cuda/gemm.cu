@@ -66,6 +66,10 @@ __device__ __forceinline__ u32 swz(int row, int chunk) {
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
+// the same copy without a source size: all 16 bytes are read (interior blocks: no predicate, no select)
+__device__ __forceinline__ void cp_async16_full(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -161,11 +165,20 @@ struct FastLoader {
             bytes = clamp16((i64)(MN - mn0 - c * EPC) * ESIZE);
         }
     }
+    // EDGE: the block's tile reaches past M (A) or N (B): per-slot source sizes (zero fill), and a valid
+    // fallback address for slots that read nothing.  Interior blocks (EDGE false) copy all 16 bytes of every
+    // slot with no predicate (~4.5 SASS instructions per cp.async instead of ~8.5; NOTES_CUDA.md).
+    template <bool EDGE>
     __device__ __forceinline__ void copy(u32 sbuf, const u8* fallback) {
 #pragma unroll
         for (int i = 0; i < ITERS; ++i) {
-            const int b = KMAJ ? (int)((vmask >> i) & 1u) * 16 : bytes;
-            cp_async16(sbuf + smem0 + i * RSTEP * CPR * 16, b ? ptr + i * row_step : fallback, b);
+            const u32 dst = sbuf + smem0 + i * RSTEP * CPR * 16;
+            if (EDGE) {
+                const int b = KMAJ ? (int)((vmask >> i) & 1u) * 16 : bytes;
+                cp_async16(dst, b ? ptr + i * row_step : fallback, b);
+            } else {
+                cp_async16_full(dst, ptr + i * row_step);
+            }
         }
         ptr += k_step;
     }
@@ -228,10 +241,17 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
     ldB.init(B, ldb, n0, N, tid);
     // K order: a partial last tile (K % BK != 0) is multiplied FIRST, so that the steady-state loop below only
     // ever copies full tiles through the cheap FastLoader path.
+    // interior block: every row (A: m, B: n) of its tiles lies inside the matrix (uniform per block)
+    const bool interior = m0 + BM <= M && n0 + BN <= N;
     auto issue = [&](int stage) {
         const u32 sbuf = sbase + stage * STAGE_BYTES;
-        ldA.copy(sbuf, A);
-        ldB.copy(sbuf + A_BYTES, B);
+        if (interior) {
+            ldA.template copy<false>(sbuf, A);
+            ldB.template copy<false>(sbuf + A_BYTES, B);
+        } else {
+            ldA.template copy<true>(sbuf, A);
+            ldB.template copy<true>(sbuf + A_BYTES, B);
+        }
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {

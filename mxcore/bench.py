@@ -5,12 +5,20 @@
 
 For each case: operands are staged once (host quantization for fp8/MX, device preparation kernels); then
 the GEMM kernel alone and, separately, the device-side preparation (rounding / decoding / transposition)
-are timed with CUDA events: warm-up, then the median of ``--repeats`` timed launches, rotating over
-``--sets`` independent input sets so that no run finds its operands in L2.  The vendor baseline runs in the
-same process on inputs of the same shape (cuBLAS through torch.matmul for fp16/bf16/tf32/fp32,
-cuBLASLt fp8 through torch._scaled_mm).  Printed per case: mxcore TFLOP/s (kernel alone, and with the
-device preparation added), baseline TFLOP/s, the ratio, and the fraction of the register-only issue ceiling
-of the mma the kernel uses (measured once per instruction).  TFLOP/s counts 2*M*N*K.
+are timed with the backend's device events: warm-up, then the median of ``--repeats`` timed launches,
+rotating over ``--sets`` independent input sets so that no run finds its operands in L2.  The vendor
+baseline runs in the same process on inputs of the same shape (whatever the backend's ``vendor_baseline``
+names: cuBLAS / cuBLASLt through torch on NVIDIA, hipBLASLt through a ROCm torch on AMD).  Printed per case:
+mxcore TFLOP/s (kernel alone, and with the device preparation added), baseline TFLOP/s, the ratio, and the
+fraction of the register-only issue ceiling of the matrix instruction the kernel uses (measured once per
+instruction).  TFLOP/s counts 2*M*N*K.
+
+Vendor-neutral: everything device-specific goes through the selected backend —
+``plan(a, b, mdt)`` (a plan with ``gemm()``, ``prep()``, ``variant``, optional ``clone()`` / ``close()``),
+``timer()`` (a callable that runs a function between two device events and returns the elapsed seconds),
+optional ``bench_operands(a, b, dtype)`` (host float32 operands -> what the backend takes in place),
+``force_tile``, ``vendor_baseline(dtype, m, n, k)``, ``instruction_ceiling(dtype)`` and
+``ceiling_key(dtype)`` (which dtypes share one instruction, hence one ceiling measurement).
 """
 
 from __future__ import annotations
@@ -22,101 +30,133 @@ import time
 
 import numpy as np
 
-__all__ = ["run", "time_callable", "LLM_SHAPES"]
+__all__ = ["LLM_SHAPES", "run", "time_callable"]
 
 LLM_SHAPES = [(16, 8192, 8192), (8192, 1024, 8192), (8192, 8192, 1024), (4096, 14336, 4096)]
 _DTYPE_ALIASES = {"fp8": "e4m3fn", "mxfp8": "mxfp8_e4m3", "mxfp6": "mxfp6_e2m3"}
 
 
-def time_callable(cp, fn, repeats: int, warmup: int = 3) -> float:
-    """Median seconds of ``fn()`` (device work) over ``repeats`` launches, each bracketed by CUDA events."""
+def time_callable(measure, fn, repeats: int, warmup: int = 3) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` timed calls after ``warmup`` untimed ones.  ``measure(fn)``
+    (a backend's ``timer()``) runs ``fn`` between two device events and returns the elapsed seconds."""
     for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
-    times = []
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(repeats):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
-    return float(np.median(times))
+        measure(fn)
+    return float(np.median([measure(fn) for _ in range(max(1, repeats))]))
 
 
-def _inputs(cp, rng, dtype: str, m: int, n: int, k: int, b_colmajor: bool = False):
-    """Random normal operands as the backend takes them: fp16 CuPy arrays for fp16, float32 otherwise.
-    A is row-major; B row-major (N contiguous) or, with ``b_colmajor``, column-major (K contiguous)."""
-    a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
-    b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
-    if b_colmajor:
-        b = cp.asfortranarray(b)
-    if dtype == "fp16":
-        a, b = a.astype(cp.float16), b.astype(cp.float16)
-    elif dtype == "bf16":
-        try:  # torch bf16 tensors are read in place; without torch the kernel reads prepped bf16 copies
-            import torch
+def _host_inputs(rng, m: int, n: int, k: int, b_colmajor: bool):
+    """Random normal float32 operands; A row-major, B row-major (N contiguous) or column-major (K contiguous)."""
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    return a, (np.asfortranarray(b) if b_colmajor else b)
 
-            a = torch.from_dlpack(a).to(torch.bfloat16)
-            b = torch.from_dlpack(b).to(torch.bfloat16)
-        except ImportError:
-            pass
-    return a, b
+
+def _timer(be):
+    if not hasattr(be, "timer"):
+        raise SystemExit(f"backend {be.name!r} has no benchmark support (needs timer())")
+    return be.timer()
+
+
+def _close(plans) -> None:
+    """Release every plan's device memory now (HIP plans hold raw allocations until closed)."""
+    for p in plans:
+        close = getattr(p, "close", None)
+        if close is not None:
+            close()
+    plans.clear()
+
+
+def _ceiling(be, dtype: str, cache: dict):
+    """(mnemonic, TFLOP/s) of the instruction ``dtype`` runs on, measured once per backend ``ceiling_key``."""
+    if not hasattr(be, "instruction_ceiling"):
+        return None
+    key = be.ceiling_key(dtype) if hasattr(be, "ceiling_key") else dtype
+    if key not in cache:
+        cache[key] = be.instruction_ceiling(dtype)
+    return cache[key]
 
 
 def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, seed: int = 0, progress=print,
-        tiles=(None,), b_colmajor: bool = False, baseline: bool = True):
+        tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None):
+    """Benchmark ``dtypes`` x ``shapes`` x ``tiles``; returns one dict per case.  ``backend``: an already built
+    backend object (tests pass a fake one); otherwise ``backend_name`` goes through the registry."""
     from mxcore import dtypes as _dt
-    from mxcore.backends import select
 
-    be = select(backend_name)
+    if backend is None:
+        from mxcore.backends import select
+
+        backend = select(backend_name)
+    be = backend
     if not hasattr(be, "plan"):
         raise SystemExit(f"backend {be.name!r} has no benchmark support (needs plan())")
-    import cupy as cp
-
+    measure = _timer(be)
     rng = np.random.default_rng(seed)
     rows = []
     ceilings: dict = {}
     cases = [(d, s, t) for d in dtypes for s in shapes for t in tiles]
     t_start = time.time()
-    for idx, (dtype, (m, n, k), tile) in enumerate(cases, 1):
-        progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)", flush=True)
-        be.force_tile = tile
-        mdt = _dt.resolve(dtype, be.target().arch)
-        a, b = _inputs(cp, rng, dtype, m, n, k, b_colmajor)
-        plans = [be.plan(a, b, mdt)]  # fresh random operands; further sets are device copies of them
-        del a, b
-        plans += [plans[0].clone() for _ in range(sets - 1)]
-        it = iter(range(1 << 62))
-        gemm = lambda: plans[next(it) % sets].gemm()  # noqa: E731
-        t_gemm = time_callable(cp, gemm, repeats)
-        it2 = iter(range(1 << 62))
-        prep = lambda: plans[next(it2) % sets].prep()  # noqa: E731
-        t_prep = time_callable(cp, prep, max(3, repeats // 4))
-        flops = 2.0 * m * n * k
-        row = {"dtype": dtype, "m": m, "n": n, "k": k, "tile": plans[0].variant.name if plans[0].variant else "",
-               "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
-               "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
-        plans.clear()
-        base = be.vendor_baseline(dtype, m, n, k) if baseline and hasattr(be, "vendor_baseline") else None
-        if base is not None:
-            label, fn = base
-            t_base = time_callable(cp, fn, repeats)
-            row.update(baseline=label, baseline_tflops=flops / t_base / 1e12, baseline_ms=t_base * 1e3,
-                       ratio=t_base / t_gemm)
-        if hasattr(be, "instruction_ceiling"):
-            from mxcore.backends.cuda import ceiling_element
-
-            key = ceiling_element(dtype, be.target().arch)
-            if key not in ceilings:
-                ceilings[key] = be.instruction_ceiling(dtype)
-            mnem, ceil_tf = ceilings[key]
-            row.update(ceiling_instruction=mnem, ceiling_tflops=ceil_tf,
-                       fraction_of_ceiling=row["mxcore_tflops"] / ceil_tf)
-        rows.append(row)
-        progress("    " + _fmt(row), flush=True)
-    be.force_tile = None
+    try:
+        for idx, (dtype, (m, n, k), tile) in enumerate(cases, 1):
+            progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)",
+                     flush=True)
+            be.force_tile = tile
+            rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(dtype, be.target().arch), repeats, sets,
+                              b_colmajor, baseline, ceilings))
+            progress("    " + _fmt(rows[-1]), flush=True)
+    finally:
+        be.force_tile = None
     return rows
+
+
+def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, baseline, ceilings) -> dict:
+    a, b = _host_inputs(rng, m, n, k, b_colmajor)
+    if hasattr(be, "bench_operands"):
+        a, b = be.bench_operands(a, b, dtype)
+    plans = []
+    try:
+        plans.append(be.plan(a, b, mdt))
+        del a, b
+        for _ in range(sets - 1):  # further input sets: device copies when the plan can clone, else fresh inputs
+            if hasattr(plans[0], "clone"):
+                plans.append(plans[0].clone())
+            else:
+                x, y = _host_inputs(rng, m, n, k, b_colmajor)
+                if hasattr(be, "bench_operands"):
+                    x, y = be.bench_operands(x, y, dtype)
+                plans.append(be.plan(x, y, mdt))
+        turn = [0, 0]
+
+        def gemm():
+            turn[0] += 1
+            return plans[turn[0] % len(plans)].gemm()
+
+        def prep():
+            turn[1] += 1
+            return plans[turn[1] % len(plans)].prep()
+
+        t_gemm = time_callable(measure, gemm, repeats)
+        t_prep = time_callable(measure, prep, max(3, repeats // 4))
+        variant = getattr(plans[0], "variant", None)
+        tile = getattr(variant, "name", "") if variant is not None else ""
+    finally:
+        _close(plans)
+    flops = 2.0 * m * n * k
+    row = {"dtype": dtype, "m": m, "n": n, "k": k, "tile": tile,
+           "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
+           "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
+    base = be.vendor_baseline(dtype, m, n, k) if baseline and hasattr(be, "vendor_baseline") else None
+    if base is not None:
+        label, fn = base
+        t_base = time_callable(measure, fn, repeats)
+        row.update(baseline=label, baseline_tflops=flops / t_base / 1e12, baseline_ms=t_base * 1e3,
+                   ratio=t_base / t_gemm)
+        del fn, base
+    ceil = _ceiling(be, dtype, ceilings)
+    if ceil is not None:
+        mnem, ceil_tf = ceil
+        row.update(ceiling_instruction=mnem, ceiling_tflops=ceil_tf,
+                   fraction_of_ceiling=row["mxcore_tflops"] / ceil_tf)
+    return row
 
 
 def _fmt(r: dict) -> str:
@@ -143,7 +183,7 @@ def _table(rows) -> str:
 
 def _cli(argv) -> int:
     p = argparse.ArgumentParser(prog="mxcore bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="cuda")
+    p.add_argument("--backend", default="cuda", help="cuda, hip, or auto (the first available GPU backend)")
     p.add_argument("--dtype", default="fp16,bf16,tf32,fp8,mxfp8,mxfp4")
     p.add_argument("--sizes", default="2048,4096,8192", help="square sizes M=N=K (comma list; '' for none)")
     p.add_argument("--shapes", default="", help="'llm' for tall/skinny LLM shapes, or MxNxK,MxNxK")
@@ -161,12 +201,14 @@ def _cli(argv) -> int:
             shapes += LLM_SHAPES
         else:
             shapes.append(tuple(int(v) for v in spec.lower().split("x")))
+    from mxcore.errors import BackendUnavailableError
+
     try:
         tiles = [t.strip() for t in args.tile.split(",") if t.strip()] or [None]
         rows = run(args.backend, dtypes, shapes, repeats=args.repeats, sets=args.sets, tiles=tiles,
                    b_colmajor=args.b_colmajor, baseline=not args.no_baseline)
-    except ImportError as exc:
-        print(f"mxcore bench needs CuPy and an NVIDIA GPU: {exc}", file=sys.stderr)
+    except (ImportError, BackendUnavailableError) as exc:
+        print(f"mxcore bench needs a usable GPU backend ({args.backend}): {exc}", file=sys.stderr)
         return 2
     print(_table(rows))
     if args.json:

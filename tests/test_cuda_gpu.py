@@ -188,7 +188,8 @@ def test_native_fp8_kernel_on_any_fp8_arch(backend, rng):
         backend.force_native_fp8 = False
 
 
-@pytest.mark.parametrize("tile", ["128x128", "64x64", "32x64", "128x256db", "128x128k128s3", "256x128k64s4"])
+@pytest.mark.parametrize("tile", ["128x128", "64x64", "32x64", "128x256db", "128x128db", "128x256", "128x128k128s3",
+                                  "256x128k64s4"])
 def test_every_tile(backend, rng, tile):
     import cupy as cp
 
