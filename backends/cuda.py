@@ -156,8 +156,6 @@ class Tile:
     stages: int
     group_m: int = 8
     frag_db: bool = False  # double-buffer the mma fragments in registers
-    lean: bool = False  # precomputed ldmatrix offsets, A fragments one 16-row slice at a time (fewer registers)
-    min_blocks: int = 1  # __launch_bounds__ minimum blocks per SM (a register cap: 64K / (threads * min_blocks))
 
     @property
     def threads(self) -> int:
@@ -192,13 +190,9 @@ EXTRA_TILES = {
     "128x128g16db": Tile("128x128g16db", 128, 128, 64, 2, 2, 4, group_m=16, frag_db=True),
     "256x128db": Tile("256x128db", 256, 128, 64, 4, 2, 4, frag_db=True),
     "128x128k128s4": Tile("128x128k128s4", 128, 128, 128, 2, 2, 4),
-    # deeper pipelines for 128x128 (two blocks per SM still fit: 2 x 80 / 96 KB); no gain (NOTES_CUDA.md)
+    # deeper pipelines for 128x128 (two blocks per SM still fit: 2 x 80 / 96 KB); not yet timed, see NOTES_CUDA.md
     "128x128s5": Tile("128x128s5", 128, 128, 64, 2, 2, 5),
     "128x128s6": Tile("128x128s6", 128, 128, 64, 2, 2, 6),
-    # lean loop (MX_LEAN): fewer registers; Lb3 caps them at 168 for three blocks per SM.  Both pass the GPU
-    # tests and are slower than 128x128 on an H100 (NOTES_CUDA.md, round 2)
-    "128x128L": Tile("128x128L", 128, 128, 64, 2, 2, 4, lean=True),
-    "128x128Lb3": Tile("128x128Lb3", 128, 128, 64, 2, 2, 4, lean=True, min_blocks=3),
 }
 TILES.update(EXTRA_TILES)
 
@@ -256,8 +250,6 @@ def gemm_options(v: Variant) -> list[str]:
         f"-DMX_STAGES={t.stages}",
         f"-DMX_GROUP_M={t.group_m}",
         f"-DMX_FRAG_DB={int(t.frag_db)}",
-        f"-DMX_MIN_BLOCKS={t.min_blocks}",
-        f"-DMX_LEAN={int(t.lean)}",
         _macro("MX_LDSM_A_ROW", "lane", a[0]),
         _macro("MX_LDSM_A_CHUNK", "lane", a[1]),
         _macro("MX_LDSM_B_ROW", "lane", b[0]),

@@ -9,8 +9,6 @@
 //   MX_BM MX_BN MX_BK MX_WARPS_M MX_WARPS_N MX_STAGES   block tile, warp grid, cp.async pipeline depth
 //   MX_GROUP_M      rows of blocks per L2 group (grid swizzle)
 //   MX_FRAG_DB      1: double-buffer the mma fragments in registers (more registers, overlaps ldmatrix)
-//   MX_LEAN         1: precomputed ldmatrix offsets, A fragments one slice at a time (fewer registers); default 0
-//   MX_MIN_BLOCKS   __launch_bounds__ minimum blocks per SM (caps registers at 64K / (NT * MIN_BLOCKS)); default 1
 //   Fragment index formulas (generated from one Python table that tests/test_cuda_index.py checks against
 //   mxcore.layouts; see backends/cuda.py FRAGMENT_FORMULAS):
 //   MX_LDSM_A_ROW(l) MX_LDSM_A_CHUNK(l) MX_LDSM_B_ROW(l) MX_LDSM_B_CHUNK(l): the tile row and 16-byte chunk whose
@@ -202,12 +200,7 @@ __device__ __forceinline__ u16 f32_to_bf16(float v) {
 // Split K: block z multiplies K range [z * k_split, min(K, (z + 1) * k_split)) (k_split a multiple of BK) and
 // writes its partial product to C + z * split_stride elements (fp32, alpha 1); mx_splitk_reduce (gemm_prep.cu)
 // then sums the slices in z order.  Without a split: gridDim.z = 1, k_split >= K.
-#if defined(MX_MIN_BLOCKS) && MX_MIN_BLOCKS > 1
-#define MX_BOUNDS __launch_bounds__(NT, MX_MIN_BLOCKS)
-#else
-#define MX_BOUNDS __launch_bounds__(NT)
-#endif
-extern "C" __global__ void MX_BOUNDS
+extern "C" __global__ void __launch_bounds__(NT)
 mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C, int M, int N, int K, i64 lda,
         i64 ldb, i64 ldc, float alpha0, float alpha1, int out_kind, int k_split, i64 split_stride) {
     extern __shared__ __align__(128) u8 smem[];
@@ -305,9 +298,6 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     int read_stage = 0, write_stage = STAGES - 1;
-#ifndef MX_LEAN
-#define MX_LEAN 0
-#endif
 #if MX_FRAG_DB
     // fragments double-buffered in registers: step kk+1 (or the next tile's step 0) loads while kk multiplies
     static_assert(KK % 2 == 0, "an even number of mma steps per tile (fragment double buffer)");
@@ -332,58 +322,6 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
 #pragma unroll
                 for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[kk & 1][mi], bf[kk & 1][ni][0], bf[kk & 1][ni][1]);
         }
-    }
-#elif MX_LEAN
-    // Lean register use (for three blocks per SM): the ldmatrix lane offsets are precomputed once, one register
-    // per value of the index that changes the XOR swizzle (k step for K-major operands, 16-row slice for
-    // M/N-major ones); the other index only adds a constant byte offset, because every row offset it adds is a
-    // multiple of 8 and the swizzle reads only a row's low three bits.  B fragments of a k step are loaded
-    // whole, A fragments one 16-row slice at a time (4 live registers instead of 4 * MI).
-    constexpr int NA = A_K ? KK : MI, NB = B_K ? KK : NI / 2;
-    u32 a_var[NA], b_var[NB];
-#pragma unroll
-    for (int i = 0; i < NA; ++i)
-        a_var[i] = A_K ? swz<A_CPR>(wm * WTM + a_row, i * 2 + a_chunk)
-                       : swz<A_CPR>(a_row, (wm * WTM + i * 16) / EPC + a_chunk);
-#pragma unroll
-    for (int i = 0; i < NB; ++i)
-        b_var[i] = B_K ? swz<B_CPR>(wn * WTN + b_row, i * 2 + b_chunk)
-                       : swz<B_CPR>(b_row, (wn * WTN + i * 16) / EPC + b_chunk);
-    for (int kt = 0; kt < KT; ++kt) {
-        const u32 sa = sbase + read_stage * STAGE_BYTES, sb = sa + A_BYTES;
-#pragma unroll
-        for (int kk = 0; kk < KK; ++kk) {
-            u32 bfr[NI][2];
-#pragma unroll
-            for (int p = 0; p < NI / 2; ++p) {
-                u32 t[4];
-                const u32 off = B_K ? b_var[B_K ? kk : 0] + p * 16 * B_CPR * 16
-                                    : b_var[B_K ? 0 : p] + kk * MMA_K * B_CPR * 16;
-                ldsm_x4<!B_K>(t, sb + off);
-                bfr[2 * p][0] = t[0];
-                bfr[2 * p][1] = t[1];
-                bfr[2 * p + 1][0] = t[2];
-                bfr[2 * p + 1][1] = t[3];
-            }
-            if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
-                const int nk = kt + STAGES - 1;
-                if (nk < KT) issue(write_stage);
-                cp_async_commit();
-                write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
-            }
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                u32 afr[4];
-                const u32 off = A_K ? a_var[A_K ? kk : 0] + mi * 16 * A_CPR * 16
-                                    : a_var[A_K ? 0 : mi] + kk * MMA_K * A_CPR * 16;
-                ldsm_x4<!A_K>(afr, sa + off);
-#pragma unroll
-                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], afr, bfr[ni][0], bfr[ni][1]);
-            }
-        }
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
     }
 #else
     for (int kt = 0; kt < KT; ++kt) {
