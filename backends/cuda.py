@@ -987,23 +987,13 @@ def vendor_baseline(dtype: str, m: int, n: int, k: int, sets: int = 3):
         import torch
     except ImportError:
         return None
+    from ._torch_baseline import torch_matmul
+
     d = dtype.lower()
     dev = "cuda"
     turn = [0]
-    if d in ("fp16", "bf16", "tf32", "fp32"):
-        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(d, torch.float32)
-        pairs = [(torch.randn(m, k, device=dev).to(tdt), torch.randn(k, n, device=dev).to(tdt)) for _ in range(sets)]
-
-        def run():
-            a, b = pairs[turn[0] % sets]
-            turn[0] += 1
-            prev = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
-            try:
-                return torch.matmul(a, b)
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = prev
-
+    run = torch_matmul(torch, d, m, n, k, sets)
+    if run is not None:
         return f"cuBLAS {d} (torch.matmul)", run
     if d in ("fp8", "e4m3fn", "e4m3") and hasattr(torch, "_scaled_mm"):
         one = torch.ones((), device=dev)

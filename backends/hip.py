@@ -1243,19 +1243,10 @@ class HipBackend:
             return None
         if not getattr(torch.version, "hip", None) or not torch.cuda.is_available():
             return None
+        from ._torch_baseline import torch_matmul
+
         d = dtype.lower()
-        if d not in ("fp16", "bf16", "fp32", "tf32"):
+        run = torch_matmul(torch, d, m, n, k)
+        if run is None:
             return None
-        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(d, torch.float32)
-        x = torch.randn(m, k, device="cuda").to(tdt)
-        y = torch.randn(k, n, device="cuda").to(tdt)
-
-        def run():
-            prev = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
-            try:
-                return torch.matmul(x, y)
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = prev
-
         return f"hipBLASLt {d} (torch.matmul, ROCm {torch.version.hip})", run

@@ -1,0 +1,29 @@
+"""The vendor GEMM through torch.matmul (cuBLAS on CUDA builds, hipBLASLt on ROCm builds): one benchmark baseline
+shared by the cuda and hip backends."""
+
+from __future__ import annotations
+
+FLOAT_DTYPES = ("fp16", "bf16", "tf32", "fp32")
+
+
+def torch_matmul(torch, dtype: str, m: int, n: int, k: int, sets: int = 3):
+    """A callable that multiplies one of ``sets`` fresh random input pairs per call (rotating, so the cache does
+    not flatter), with TF32 allowed only for ``dtype == "tf32"``; None for a dtype torch.matmul does not cover."""
+    d = dtype.lower()
+    if d not in FLOAT_DTYPES:
+        return None
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(d, torch.float32)
+    pairs = [(torch.randn(m, k, device="cuda").to(tdt), torch.randn(k, n, device="cuda").to(tdt)) for _ in range(sets)]
+    turn = [0]
+
+    def run():
+        a, b = pairs[turn[0] % sets]
+        turn[0] += 1
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
+        try:
+            return torch.matmul(a, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+
+    return run
