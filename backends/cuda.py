@@ -130,6 +130,7 @@ class Element:
     esize: int
     record: str
     min_sm: int = 80
+    cvt: tuple[str, str] | None = None  # fp8 fragments converted in registers to f16 (A, B cvt source types)
 
 
 ELEMENTS = {
@@ -141,6 +142,11 @@ ELEMENTS = {
     "e5m2.e4m3": Element("e5m2.e4m3", 1, "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32", 89),
     "e5m2.e5m2": Element("e5m2.e5m2", 1, "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32", 89),
 }
+# fp8 where mma.sync fp8 is not native (sm_90): fp8 bytes in memory and shared memory, fragments loaded in the
+# m16n8k32 layout, converted once per mma step to f16 and multiplied by two m16n8k16 (gemm.cu MX_F8_CVT)
+for _pair in ("e4m3.e4m3", "e4m3.e5m2", "e5m2.e4m3", "e5m2.e5m2"):
+    ELEMENTS[f"{_pair}.f16"] = Element(f"{_pair}.f16", 1, ELEMENTS["f16"].record, 89,
+                                       cvt=tuple(f"{x}x2" for x in _pair.split(".")))
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,8 @@ class Tile:
     stages: int
     group_m: int = 8
     frag_db: bool = False  # double-buffer the mma fragments in registers
+    mbar: bool = False  # hand stages over with mbarriers (no __syncthreads per K tile)
+    lag: int = 1  # with mbar: tile kt refills the stage of tile kt - lag
 
     @property
     def threads(self) -> int:
@@ -193,6 +201,15 @@ EXTRA_TILES = {
     # deeper pipelines for 128x128 (two blocks per SM still fit: 2 x 80 / 96 KB); not yet timed, see NOTES_CUDA.md
     "128x128s5": Tile("128x128s5", 128, 128, 64, 2, 2, 5),
     "128x128s6": Tile("128x128s6", 128, 128, 64, 2, 2, 6),
+    # mbarrier hand-over (no per-tile __syncthreads): the large tiles that halve L2 traffic per FLOP
+    "128x128mb": Tile("128x128mb", 128, 128, 64, 2, 2, 4, mbar=True),
+    "128x128s5mbl2": Tile("128x128s5mbl2", 128, 128, 64, 2, 2, 5, mbar=True, lag=2),
+    "256x128s6mb": Tile("256x128s6mb", 256, 128, 64, 4, 2, 6, mbar=True),
+    "256x128s6mbl2": Tile("256x128s6mbl2", 256, 128, 64, 4, 2, 6, mbar=True, lag=2),
+    "128x256s6mb": Tile("128x256s6mb", 128, 256, 64, 2, 4, 6, mbar=True),
+    "128x256s6mbl2": Tile("128x256s6mbl2", 128, 256, 64, 2, 4, 6, mbar=True, lag=2),
+    "256x128k128s4mb": Tile("256x128k128s4mb", 256, 128, 128, 4, 2, 4, mbar=True),
+    "128x256k128s4mbl2": Tile("128x256k128s4mbl2", 128, 256, 128, 2, 4, 4, mbar=True, lag=2),
 }
 TILES.update(EXTRA_TILES)
 
@@ -220,7 +237,8 @@ class Variant:
     @property
     def smem_bytes(self) -> int:
         t = TILES[self.tile]
-        return t.stages * (t.bm + t.bn) * t.bk_bytes  # rows x (BK bytes) for either majorness
+        barriers = 16 * t.stages if t.mbar else 0  # a full and an empty mbarrier per stage
+        return t.stages * (t.bm + t.bn) * t.bk_bytes + barriers  # rows x (BK bytes) for either majorness
 
     @property
     def threads(self) -> int:
@@ -250,6 +268,10 @@ def gemm_options(v: Variant) -> list[str]:
         f"-DMX_STAGES={t.stages}",
         f"-DMX_GROUP_M={t.group_m}",
         f"-DMX_FRAG_DB={int(t.frag_db)}",
+        f"-DMX_MBAR={int(t.mbar)}",
+        f"-DMX_LAG={t.lag}",
+        *([f"-DMX_F8_CVT=1", f'-DMX_A_CVT="{v.element.cvt[0]}"', f'-DMX_B_CVT="{v.element.cvt[1]}"']
+          if v.element.cvt else []),
         _macro("MX_LDSM_A_ROW", "lane", a[0]),
         _macro("MX_LDSM_A_CHUNK", "lane", a[1]),
         _macro("MX_LDSM_B_ROW", "lane", b[0]),
@@ -278,8 +300,8 @@ def all_variants(arch: str) -> list[Variant]:
     for e, el in ELEMENTS.items():
         if sm < el.min_sm:
             continue
-        if el.esize == 1 and not native_fp8(arch):
-            continue  # sm_90 decodes fp8 to f16 instead
+        if el.esize == 1 and bool(el.cvt) == native_fp8(arch):
+            continue  # native fp8 mma where the arch has it, fp8 fragments converted to f16 elsewhere
         majors = [(True, True), (True, False), (False, True), (False, False)] if el.esize == 2 else [(True, True)]
         for ak, bk in majors:
             for tile in CI_TILES:
@@ -399,7 +421,10 @@ class CudaBackend:
         self.unavailable_cause = None
         self._kernels: dict = {}
         self._reason_cache = None
-        self.force_native_fp8 = False  # tests: run the m16n8k32 fp8 kernel even on sm_90 (compiler-emulated)
+        # fp8 path: None = the arch's own ("native" m16n8k32 on sm_89/sm_120, "convert" elsewhere); tests and the
+        # benchmark may force "native" (compiler-emulated on sm_90), "convert" or "decode" (whole operands to f16
+        # first, then the f16 kernel)
+        self.fp8_path: str | None = None
         self.force_tile: str | None = None
         self.force_split: int = 0  # tests: split K into this many slices
 
@@ -620,6 +645,12 @@ class CudaBackend:
             self._prep_float(cp, arr, kind, role, dst, out=out, col_off=i * kp, ld=3 * kp)
         return _DevOperand(out, 3 * kp, True, "tf32", 0, 3 * kp)
 
+    def _fp8_path(self, arch: str) -> str:
+        path = self.fp8_path or ("native" if native_fp8(arch) else "convert")
+        if path not in ("native", "convert", "decode"):
+            raise UnsupportedError(f"fp8_path must be 'native', 'convert' or 'decode', not {path!r}")
+        return path
+
     def _stage_quantized(self, cp, op, role: str, arch: str, device=None, smax=None) -> _DevOperand:
         """Decode/copy a host-quantized operand on the GPU.  ``device``: (codes, scales) already uploaded;
         ``smax``: the largest finite scale code, if already known (it is a host-side scan of the scales)."""
@@ -631,7 +662,7 @@ class CudaBackend:
         if od.kind == "fp8":
             exp = _pow2_exponent(op.tensor_scale)
             short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}[od.name]
-            if native_fp8(arch) or self.force_native_fp8:
+            if self._fp8_path(arch) != "decode":
                 buf, ld = self._prep_codes(cp, codes, role, od.element, "byte")
                 return _DevOperand(buf, ld, True, short, exp, cols)
             fast = self._decode_in_place(cp, codes, role, od.element, "f16", None, 127, exp, cols)
@@ -694,7 +725,7 @@ class CudaBackend:
     # ---- launch ---------------------------------------------------------------------------------------------
     def _launch(self, cp, a: _DevOperand, b: _DevOperand, out, m: int, n: int, arch: str, out_dtype: str):
         if a.elem in ("e4m3", "e5m2"):
-            elem = f"{a.elem}.{b.elem}"
+            elem = f"{a.elem}.{b.elem}" + (".f16" if self._fp8_path(arch) == "convert" else "")
         else:
             elem = a.elem
             if b.elem != a.elem:
@@ -1021,12 +1052,14 @@ def compile_jobs(arch: str) -> list[dict]:
 
     jobs = []
     for v in all_variants(arch):
-        dtype = _DTYPE_OF_ELEM.get(v.elem, f"fp8 {v.elem.replace('.', ' x ')}")
-        if v.elem == "f16" and not native_fp8(arch) and _sm(arch) >= 89:
-            dtype = "fp16 (and fp8 decoded)"
+        if v.element.cvt:
+            dtype = f"fp8 {' x '.join(v.elem.split('.')[:2])} (fragments converted to f16)"
+        else:
+            dtype = _DTYPE_OF_ELEM.get(v.elem, f"fp8 {v.elem.replace('.', ' x ')}")
         jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": dtype, "tile": v.tile,
                      "options": gemm_options(v), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
-                     "ldmatrix": True, "cp_async": True, "mma": "QMMA" if v.element.esize == 1 else "HMMA"})
+                     "ldmatrix": True, "cp_async": True,
+                     "mma": "QMMA" if v.element.esize == 1 and not v.element.cvt else "HMMA"})
     for kname in ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce", "mx_decode_codes"):
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})

@@ -9,6 +9,17 @@
 //   MX_BM MX_BN MX_BK MX_WARPS_M MX_WARPS_N MX_STAGES   block tile, warp grid, cp.async pipeline depth
 //   MX_GROUP_M      rows of blocks per L2 group (grid swizzle)
 //   MX_FRAG_DB      1: double-buffer the mma fragments in registers (more registers, overlaps ldmatrix)
+//   MX_F8_CVT       1 (fp8, MX_ESIZE 1, for sm_90 where fp8 mma.sync is not native): the fp8 fragments that
+//                   ldmatrix loads in the m16n8k32 layout are converted ONCE per mma step to f16 (cvt.rn.f16x2.
+//                   MX_A_CVT / MX_B_CVT, exact for e4m3 and e5m2) and multiplied by two m16n8k16 f16 mma
+//                   (MX_MMA_OP is then the f16 mnemonic).  Each 32-bit fp8 register (4 consecutive K) gives its
+//                   low and high byte pairs to the two K halves of one f16 mma; A and B are split the same way, so
+//                   both see the same permutation of K inside the 32-wide step and the sum is the same products.
+//   MX_MBAR         1: stages handed over by mbarriers instead of one __syncthreads per K tile: a "full" barrier
+//                   per stage (every thread's cp.async.mbarrier.arrive) and an "empty" one (every thread arrives
+//                   after its last mma on the stage), so warps drift apart by up to MX_LAG tiles instead of meeting
+//                   at each tile.  MX_LAG: tile kt refills the stage that held tile kt - MX_LAG (prefetch distance
+//                   STAGES - MX_LAG).  Shared memory: the ring, then 2 * STAGES 8-byte barriers.
 //   Fragment index formulas (generated from one Python table that tests/test_cuda_index.py checks against
 //   mxcore.layouts; see backends/cuda.py FRAGMENT_FORMULAS):
 //   MX_LDSM_A_ROW(l) MX_LDSM_A_CHUNK(l) MX_LDSM_B_ROW(l) MX_LDSM_B_CHUNK(l): the tile row and 16-byte chunk whose
@@ -26,6 +37,15 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 typedef long long i64;
 
+#ifndef MX_MBAR
+#define MX_MBAR 0
+#endif
+#ifndef MX_F8_CVT
+#define MX_F8_CVT 0
+#endif
+#ifndef MX_LAG
+#define MX_LAG 1
+#endif
 #if !defined(MX_ESIZE) || !defined(MX_MMA_OP) || !defined(MX_BM) || !defined(MX_LDSM_A_ROW)
 #error "gemm.cu needs its -D defines from mxcore's backends/cuda.py"
 #endif
@@ -52,6 +72,7 @@ constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 static_assert(ESIZE == 1 || ESIZE == 2 || ESIZE == 4, "element size");
 static_assert(A_K || ESIZE == 2, "M-major A needs 16-bit elements (ldmatrix.trans)");
 static_assert(B_K || ESIZE == 2, "N-major B needs 16-bit elements (ldmatrix.trans)");
+static_assert(!MX_F8_CVT || ESIZE == 1, "MX_F8_CVT converts fp8 fragments");
 static_assert(BK % MMA_K == 0 && WTM % 16 == 0 && WTN % 16 == 0, "tile shape");
 static_assert((A_ROWS * A_CPR) % NT == 0 && (B_ROWS * B_CPR) % NT == 0, "loader coverage");
 static_assert(A_CPR >= 4 && B_CPR >= 4, "rows of at least 64 bytes (swizzle)");
@@ -84,11 +105,48 @@ __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
+// mbarrier hand-over (MX_MBAR): init, arrive, the arrive that fires when this thread's earlier cp.async
+// have landed, and a wait on a phase parity (try_wait on sm_90+, test_wait before)
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{\n.reg .pred p;\nMX_WAIT:\nmbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n@!p bra MX_WAIT;\n}\n"
+                 ::"r"(bar), "r"(parity) : "memory");
+#else
+    asm volatile("{\n.reg .pred p;\nMX_WAIT:\nmbarrier.test_wait.parity.shared.b64 p, [%0], %1;\n@!p bra MX_WAIT;\n}\n"
+                 ::"r"(bar), "r"(parity) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile(MX_MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+#if MX_F8_CVT
+// two fp8 codes (byte pair HI of r) -> f16x2, exact
+template <int HI>
+__device__ __forceinline__ u32 a_f16x2(u32 r) {
+    u32 d;
+    asm("cvt.rn.f16x2." MX_A_CVT " %0, %1;" : "=r"(d) : "h"((u16)(HI ? r >> 16 : r)));
+    return d;
+}
+template <int HI>
+__device__ __forceinline__ u32 b_f16x2(u32 r) {
+    u32 d;
+    asm("cvt.rn.f16x2." MX_B_CVT " %0, %1;" : "=r"(d) : "h"((u16)(HI ? r >> 16 : r)));
+    return d;
+}
+#endif
 
 __device__ __forceinline__ int clamp16(i64 bytes) { return bytes <= 0 ? 0 : (bytes >= 16 ? 16 : (int)bytes); }
 
@@ -253,15 +311,31 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
             ldB.template copy<true>(sbuf + A_BYTES, B);
         }
     };
+#if MX_MBAR
+    static_assert(!MX_FRAG_DB && MX_LAG >= 1 && STAGES - MX_LAG >= 1, "mbarrier pipeline: no fragment double buffer");
+    constexpr int PREF = STAGES - MX_LAG;  // tiles in flight ahead of the one being multiplied
+    const u32 full_bar = sbase + STAGES * STAGE_BYTES, empty_bar = full_bar + STAGES * 8;
+    if (tid < STAGES) {
+        mbar_init(full_bar + tid * 8, NT);
+        mbar_init(empty_bar + tid * 8, NT);
+    }
+    __syncthreads();
+#else
+    constexpr int PREF = STAGES - 1;
+#endif
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < PREF; ++s) {
         if (s < KT) {
             if (s == 0 && KT_FULL < KT)
                 load_tile(sbase, A, B, lda, ldb, M, N, K, m0, n0, KT_FULL * BK, tid);
             else
                 issue(s);
         }
+#if MX_MBAR
+        cp_async_mbar_arrive(full_bar + s * 8);
+#else
         cp_async_commit();
+#endif
     }
 
     // per-lane ldmatrix coordinates (generated formulas)
@@ -293,12 +367,67 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
         }
     };
 
+    // the mma of one step on fragment buffer `buf`
+    auto mma_step = [&](int buf) {
+#if MX_F8_CVT
+        u32 bh[NI][4];  // B fragments as f16: n8 block ni, K half h in registers 2h, 2h+1
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            bh[ni][0] = b_f16x2<0>(bf[buf][ni][0]);
+            bh[ni][1] = b_f16x2<1>(bf[buf][ni][0]);
+            bh[ni][2] = b_f16x2<0>(bf[buf][ni][1]);
+            bh[ni][3] = b_f16x2<1>(bf[buf][ni][1]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+            const u32(&a)[4] = af[buf][mi];
+            const u32 ah[2][4] = {{a_f16x2<0>(a[0]), a_f16x2<0>(a[1]), a_f16x2<1>(a[0]), a_f16x2<1>(a[1])},
+                                  {a_f16x2<0>(a[2]), a_f16x2<0>(a[3]), a_f16x2<1>(a[2]), a_f16x2<1>(a[3])}};
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], ah[h], bh[ni][2 * h], bh[ni][2 * h + 1]);
+        }
+#else
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[buf][mi], bf[buf][ni][0], bf[buf][ni][1]);
+#endif
+    };
+
     constexpr int KK = BK / MMA_K;
     static_assert(STAGES >= 3, "the pipeline below needs at least 3 stages");
+#if MX_MBAR
+    // tile kt sits in stage kt % STAGES; its full barrier completes phase kt / STAGES when every thread's copies
+    // have landed; the stage's empty barrier completes the same phase when every thread has multiplied it
+    for (int kt = 0; kt < KT; ++kt) {
+        const int rs = kt % STAGES;
+        mbar_wait(full_bar + rs * 8, (u32)(kt / STAGES) & 1u);
+        const u32 sa = sbase + rs * STAGE_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            load_frags(0, sa, kk);
+            if (kk == 0) {  // refill the stage that held tile kt - LAG once every thread is done with it
+                const int nk = kt + PREF;
+                if (nk < KT) {
+                    const int ws = nk % STAGES;
+                    if (nk >= STAGES) mbar_wait(empty_bar + ws * 8, (u32)(nk / STAGES - 1) & 1u);
+                    issue(ws);
+                    cp_async_mbar_arrive(full_bar + ws * 8);
+                }
+            }
+            mma_step(0);
+        }
+        mbar_arrive(empty_bar + rs * 8);  // after the mma that consumed this stage's last fragments
+    }
+#else
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     int read_stage = 0, write_stage = STAGES - 1;
-#if MX_FRAG_DB
+#endif
+#if MX_MBAR
+#elif MX_FRAG_DB
     // fragments double-buffered in registers: step kk+1 (or the next tile's step 0) loads while kk multiplies
     static_assert(KK % 2 == 0, "an even number of mma steps per tile (fragment double buffer)");
     load_frags(0, sbase, 0);
@@ -317,10 +446,7 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
                 cp_async_commit();
                 write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
             }
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[kk & 1][mi], bf[kk & 1][ni][0], bf[kk & 1][ni][1]);
+            mma_step(kk & 1);
         }
     }
 #else
@@ -335,10 +461,7 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
                 cp_async_commit();
                 write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
             }
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[0][mi], bf[0][ni][0], bf[0][ni][1]);
+            mma_step(0);
         }
         cp_async_wait<STAGES - 2>();
         __syncthreads();

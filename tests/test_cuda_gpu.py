@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from mxcore import dtypes as _dt
+from mxcore.backends import cuda
 from mxcore.operands import prepare
 from mxcore.reference import reference_matmul
 
@@ -172,24 +173,28 @@ def test_torch_and_numpy_inputs(backend, rng):
     np.testing.assert_array_equal(got_np, reference_matmul(a, b, "fp16"))
 
 
-def test_native_fp8_kernel_on_any_fp8_arch(backend, rng):
-    """The m16n8k32 fp8 kernel (native on sm_89/sm_120) also runs on sm_90 (compiler-emulated): check it."""
+@pytest.mark.parametrize("path", ["native", "convert", "decode"])
+def test_every_fp8_path_on_any_fp8_arch(backend, rng, path):
+    """All three fp8 paths agree bit for bit on exact inputs, on any sm_89+ GPU: the m16n8k32 kernel (native on
+    sm_89/sm_120, compiler-emulated on sm_90), fp8 fragments converted to f16 in registers (sm_90's default),
+    and whole operands decoded to f16 before the f16 kernel.  Edges and a K tail included."""
     import cupy as cp
 
     if int(cp.cuda.Device().compute_capability) < 89:
         pytest.skip("fp8 mma needs sm_89+")
-    a, b = _exact(rng, (100, 200)), _exact(rng, (200, 70))
-    backend.force_native_fp8 = True
+    backend.fp8_path = path
     try:
-        for dtype in ("e4m3fn", ("e5m2", "e4m3fn")):
-            got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
-            np.testing.assert_array_equal(got, reference_matmul(a, b, dtype))
+        for (m, k, n) in ((100, 200, 70), (129, 4100, 257)):
+            a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+            for dtype in ("e4m3fn", ("e5m2", "e4m3fn"), ("e4m3fn", "e5m2"), "e5m2"):
+                got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
+                np.testing.assert_array_equal(got, reference_matmul(a, b, dtype))
     finally:
-        backend.force_native_fp8 = False
+        backend.fp8_path = None
 
 
 @pytest.mark.parametrize("tile", ["128x128", "64x64", "32x64", "128x256db", "128x128db", "128x256", "128x128k128s3",
-                                  "256x128k64s4"])
+                                  "256x128k64s4", *(t for t in cuda.EXTRA_TILES if cuda.TILES[t].mbar)])
 def test_every_tile(backend, rng, tile):
     import cupy as cp
 

@@ -94,7 +94,9 @@ def test_mnemonics_come_from_layouts():
     for el in cuda.ELEMENTS.values():
         rec = layouts.get(el.record)
         assert rec.ptx == el.record
-        assert rec.vendor == "nvidia" and rec.m == 16 and rec.n == 8 and rec.k * el.esize == 32
+        # one mma step covers 32 bytes of K (an fp8 step converted to f16 runs two k16 mma)
+        steps = 2 if el.cvt else 1
+        assert rec.vendor == "nvidia" and rec.m == 16 and rec.n == 8 and steps * rec.k * el.esize == 32
 
 
 def test_options_carry_formulas_and_mnemonic():
@@ -124,3 +126,39 @@ def test_tile_choice():
     assert cuda.choose_tile(4096, 4096) == "128x128"
     assert cuda.choose_tile(8192, 1024) == "128x128"
     assert cuda.choose_tile(100, 100) == "64x64"
+
+
+# gemm.cu MX_F8_CVT: an fp8 mma step (m16n8k32 fragments, as ldmatrix loads them) runs as two f16 m16n8k16 mma.
+# f16 mma h takes A registers {lo(a[2h]), lo(a[2h+1]), hi(a[2h]), hi(a[2h+1])} and B registers {lo(b[h]),
+# hi(b[h])}, where lo/hi are the low/high byte pairs of a 32-bit fp8 register converted to f16x2.
+CVT_A = [[(2 * h, 0), (2 * h + 1, 0), (2 * h, 1), (2 * h + 1, 1)] for h in range(2)]  # (fp8 register, hi)
+CVT_B = [[(h, 0), (h, 1)] for h in range(2)]
+
+
+@pytest.mark.parametrize("pair", ["e4m3.e4m3", "e5m2.e4m3"])
+def test_fp8_to_f16_fragment_conversion_permutes_k_consistently(pair):
+    """Both operands must see the same permutation of K inside the 32-wide step, and the two f16 mma together
+    must cover every K exactly once: then the sum of products is the fp8 mma's (checked on the layout tables)."""
+    r8, r16 = layouts.get(cuda.ELEMENTS[pair].record), layouts.get(cuda.ELEMENTS[f"{pair}.f16"].record)
+    assert cuda.ELEMENTS[f"{pair}.f16"].cvt == tuple(f"{x}x2" for x in pair.split("."))
+    covered = set()
+    for h in range(2):
+        perm = {}  # virtual k of f16 mma h -> real k of the fp8 step
+        for lane in range(32):
+            for slot in range(r16.a.map.slots):
+                reg16, half = divmod(slot, 2)
+                reg8, hi = CVT_A[h][reg16]
+                m, k = (int(x) for x in r8.a.coords[lane, reg8 * 4 + 2 * hi + half])
+                m16, k16 = (int(x) for x in r16.a.coords[lane, slot])
+                assert m == m16, (h, lane, slot)
+                assert perm.setdefault(k16, k) == k, "A maps one virtual k to two real k"
+            for slot in range(r16.b.map.slots):
+                reg16, half = divmod(slot, 2)
+                reg8, hi = CVT_B[h][reg16]
+                k, n = (int(x) for x in r8.b.coords[lane, reg8 * 4 + 2 * hi + half])
+                k16, n16 = (int(x) for x in r16.b.coords[lane, slot])
+                assert n == n16, (h, lane, slot)
+                assert perm[k16] == k, "B sees another permutation of K than A"
+        assert sorted(perm) == list(range(16)) and len(set(perm.values())) == 16
+        covered |= set(perm.values())
+    assert covered == set(range(32))
