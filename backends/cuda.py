@@ -16,8 +16,10 @@ Kernels (``kernels_cuda/``):
   reduction.
 * ``gemm_ceiling.cu`` — a register-only mma loop (the benchmark's instruction ceiling).
 
-Tiles (``choose_tile``): 128x128 (4 warps of 64x64, 4 stages of 64-byte K rows, two blocks per SM) when the
-output has at least one block per SM, 32x64 for M <= 32, else 64x64.
+Tiles (``choose_tile``, per element): the element's large tile when the output has at least one block per SM —
+128x128 for 16-bit operands (4 warps of 64x64, 4 stages of 64-byte K rows, two blocks per SM), 128x256 with
+mbarrier hand-over for tf32, 128x128 with 128-byte K rows for fp8 converted to f16 — then 128x128, 32x64 for
+M <= 32, else 64x64.
 
 How each dtype runs (all accumulate in fp32 on tensor cores):
 
@@ -170,15 +172,16 @@ class Tile:
         return 32 * self.warps_m * self.warps_n
 
 
-# The tiles the backend launches (chosen per shape by choose_tile; all compiled in CI).  128x128 with 4 warps
-# of 64x64 runs two blocks per SM; on an H100 it was the best or near-best of the sweep below at 4096^3 and
-# 8192^3 for all majorness (see NOTES_CUDA.md).
+# The tiles the backend launches (chosen per element and shape by choose_tile; each element's are compiled in
+# CI, see element_tiles).  128x128 with 4 warps of 64x64 runs two blocks per SM; on an H100 it was the best or
+# near-best 16-bit tile of the sweeps below at 4096^3 and 8192^3 for all majorness (see NOTES_CUDA.md).
 TILES = {
     "128x128": Tile("128x128", 128, 128, 64, 2, 2, 4),
     "64x64": Tile("64x64", 64, 64, 64, 2, 2, 4),
     "32x64": Tile("32x64", 32, 64, 64, 1, 2, 4),
+    "128x128k128s3": Tile("128x128k128s3", 128, 128, 128, 2, 2, 3),  # fp8 converted to f16 (128 fp8 per K row)
+    "128x256k128s4mbl2": Tile("128x256k128s4mbl2", 128, 256, 128, 2, 4, 4, mbar=True, lag=2),  # tf32
 }
-CI_TILES = tuple(TILES)
 # tuning candidates: launchable with ``force_tile`` / ``bench --tile``, not compiled in CI
 EXTRA_TILES = {
     "128x256": Tile("128x256", 128, 256, 64, 2, 4, 4),
@@ -186,7 +189,6 @@ EXTRA_TILES = {
     "128x256k64s5": Tile("128x256k64s5", 128, 256, 64, 2, 4, 5),
     "256x128k64s4": Tile("256x128k64s4", 256, 128, 64, 4, 2, 4),
     "256x128k128s3": Tile("256x128k128s3", 256, 128, 128, 4, 2, 3),
-    "128x128k128s3": Tile("128x128k128s3", 128, 128, 128, 2, 2, 3),
     "128x128k64s3": Tile("128x128k64s3", 128, 128, 64, 2, 2, 3),
     "128x256db": Tile("128x256db", 128, 256, 64, 2, 4, 4, frag_db=True),
     "128x256k128s3db": Tile("128x256k128s3db", 128, 256, 128, 2, 4, 3, frag_db=True),
@@ -209,7 +211,6 @@ EXTRA_TILES = {
     "128x256s6mb": Tile("128x256s6mb", 128, 256, 64, 2, 4, 6, mbar=True),
     "128x256s6mbl2": Tile("128x256s6mbl2", 128, 256, 64, 2, 4, 6, mbar=True, lag=2),
     "256x128k128s4mb": Tile("256x128k128s4mb", 256, 128, 128, 4, 2, 4, mbar=True),
-    "128x256k128s4mbl2": Tile("128x256k128s4mbl2", 128, 256, 128, 2, 4, 4, mbar=True, lag=2),
 }
 TILES.update(EXTRA_TILES)
 
@@ -304,18 +305,34 @@ def all_variants(arch: str) -> list[Variant]:
             continue  # native fp8 mma where the arch has it, fp8 fragments converted to f16 elsewhere
         majors = [(True, True), (True, False), (False, True), (False, False)] if el.esize == 2 else [(True, True)]
         for ak, bk in majors:
-            for tile in CI_TILES:
+            for tile in element_tiles(e):
                 out.append(Variant(e, ak, bk, tile))
     return out
 
 
-def choose_tile(m: int, n: int, sms: int = 132) -> str:
-    """The tile for an m x n output: 32x64 for skinny M, 128x128 when it still fills every SM, else 64x64."""
+# The large tile per element, measured on an H100 (NOTES_CUDA.md, session 2 round 3): 16-bit operands 128x128
+# (4 warps, two blocks per SM); tf32 (4-byte elements: twice the bytes per FLOP) 128x256, 128-byte K rows (32 tf32),
+# 4 stages handed over by mbarriers (8 warps, one block per SM); fp8 converted to f16: 128x128, 128-byte K rows.
+BIG_TILE = {"f16": "128x128", "bf16": "128x128", "tf32": "128x256k128s4mbl2"}
+BIG_TILE_CVT = "128x128k128s3"
+
+
+def element_tiles(elem: str) -> tuple[str, ...]:
+    """The tiles ``choose_tile`` may pick for element ``elem`` (all compiled in CI), largest first."""
+    el = ELEMENTS[elem]
+    big = BIG_TILE_CVT if el.cvt else BIG_TILE.get(elem, "128x128")
+    return tuple(dict.fromkeys((big, "128x128", "64x64", "32x64")))
+
+
+def choose_tile(m: int, n: int, sms: int = 132, elem: str = "f16") -> str:
+    """The tile for an m x n output: 32x64 for skinny M, else the largest of ``element_tiles`` whose grid still
+    has a block per SM, else 64x64."""
     if m <= 32:
         return "32x64"
-    t = TILES["128x128"]
-    if -(-m // t.bm) * -(-n // t.bn) >= sms:
-        return "128x128"
+    for name in element_tiles(elem)[:-2]:
+        t = TILES[name]
+        if -(-m // t.bm) * -(-n // t.bn) >= sms:
+            return name
     return "64x64"
 
 
@@ -645,6 +662,26 @@ class CudaBackend:
             self._prep_float(cp, arr, kind, role, dst, out=out, col_off=i * kp, ld=3 * kp)
         return _DevOperand(out, 3 * kp, True, "tf32", 0, 3 * kp)
 
+    def _stage_bytes(self, cp, codes, role: str, element: str):
+        """fp8 codes as the fp8 kernels read them: K-major rows, 16-byte aligned, ld a multiple of 16 bytes.
+        (buffer, ld).  Codes already K-major (A in C order, B in Fortran order) are used in place; the other
+        order is transposed by ``mx_transpose_bytes`` when both dimensions are multiples of 64; anything else
+        (padding, other strides) goes through ``mx_prep_codes``."""
+        codes_d = cp.asarray(codes)
+        if codes_d.ndim == 2 and codes_d.data.ptr % 16 == 0:
+            kmajor = codes_d if role == "a" else codes_d.T  # logical rows = M or N, columns = K
+            if kmajor.flags.c_contiguous and kmajor.shape[1] % 16 == 0:
+                return kmajor, kmajor.shape[1]
+            src = kmajor.T  # C order: K x (M or N)
+            if src.flags.c_contiguous and src.shape[0] % 64 == 0 and src.shape[1] % 64 == 0:
+                rows, cols = src.shape
+                out = cp.empty((cols, rows), dtype=cp.uint8)
+                self._prep_kernel("mx_transpose_bytes")((cols // 64, rows // 64), (256,),
+                                                        (src, np.int32(rows), np.int32(cols), np.int64(cols), out,
+                                                         np.int64(rows)))
+                return out, rows
+        return self._prep_codes(cp, codes, role, element, "byte")
+
     def _fp8_path(self, arch: str) -> str:
         path = self.fp8_path or ("native" if native_fp8(arch) else "convert")
         if path not in ("native", "convert", "decode"):
@@ -663,7 +700,7 @@ class CudaBackend:
             exp = _pow2_exponent(op.tensor_scale)
             short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}[od.name]
             if self._fp8_path(arch) != "decode":
-                buf, ld = self._prep_codes(cp, codes, role, od.element, "byte")
+                buf, ld = self._stage_bytes(cp, codes, role, od.element)
                 return _DevOperand(buf, ld, True, short, exp, cols)
             fast = self._decode_in_place(cp, codes, role, od.element, "f16", None, 127, exp, cols)
             if fast is not None:
@@ -730,7 +767,7 @@ class CudaBackend:
             elem = a.elem
             if b.elem != a.elem:
                 raise UnsupportedError(f"internal: operands staged as {a.elem} and {b.elem}")
-        tile = self.force_tile or choose_tile(m, n, self._sms())
+        tile = self.force_tile or choose_tile(m, n, self._sms(), elem)
         v = Variant(elem, a.kmajor, b.kmajor, tile)
         t = TILES[tile]
         for op, mn_rows in ((a, t.bm), (b, t.bn)):  # the kernel's per-thread copy offsets are 32-bit
@@ -1060,7 +1097,7 @@ def compile_jobs(arch: str) -> list[dict]:
                      "options": gemm_options(v), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
                      "ldmatrix": True, "cp_async": True,
                      "mma": "QMMA" if v.element.esize == 1 and not v.element.cvt else "HMMA"})
-    for kname in ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce", "mx_decode_codes"):
+    for kname in ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce", "mx_decode_codes", "mx_transpose_bytes"):
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
     sm = _sm(arch)

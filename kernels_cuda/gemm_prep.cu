@@ -193,6 +193,37 @@ mx_prep_codes(const u8* __restrict__ codes, int rows, int cols, i64 s_r, i64 s_c
     }
 }
 
+// mx_transpose_bytes: dst (C x R bytes, row stride ldd) = transpose of src (R x C bytes, row stride lds); R and C
+// multiples of 64, rows 16-byte aligned.  fp8 codes staged K-major for the fp8 GEMM (B arrives K x N).  A block
+// moves one 64 x 64 byte tile: 16-byte loads and stores, the byte shuffle through shared memory.
+extern "C" __global__ void __launch_bounds__(256)
+mx_transpose_bytes(const u8* __restrict__ src, int R, int C, i64 lds, u8* __restrict__ dst, i64 ldd) {
+    __shared__ u32 tile[64][17];  // 64 source rows of 16 words (+1 against bank conflicts)
+    const int t = threadIdx.x;
+    const int r0 = blockIdx.y * 64, c0 = blockIdx.x * 64;
+    if (r0 >= R || c0 >= C) return;
+    {
+        const int r = t >> 2, q = (t & 3) * 4;
+        const uint4 v = *(const uint4*)(src + (i64)(r0 + r) * lds + c0 + q * 4);
+        tile[r][q] = v.x;
+        tile[r][q + 1] = v.y;
+        tile[r][q + 2] = v.z;
+        tile[r][q + 3] = v.w;
+    }
+    __syncthreads();
+    const int j = t >> 2, rb = (t & 3) * 16;  // destination row c0 + j, bytes from source rows rb .. rb + 15
+    const int word = j >> 2, shift = (j & 3) * 8;
+    u32 w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        u32 acc = 0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) acc |= ((tile[rb + q * 4 + b][word] >> shift) & 0xffu) << (8 * b);
+        w[q] = acc;
+    }
+    *(uint4*)(dst + (i64)(c0 + j) * ldd + r0 + rb) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Split-K epilogue: C[i, j] = convert(alpha0 * alpha1 * sum_z ws[z * slice + i * N + j]), z in order (deterministic).
 // out_kind 0 fp32, 1 fp16, 2 bf16.  Grid-stride loop over M * N.
 extern "C" __global__ void __launch_bounds__(256)

@@ -184,13 +184,34 @@ def test_every_fp8_path_on_any_fp8_arch(backend, rng, path):
         pytest.skip("fp8 mma needs sm_89+")
     backend.fp8_path = path
     try:
-        for (m, k, n) in ((100, 200, 70), (129, 4100, 257)):
+        for (m, k, n) in ((100, 200, 70), (129, 4100, 257), (64, 192, 128)):  # the last: in-place A, fast B transpose
             a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
             for dtype in ("e4m3fn", ("e5m2", "e4m3fn"), ("e4m3fn", "e5m2"), "e5m2"):
                 got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
                 np.testing.assert_array_equal(got, reference_matmul(a, b, dtype))
     finally:
         backend.fp8_path = None
+
+
+def test_transpose_bytes_kernel(backend):
+    """mx_transpose_bytes (fp8 B operands to K-major) against CuPy's transpose on random bytes, and the in-place
+    / transposed / fallback choice of _stage_bytes."""
+    import cupy as cp
+
+    k = backend._prep_kernel("mx_transpose_bytes")
+    for rows, cols in ((64, 64), (192, 320), (4096, 128)):
+        src = cp.random.randint(0, 256, (rows, cols), dtype=cp.uint8)
+        out = cp.full((cols, rows), 0xAB, dtype=cp.uint8)
+        k((cols // 64, rows // 64), (256,), (src, np.int32(rows), np.int32(cols), np.int64(cols), out, np.int64(rows)))
+        assert bool((out == src.T).all()), (rows, cols)
+    a = cp.random.randint(0, 256, (128, 192), dtype=cp.uint8)
+    buf, ld = backend._stage_bytes(cp, a, "a", "e4m3")
+    assert buf.data.ptr == a.data.ptr and ld == 192  # K-major already: used in place
+    buf, ld = backend._stage_bytes(cp, a, "b", "e4m3")  # B is K x N = 128 x 192: transposed
+    assert ld == 128 and bool((buf[:, :128] == a.T).all())
+    odd = cp.random.randint(0, 256, (100, 70), dtype=cp.uint8)
+    buf, ld = backend._stage_bytes(cp, odd, "b", "e4m3")  # fallback: padded copy
+    assert ld % 16 == 0 and bool((buf[:, :100] == odd.T).all())
 
 
 @pytest.mark.parametrize("tile", ["128x128", "64x64", "32x64", "128x256db", "128x128db", "128x256", "128x128k128s3",

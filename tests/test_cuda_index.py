@@ -126,6 +126,12 @@ def test_tile_choice():
     assert cuda.choose_tile(4096, 4096) == "128x128"
     assert cuda.choose_tile(8192, 1024) == "128x128"
     assert cuda.choose_tile(100, 100) == "64x64"
+    assert cuda.choose_tile(4096, 4096, elem="tf32") == "128x256k128s4mbl2"
+    assert cuda.choose_tile(2048, 2048, elem="tf32") == "128x128"  # 128 blocks of 128x256 < 132 SMs
+    assert cuda.choose_tile(4096, 4096, elem="e4m3.e4m3.f16") == "128x128k128s3"
+    assert cuda.choose_tile(4096, 4096, elem="e4m3.e4m3") == "128x128"
+    for e in cuda.ELEMENTS:
+        assert set(cuda.element_tiles(e)) <= set(cuda.TILES) and cuda.element_tiles(e)[-2:] == ("64x64", "32x64")
 
 
 # gemm.cu MX_F8_CVT: an fp8 mma step (m16n8k32 fragments, as ldmatrix loads them) runs as two f16 m16n8k16 mma.
