@@ -17,9 +17,8 @@ Kernels (``kernels_cuda/``):
 * ``gemm_ceiling.cu`` — a register-only mma loop (the benchmark's instruction ceiling).
 
 Tiles (``choose_tile``, per element): the element's large tile when the output has at least one block per SM —
-128x128 for 16-bit operands (4 warps of 64x64, 4 stages of 64-byte K rows, two blocks per SM), 128x256 with
-mbarrier hand-over for tf32, 128x128 with 128-byte K rows for fp8 converted to f16 — then 128x128, 32x64 for
-M <= 32, else 64x64.
+128x128 (4 warps of 64x64, 4 stages of 64-byte K rows, two blocks per SM); for fp8 converted to f16, 128x128
+with 128-byte K rows — then 128x128; 32x64 for M <= 32, else 64x64.
 
 How each dtype runs (all accumulate in fp32 on tensor cores):
 
@@ -38,10 +37,14 @@ fp32           3xTF32: x = big + small with big = rne_tf32(x), small = rne_tf32(
                relative, so |err| ≤ (K+2)·2^-23·Σ|ab| + 2^-20·Σ|ab| (tested), typically ~1e-6 relative.
 fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales (host quantization through
                ``mxcore.operands.prepare``) applied in the epilogue (exact: a power of two).  sm_89 / sm_120:
-               native ``m16n8k32`` (K-major fp8 bytes).  sm_90 (and any arch without native fp8 mma): the codes
-               are decoded ONCE per element to f16 by a table lookup (``mx_decode_codes``; exact: every
-               e4m3/e5m2 value is an f16) and the f16 kernel runs — not per mma: ``m16n8k32`` fp8 compiles to
-               conversions plus two HMMA per mma on sm_90.
+               native ``m16n8k32`` (K-major fp8 bytes).  sm_90 (and any arch without native fp8 mma): the
+               same K-major fp8 bytes travel through cp.async and ldmatrix; each mma step's fragments are
+               converted ONCE to f16 in registers (``cvt.rn.f16x2.e4m3x2/e5m2x2``, exact) and multiplied by
+               two f16 ``m16n8k16`` — not per mma: ``m16n8k32`` fp8 compiles on sm_90 to conversions plus two
+               HMMA per mma (4x the conversions for a 64x64 warp tile).  A in C order is read in place, B in C
+               order is transposed once per call (``mx_transpose_bytes``).  ``fp8_path = "decode"`` instead
+               decodes whole operands to f16 (``mx_decode_codes``) and runs the f16 kernel (2 bytes per
+               element in memory; equal speed with preparation at 8192^3, see NOTES_CUDA.md).
 MX             mxfp8 (e4m3/e5m2), mxfp6 (e2m3/e3m2), mxfp4 and mixed pairs.  Codes and E8M0 scales from
                ``mxcore.operands.prepare`` (OCP v1.0, host); the device decodes each element with its block
                scale folded in, value·2^(scale - smax), to bf16, and the epilogue multiplies by
@@ -180,7 +183,6 @@ TILES = {
     "64x64": Tile("64x64", 64, 64, 64, 2, 2, 4),
     "32x64": Tile("32x64", 32, 64, 64, 1, 2, 4),
     "128x128k128s3": Tile("128x128k128s3", 128, 128, 128, 2, 2, 3),  # fp8 converted to f16 (128 fp8 per K row)
-    "128x256k128s4mbl2": Tile("128x256k128s4mbl2", 128, 256, 128, 2, 4, 4, mbar=True, lag=2),  # tf32
 }
 # tuning candidates: launchable with ``force_tile`` / ``bench --tile``, not compiled in CI
 EXTRA_TILES = {
@@ -211,6 +213,7 @@ EXTRA_TILES = {
     "128x256s6mb": Tile("128x256s6mb", 128, 256, 64, 2, 4, 6, mbar=True),
     "128x256s6mbl2": Tile("128x256s6mbl2", 128, 256, 64, 2, 4, 6, mbar=True, lag=2),
     "256x128k128s4mb": Tile("256x128k128s4mb", 256, 128, 128, 4, 2, 4, mbar=True),
+    "128x256k128s4mbl2": Tile("128x256k128s4mbl2", 128, 256, 128, 2, 4, 4, mbar=True, lag=2),
 }
 TILES.update(EXTRA_TILES)
 
@@ -310,17 +313,16 @@ def all_variants(arch: str) -> list[Variant]:
     return out
 
 
-# The large tile per element, measured on an H100 (NOTES_CUDA.md, session 2 round 3): 16-bit operands 128x128
-# (4 warps, two blocks per SM); tf32 (4-byte elements: twice the bytes per FLOP) 128x256, 128-byte K rows (32 tf32),
-# 4 stages handed over by mbarriers (8 warps, one block per SM); fp8 converted to f16: 128x128, 128-byte K rows.
-BIG_TILE = {"f16": "128x128", "bf16": "128x128", "tf32": "128x256k128s4mbl2"}
+# The large tile per element, measured on an H100 (NOTES_CUDA.md, round 3): 128x128 (4 warps, two blocks per SM)
+# for every element; fp8 converted to f16 reads 128-byte K rows (128 fp8, 3 stages): +7 % at 8192^3 over 64-byte
+# rows.  (tf32 with 128x256 / mbarriers measured 0.98x of 128x128 in the benchmark: not taken.)
 BIG_TILE_CVT = "128x128k128s3"
 
 
 def element_tiles(elem: str) -> tuple[str, ...]:
     """The tiles ``choose_tile`` may pick for element ``elem`` (all compiled in CI), largest first."""
     el = ELEMENTS[elem]
-    big = BIG_TILE_CVT if el.cvt else BIG_TILE.get(elem, "128x128")
+    big = BIG_TILE_CVT if el.cvt else "128x128"
     return tuple(dict.fromkeys((big, "128x128", "64x64", "32x64")))
 
 
@@ -408,6 +410,17 @@ class _Plan:
     def prep(self):
         return self._prep()
 
+    # benchmark diagnostics: the GEMM's own kernel with parts of its main loop removed (gemm.cu MX_DIAG); the
+    # output is NOT the product afterwards (run gemm() again before result())
+    DIAGNOSTICS = {"smem": 1, "mma": 2, "feed": 3}
+
+    def gemm_diagnostic(self, name: str):
+        """Launch the diagnostic kernel ``name``: "smem" (operands resident in shared memory: no global loads in
+        the loop, barriers kept), "mma" (ldmatrix + mma alone), "feed" (cp.async loads, waits and barriers
+        alone).  Same tile, grid and operands as ``gemm()``."""
+        return self.be._launch(self.cp, self.da, self.db, self.out, self.m, self.n, self.arch, self.out_dtype,
+                               diag=self.DIAGNOSTICS[name])
+
     def clone(self) -> _Plan:
         """The same problem in fresh device buffers (copies of the staged operands): another input set for
         benchmarks without quantizing again on the host."""
@@ -443,6 +456,7 @@ class CudaBackend:
         # first, then the f16 kernel)
         self.fp8_path: str | None = None
         self.force_tile: str | None = None
+        self._diag_smem_of: dict = {}
         self.force_split: int = 0  # tests: split K into this many slices
 
     # ---- availability ---------------------------------------------------------------------------------------
@@ -539,8 +553,26 @@ class CudaBackend:
             self._kernels[key] = k
         return k
 
-    def _gemm_kernel(self, v: Variant):
-        return self._kernel(("gemm", v), GEMM_FILE, "mx_gemm", tuple(gemm_options(v)), v.smem_bytes)
+    def _gemm_kernel(self, v: Variant, diag: int = 0, smem: int = 0):
+        opts = tuple(gemm_options(v)) + ((f"-DMX_DIAG={diag}",) if diag else ())
+        smem = max(smem, v.smem_bytes)
+        return self._kernel(("gemm", v, diag, smem), GEMM_FILE, "mx_gemm", opts, smem)
+
+    def _diag_smem(self, v: Variant) -> int:
+        """Dynamic shared memory for a diagnostic kernel of ``v``: padded so that it runs as many blocks per SM as
+        the GEMM itself (a diagnostic that needs fewer registers would otherwise run more blocks and measure
+        another occupancy)."""
+        props, t = self._props()[2], TILES[v.tile]
+        regs = int(self._gemm_kernel(v).attributes["num_regs"])
+        warps = t.threads // 32
+        by_regs = int(props.get("regsPerMultiprocessor", 65536)) // (-(-regs * 32 // 256) * 256 * warps)
+        smem_sm = int(props.get("sharedMemPerMultiprocessor", 233472))
+        reserved = int(props.get("reservedSharedMemPerBlock", 1024))
+        by_smem = smem_sm // (v.smem_bytes + reserved)
+        by_threads = int(props.get("maxThreadsPerMultiProcessor", 2048)) // t.threads
+        blocks = max(1, min(by_regs, by_smem, by_threads))
+        optin = int(props.get("sharedMemPerBlockOptin", 232448))
+        return max(v.smem_bytes, min(smem_sm // blocks - reserved, optin))
 
     def _prep_kernel(self, name: str):
         return self._kernel(("prep", name), PREP_FILE, name, ("-std=c++17",))
@@ -760,7 +792,8 @@ class CudaBackend:
         return _DevOperand(out, cols_, role == "a", dst, exp, cols)
 
     # ---- launch ---------------------------------------------------------------------------------------------
-    def _launch(self, cp, a: _DevOperand, b: _DevOperand, out, m: int, n: int, arch: str, out_dtype: str):
+    def _launch(self, cp, a: _DevOperand, b: _DevOperand, out, m: int, n: int, arch: str, out_dtype: str,
+                diag: int = 0):
         if a.elem in ("e4m3", "e5m2"):
             elem = f"{a.elem}.{b.elem}" + (".f16" if self._fp8_path(arch) == "convert" else "")
         else:
@@ -774,15 +807,21 @@ class CudaBackend:
             if (mn_rows if op.kmajor else v.bk) * op.ld * v.element.esize >= 2**32:
                 raise UnsupportedError(f"leading dimension {op.ld} is too large for the CUDA kernels' 32-bit tile "
                                        "offsets; pass a contiguous operand with fewer than ~16M elements per row")
-        kern = self._gemm_kernel(v)
         blocks = -(-m // t.bm) * -(-n // t.bn)
         e = a.exp + b.exp
         a0, a1 = np.float32(2.0 ** (e // 2)), np.float32(2.0 ** (e - e // 2))
         splits, k_split = self._split(blocks, a.k, v.bk)
+        if diag and (splits != 1 or t.mbar or t.frag_db):
+            raise UnsupportedError(f"loop diagnostics need one K slice and a plain pipeline tile ({v.name}, "
+                                   f"{splits} K slices)")
+        if diag and v not in self._diag_smem_of:  # once per variant: the launch itself must stay cheap
+            self._diag_smem_of[v] = self._diag_smem(v)
+        smem = self._diag_smem_of[v] if diag else v.smem_bytes
+        kern = self._gemm_kernel(v, diag, smem)
         if splits == 1:
             kern((blocks, 1, 1), (t.threads,), (a.buf, b.buf, out, np.int32(m), np.int32(n), np.int32(a.k),
                  np.int64(a.ld), np.int64(b.ld), np.int64(out.shape[1]), a0, a1, np.int32(_OUT_KIND[out_dtype]),
-                 np.int32(a.k), np.int64(0)), shared_mem=v.smem_bytes)
+                 np.int32(a.k), np.int64(0)), shared_mem=smem)
             return v
         ws = cp.empty((splits, m, n), dtype=cp.float32)  # fp32 partial products, summed in z order below
         kern((blocks, 1, splits), (t.threads,), (a.buf, b.buf, ws, np.int32(m), np.int32(n), np.int32(a.k),

@@ -15,6 +15,11 @@
 //                   (MX_MMA_OP is then the f16 mnemonic).  Each 32-bit fp8 register (4 consecutive K) gives its
 //                   low and high byte pairs to the two K halves of one f16 mma; A and B are split the same way, so
 //                   both see the same permutation of K inside the 32-wide step and the sum is the same products.
+//   MX_DIAG         benchmark diagnostics, NOT a GEMM (the output is not the product): the main loop with parts
+//                   removed, to measure what each part alone allows.  1: operands resident in shared memory (the
+//                   stages are filled once; no global loads or cp.async waits in the loop, barriers kept);
+//                   2: ldmatrix + mma alone (no loads, no barriers); 3: the global->shared feed alone (cp.async,
+//                   waits and barriers; no ldmatrix, no mma).  0 (default): the GEMM.
 //   MX_MBAR         1: stages handed over by mbarriers instead of one __syncthreads per K tile: a "full" barrier
 //                   per stage (every thread's cp.async.mbarrier.arrive) and an "empty" one (every thread arrives
 //                   after its last mma on the stage), so warps drift apart by up to MX_LAG tiles instead of meeting
@@ -42,6 +47,9 @@ typedef long long i64;
 #endif
 #ifndef MX_F8_CVT
 #define MX_F8_CVT 0
+#endif
+#ifndef MX_DIAG
+#define MX_DIAG 0
 #endif
 #ifndef MX_LAG
 #define MX_LAG 1
@@ -73,6 +81,10 @@ static_assert(ESIZE == 1 || ESIZE == 2 || ESIZE == 4, "element size");
 static_assert(A_K || ESIZE == 2, "M-major A needs 16-bit elements (ldmatrix.trans)");
 static_assert(B_K || ESIZE == 2, "N-major B needs 16-bit elements (ldmatrix.trans)");
 static_assert(!MX_F8_CVT || ESIZE == 1, "MX_F8_CVT converts fp8 fragments");
+static_assert(MX_DIAG == 0 || (!MX_MBAR && !MX_FRAG_DB), "diagnostics exist for the plain pipeline only");
+constexpr bool DIAG_LOADS = MX_DIAG == 0 || MX_DIAG == 3;  // refill stages in the loop
+constexpr bool DIAG_MATH = MX_DIAG != 3;                   // ldmatrix + mma
+constexpr bool DIAG_SYNC = MX_DIAG != 2;                   // the per-tile barrier
 static_assert(BK % MMA_K == 0 && WTM % 16 == 0 && WTN % 16 == 0, "tile shape");
 static_assert((A_ROWS * A_CPR) % NT == 0 && (B_ROWS * B_CPR) % NT == 0, "loader coverage");
 static_assert(A_CPR >= 4 && B_CPR >= 4, "rows of at least 64 bytes (swizzle)");
@@ -133,17 +145,15 @@ __device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u3
 }
 
 #if MX_F8_CVT
-// two fp8 codes (byte pair HI of r) -> f16x2, exact
-template <int HI>
-__device__ __forceinline__ u32 a_f16x2(u32 r) {
+// two fp8 codes of operand B_OP (false: A, true: B), byte pair HI of r -> f16x2, exact
+template <bool B_OP, int HI>
+__device__ __forceinline__ u32 f8x2_to_f16x2(u32 r) {
+    const u16 pair = (u16)(HI ? r >> 16 : r);
     u32 d;
-    asm("cvt.rn.f16x2." MX_A_CVT " %0, %1;" : "=r"(d) : "h"((u16)(HI ? r >> 16 : r)));
-    return d;
-}
-template <int HI>
-__device__ __forceinline__ u32 b_f16x2(u32 r) {
-    u32 d;
-    asm("cvt.rn.f16x2." MX_B_CVT " %0, %1;" : "=r"(d) : "h"((u16)(HI ? r >> 16 : r)));
+    if (B_OP)
+        asm("cvt.rn.f16x2." MX_B_CVT " %0, %1;" : "=r"(d) : "h"(pair));
+    else
+        asm("cvt.rn.f16x2." MX_A_CVT " %0, %1;" : "=r"(d) : "h"(pair));
     return d;
 }
 #endif
@@ -370,24 +380,26 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
     // the mma of one step on fragment buffer `buf`
     auto mma_step = [&](int buf) {
 #if MX_F8_CVT
-        u32 bh[NI][4];  // B fragments as f16: n8 block ni, K half h in registers 2h, 2h+1
+        // f16 mma h (K half h of the fp8 step) takes B {lo(b[h]), hi(b[h])} and A {lo(a[2h]), lo(a[2h+1]),
+        // hi(a[2h]), hi(a[2h+1])}; tests/test_cuda_index.py checks this against the layout tables
+        u32 bh[NI][2][2];
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-            bh[ni][0] = b_f16x2<0>(bf[buf][ni][0]);
-            bh[ni][1] = b_f16x2<1>(bf[buf][ni][0]);
-            bh[ni][2] = b_f16x2<0>(bf[buf][ni][1]);
-            bh[ni][3] = b_f16x2<1>(bf[buf][ni][1]);
-        }
+        for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-            const u32(&a)[4] = af[buf][mi];
-            const u32 ah[2][4] = {{a_f16x2<0>(a[0]), a_f16x2<0>(a[1]), a_f16x2<1>(a[0]), a_f16x2<1>(a[1])},
-                                  {a_f16x2<0>(a[2]), a_f16x2<0>(a[3]), a_f16x2<1>(a[2]), a_f16x2<1>(a[3])}};
+            for (int h = 0; h < 2; ++h) {
+                bh[ni][h][0] = f8x2_to_f16x2<true, 0>(bf[buf][ni][h]);
+                bh[ni][h][1] = f8x2_to_f16x2<true, 1>(bf[buf][ni][h]);
+            }
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+        for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], ah[h], bh[ni][2 * h], bh[ni][2 * h + 1]);
-        }
+            for (int h = 0; h < 2; ++h) {
+                const u32(&a)[4] = af[buf][mi];
+                const u32 ah[4] = {f8x2_to_f16x2<false, 0>(a[2 * h]), f8x2_to_f16x2<false, 0>(a[2 * h + 1]),
+                                   f8x2_to_f16x2<false, 1>(a[2 * h]), f8x2_to_f16x2<false, 1>(a[2 * h + 1])};
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], ah, bh[ni][h][0], bh[ni][h][1]);
+            }
 #else
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
@@ -454,17 +466,17 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
         const u32 sa = sbase + read_stage * STAGE_BYTES;
 #pragma unroll
         for (int kk = 0; kk < KK; ++kk) {
-            load_frags(0, sa, kk);
+            if (DIAG_MATH) load_frags(0, sa, kk);
             if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
                 const int nk = kt + STAGES - 1;
-                if (nk < KT) issue(write_stage);
+                if (DIAG_LOADS && nk < KT) issue(write_stage);
                 cp_async_commit();
                 write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
             }
-            mma_step(0);
+            if (DIAG_MATH) mma_step(0);
         }
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
+        if (DIAG_LOADS) cp_async_wait<STAGES - 2>();
+        if (DIAG_SYNC) __syncthreads();
         read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
     }
 #endif

@@ -11,7 +11,11 @@ baseline runs in the same process on inputs of the same shape (whatever the back
 names: cuBLAS / cuBLASLt through torch on NVIDIA, hipBLASLt through a ROCm torch on AMD).  Printed per case:
 mxcore TFLOP/s (kernel alone, and with the device preparation added), baseline TFLOP/s, the ratio, and the
 fraction of the register-only issue ceiling of the matrix instruction the kernel uses (measured once per
-instruction).  TFLOP/s counts 2*M*N*K.
+instruction).  TFLOP/s counts 2*M*N*K.  ``--loop-ceilings`` also times the kernel's own main loop with parts
+removed (backends whose plans have ``gemm_diagnostic``; the CUDA kernels): "smem" (operands resident in shared
+memory, no global loads in the loop), "mma" (ldmatrix + mma alone, no barriers either) and "feed" (the
+global->shared copies, waits and barriers alone) — what each part of the kernel allows by itself, in TFLOP/s
+of the same problem.
 
 Vendor-neutral: everything device-specific goes through the selected backend —
 ``plan(a, b, mdt)`` (a plan with ``gemm()``, ``prep()``, ``variant``, optional ``clone()`` / ``close()``),
@@ -77,7 +81,7 @@ def _ceiling(be, dtype: str, cache: dict):
 
 
 def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, seed: int = 0, progress=print,
-        tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None):
+        tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None, loop_ceilings: bool = False):
     """Benchmark ``dtypes`` x ``shapes`` x ``tiles``; returns one dict per case.  ``backend``: an already built
     backend object (tests pass a fake one); otherwise ``backend_name`` goes through the registry."""
     from mxcore import dtypes as _dt
@@ -101,14 +105,15 @@ def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, 
                      flush=True)
             be.force_tile = tile
             rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(dtype, be.target().arch), repeats, sets,
-                              b_colmajor, baseline, ceilings))
+                              b_colmajor, baseline, ceilings, loop_ceilings))
             progress("    " + _fmt(rows[-1]), flush=True)
     finally:
         be.force_tile = None
     return rows
 
 
-def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, baseline, ceilings) -> dict:
+def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, baseline, ceilings,
+          loop_ceilings=False) -> dict:
     a, b = _host_inputs(rng, m, n, k, b_colmajor)
     if hasattr(be, "bench_operands"):
         a, b = be.bench_operands(a, b, dtype)
@@ -138,12 +143,14 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
         t_prep = time_callable(measure, prep, max(3, repeats // 4))
         variant = getattr(plans[0], "variant", None)
         tile = getattr(variant, "name", "") if variant is not None else ""
+        loops = _loop_ceilings(measure, plans, repeats) if loop_ceilings else {}
     finally:
         _close(plans)
     flops = 2.0 * m * n * k
     row = {"dtype": dtype, "m": m, "n": n, "k": k, "tile": tile,
            "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
            "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
+    row.update({f"loop_{name}_tflops": flops / t / 1e12 for name, t in loops.items()})
     base = be.vendor_baseline(dtype, m, n, k) if baseline and hasattr(be, "vendor_baseline") else None
     if base is not None:
         label, fn = base
@@ -159,6 +166,31 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
     return row
 
 
+def _loop_ceilings(measure, plans, repeats) -> dict:
+    """{diagnostic name: median seconds} for the plans' ``gemm_diagnostic`` kernels (input sets rotated); {}
+    when the backend has none or the case cannot run them (e.g. split K)."""
+    from mxcore.errors import UnsupportedError
+
+    if not hasattr(plans[0], "gemm_diagnostic"):
+        return {}
+    out = {}
+    for name in plans[0].DIAGNOSTICS:
+        turn = [0]
+
+        def diag(name=name):
+            turn[0] += 1
+            return plans[turn[0] % len(plans)].gemm_diagnostic(name)
+
+        try:
+            out[name] = time_callable(measure, diag, repeats)
+        except UnsupportedError:
+            return {}
+    return out
+
+
+_LOOPS = ("smem", "mma", "feed")
+
+
 def _fmt(r: dict) -> str:
     s = (f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<6} mxcore {r['mxcore_tflops']:7.1f} TFLOP/s "
          f"({r['mxcore_ms']:.3f} ms; +prep {r['prep_ms']:.3f} ms -> {r['mxcore_with_prep_tflops']:.1f})")
@@ -166,18 +198,23 @@ def _fmt(r: dict) -> str:
         s += f" | {r['baseline']}: {r['baseline_tflops']:7.1f} | ratio {r['ratio']:.2f}"
     if "ceiling_tflops" in r:
         s += f" | ceiling {r['ceiling_tflops']:.0f} ({100 * r['fraction_of_ceiling']:.0f}%)"
+    if "loop_smem_tflops" in r:
+        s += " | loop " + ", ".join(f"{x} {r[f'loop_{x}_tflops']:.0f}" for x in _LOOPS if f"loop_{x}_tflops" in r)
     return s
 
 
 def _table(rows) -> str:
+    loops = any("loop_smem_tflops" in r for r in rows)
     head = (f"{'dtype':<12} {'M x N x K':<18} {'mxcore':>8} {'+prep':>8} {'vendor':>8} {'ratio':>6} "
-            f"{'ceiling':>8} {'%ceil':>6}  tile")
+            f"{'ceiling':>8} {'%ceil':>6}" + "".join(f" {x:>6}" for x in _LOOPS if loops) + "  tile")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<8} {r['mxcore_tflops']:8.1f} "
                      f"{r['mxcore_with_prep_tflops']:8.1f} {r.get('baseline_tflops', float('nan')):8.1f} "
                      f"{r.get('ratio', float('nan')):6.2f} {r.get('ceiling_tflops', float('nan')):8.0f} "
-                     f"{100 * r.get('fraction_of_ceiling', float('nan')):5.0f}%  {r['tile']}")
+                     f"{100 * r.get('fraction_of_ceiling', float('nan')):5.0f}%"
+                     + "".join(f" {r.get(f'loop_{x}_tflops', float('nan')):6.0f}" for x in _LOOPS if loops)
+                     + f"  {r['tile']}")
     return "\n".join(lines)
 
 
@@ -193,6 +230,8 @@ def _cli(argv) -> int:
     p.add_argument("--tile", default="", help="force tile configurations (comma list; tuning)")
     p.add_argument("--b-colmajor", action="store_true", help="B column-major (K contiguous) instead of row-major")
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
+    p.add_argument("--loop-ceilings", action="store_true",
+                   help="also time the kernel's main loop with parts removed: smem-resident, mma alone, feed alone")
     args = p.parse_args(argv)
     dtypes = [_DTYPE_ALIASES.get(d.strip().lower(), d.strip().lower()) for d in args.dtype.split(",") if d.strip()]
     shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x.strip())]
@@ -206,7 +245,7 @@ def _cli(argv) -> int:
     try:
         tiles = [t.strip() for t in args.tile.split(",") if t.strip()] or [None]
         rows = run(args.backend, dtypes, shapes, repeats=args.repeats, sets=args.sets, tiles=tiles,
-                   b_colmajor=args.b_colmajor, baseline=not args.no_baseline)
+                   b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings)
     except (ImportError, BackendUnavailableError) as exc:
         print(f"mxcore bench needs a usable GPU backend ({args.backend}): {exc}", file=sys.stderr)
         return 2

@@ -36,7 +36,7 @@ class _Plan:
 
 class _ClonablePlan(_Plan):
     def clone(self):
-        return _ClonablePlan(self.be, np.empty((self.shape[0], self.shape[2])), np.empty((self.shape[2], self.shape[1])))
+        return type(self)(self.be, np.empty((self.shape[0], self.shape[2])), np.empty((self.shape[2], self.shape[1])))
 
 
 class FakeBackend:
@@ -166,3 +166,33 @@ def test_hip_timer_brackets_the_call_with_hip_events(monkeypatch):
     assert measure(lambda: calls.append("fn")) == pytest.approx(2.5e-3)
     assert calls == ["create", "create", ("record", None), "fn", ("record", None), "sync", "elapsed", "destroy",
                      "destroy"]
+
+
+class _DiagPlan(_ClonablePlan):
+    DIAGNOSTICS = {"smem": 1, "mma": 2, "feed": 3}
+    COST = {"smem": 1.6e-3, "mma": 1.5e-3, "feed": 1.8e-3}
+
+    def gemm_diagnostic(self, name):
+        from mxcore.errors import UnsupportedError
+
+        assert not self.closed
+        if self.shape[0] < 32:
+            raise UnsupportedError("split K")
+        self.be.clock += self.COST[name]
+        self.be.diag_calls.append(name)
+
+
+def test_bench_loop_ceilings_on_fake_backend():
+    be = FakeBackend(True)
+    be.plan_cls, be.diag_calls = _DiagPlan, []
+    rows = bench.run("fake", ["fp16"], [(64, 32, 128), (16, 32, 128)], repeats=4, sets=2, backend=be,
+                     progress=lambda *a, **k: None, loop_ceilings=True)
+    flops = 2.0 * 64 * 32 * 128
+    for name, cost in _DiagPlan.COST.items():
+        assert rows[0][f"loop_{name}_tflops"] == pytest.approx(flops / cost / 1e12)
+        assert be.diag_calls.count(name) == 3 + 4  # warm-up + repeats, first case only
+    assert not any(k.startswith("loop_") for k in rows[1])  # split-K case: no diagnostics, no error
+    table = bench._table(rows)
+    assert " smem    mma   feed" in table.splitlines()[0] and "loop smem" in bench._fmt(rows[0])
+    rows = bench.run("fake", ["fp16"], [(64, 32, 128)], repeats=2, sets=2, backend=be, progress=lambda *a, **k: None)
+    assert "loop_smem_tflops" not in rows[0] and "smem" not in bench._table(rows)

@@ -193,6 +193,26 @@ def test_every_fp8_path_on_any_fp8_arch(backend, rng, path):
         backend.fp8_path = None
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "tf32", "e4m3fn", "mxfp4"])
+def test_loop_diagnostics_launch_and_leave_gemm_intact(backend, rng, dtype):
+    """The benchmark's loop diagnostics (gemm.cu MX_DIAG) run on the plan's own operands; a gemm() afterwards is
+    exact again (the diagnostics write no product)."""
+    import cupy as cp
+
+    a, b = _exact(rng, (256, 96)), _exact(rng, (96, 384))  # short K: one K slice (no split K) for every dtype
+    p = backend.plan(cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), _dt.resolve(dtype, "sm_90"))
+    with p.stream:
+        p.gemm()
+        want = cp.asnumpy(p.out).copy()
+        for name in p.DIAGNOSTICS:
+            p.gemm_diagnostic(name)
+        cp.cuda.get_current_stream().synchronize()
+        p.out.fill(cp.nan)
+        p.gemm()
+    np.testing.assert_array_equal(cp.asnumpy(p.out), want)
+    np.testing.assert_array_equal(want, reference_matmul(a, b, dtype))
+
+
 def test_transpose_bytes_kernel(backend):
     """mx_transpose_bytes (fp8 B operands to K-major) against CuPy's transpose on random bytes, and the in-place
     / transposed / fallback choice of _stage_bytes."""

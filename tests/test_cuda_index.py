@@ -126,8 +126,8 @@ def test_tile_choice():
     assert cuda.choose_tile(4096, 4096) == "128x128"
     assert cuda.choose_tile(8192, 1024) == "128x128"
     assert cuda.choose_tile(100, 100) == "64x64"
-    assert cuda.choose_tile(4096, 4096, elem="tf32") == "128x256k128s4mbl2"
-    assert cuda.choose_tile(2048, 2048, elem="tf32") == "128x128"  # 128 blocks of 128x256 < 132 SMs
+    assert cuda.choose_tile(4096, 4096, elem="tf32") == "128x128"
+    assert cuda.choose_tile(512, 1024, elem="e4m3.e4m3.f16") == "64x64"  # 32 blocks of 128x128 < 132 SMs
     assert cuda.choose_tile(4096, 4096, elem="e4m3.e4m3.f16") == "128x128k128s3"
     assert cuda.choose_tile(4096, 4096, elem="e4m3.e4m3") == "128x128"
     for e in cuda.ELEMENTS:
@@ -147,24 +147,24 @@ def test_fp8_to_f16_fragment_conversion_permutes_k_consistently(pair):
     must cover every K exactly once: then the sum of products is the fp8 mma's (checked on the layout tables)."""
     r8, r16 = layouts.get(cuda.ELEMENTS[pair].record), layouts.get(cuda.ELEMENTS[f"{pair}.f16"].record)
     assert cuda.ELEMENTS[f"{pair}.f16"].cvt == tuple(f"{x}x2" for x in pair.split("."))
+    def pairs(operand, cvt, h):
+        """(fp8 coords, f16 coords) of every lane and f16 slot of operand ``operand`` in f16 mma ``h``."""
+        f8, f16 = getattr(r8, operand), getattr(r16, operand)
+        for lane in range(32):
+            for slot in range(f16.map.slots):
+                reg8, hi = cvt[h][slot // 2]
+                yield tuple(int(x) for x in f8.coords[lane, reg8 * 4 + 2 * hi + slot % 2]), \
+                    tuple(int(x) for x in f16.coords[lane, slot])
+
     covered = set()
     for h in range(2):
         perm = {}  # virtual k of f16 mma h -> real k of the fp8 step
-        for lane in range(32):
-            for slot in range(r16.a.map.slots):
-                reg16, half = divmod(slot, 2)
-                reg8, hi = CVT_A[h][reg16]
-                m, k = (int(x) for x in r8.a.coords[lane, reg8 * 4 + 2 * hi + half])
-                m16, k16 = (int(x) for x in r16.a.coords[lane, slot])
-                assert m == m16, (h, lane, slot)
-                assert perm.setdefault(k16, k) == k, "A maps one virtual k to two real k"
-            for slot in range(r16.b.map.slots):
-                reg16, half = divmod(slot, 2)
-                reg8, hi = CVT_B[h][reg16]
-                k, n = (int(x) for x in r8.b.coords[lane, reg8 * 4 + 2 * hi + half])
-                k16, n16 = (int(x) for x in r16.b.coords[lane, slot])
-                assert n == n16, (h, lane, slot)
-                assert perm[k16] == k, "B sees another permutation of K than A"
+        for (m, k), (m16, k16) in pairs("a", CVT_A, h):
+            assert m == m16, (h, m, k)
+            assert perm.setdefault(k16, k) == k, "A maps one virtual k to two real k"
+        for (k, n), (k16, n16) in pairs("b", CVT_B, h):
+            assert n == n16, (h, k, n)
+            assert perm[k16] == k, "B sees another permutation of K than A"
         assert sorted(perm) == list(range(16)) and len(set(perm.values())) == 16
         covered |= set(perm.values())
     assert covered == set(range(32))
