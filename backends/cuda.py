@@ -12,8 +12,8 @@ Kernels (``kernels_cuda/``):
   deterministic) when the output tiles cannot fill the GPU and K is long (e.g. 16x8192x8192).
 * ``gemm_prep.cu`` — operand preparation on the GPU: rounding (RNE) to f16/bf16/tf32, the 3xTF32 split,
   fp8/fp6/fp4 decoding with the E8M0 block scale folded in (table decode, elementwise in the operand's own
-  layout when its contiguous dimension is a multiple of 8, else a transposing/padding copy), the split-K
-  reduction.
+  layout when its contiguous dimension is a multiple of 8, else a transposing/padding copy), the fp8 byte
+  transpose (B to K-major for the fp8 kernels), the split-K reduction.
 * ``gemm_ceiling.cu`` — a register-only mma loop (the benchmark's instruction ceiling).
 
 Tiles (``choose_tile``, per element): the element's large tile when the output has at least one block per SM —
@@ -40,8 +40,9 @@ fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales (host
                native ``m16n8k32`` (K-major fp8 bytes).  sm_90 (and any arch without native fp8 mma): the
                same K-major fp8 bytes travel through cp.async and ldmatrix; each mma step's fragments are
                converted ONCE to f16 in registers (``cvt.rn.f16x2.e4m3x2/e5m2x2``, exact) and multiplied by
-               two f16 ``m16n8k16`` — not per mma: ``m16n8k32`` fp8 compiles on sm_90 to conversions plus two
-               HMMA per mma (4x the conversions for a 64x64 warp tile).  A in C order is read in place, B in C
+               two f16 ``m16n8k16`` accumulating directly.  (``m16n8k32`` fp8 itself compiles on sm_90 to the same
+               conversions plus two HMMA into fresh accumulators and 4 FADD per mma, and spills at 64x64 warp
+               tiles: 702 loop instructions per 128 HMMA against 474.)  A in C order is read in place, B in C
                order is transposed once per call (``mx_transpose_bytes``).  ``fp8_path = "decode"`` instead
                decodes whole operands to f16 (``mx_decode_codes``) and runs the f16 kernel (2 bytes per
                element in memory; equal speed with preparation at 8192^3, see NOTES_CUDA.md).
@@ -1043,8 +1044,8 @@ class CudaBackend:
 
 
 def ceiling_element(dtype: str, arch: str) -> str:
-    """The ELEMENTS key of the mma that ``dtype`` runs on ``arch`` (fp8 on sm_90 and every MX format are decoded
-    to f16 / bf16 first, so they share those instructions' ceilings)."""
+    """The ELEMENTS key of the mma that ``dtype`` runs on ``arch`` (fp8 on sm_90 runs f16 mma on converted
+    fragments and every MX format is decoded to bf16 first, so they share those instructions' ceilings)."""
     d = dtype.lower()
     if d in ("fp16",):
         return "f16"
