@@ -236,13 +236,7 @@ def parse_ptxas_log(log: str) -> dict:
     out: dict = {}
     current = None
     for line in log.splitlines():
-        m = _RE_ENTRY.search(line)
-        if m:
-            current = m.group(1)
-            out.setdefault(current, {"registers": 0, "shared_bytes": 0, "local_bytes": 0, "spill_stores": 0,
-                                     "spill_loads": 0, "barriers": 0})
-            continue
-        m = _RE_PROPS.search(line)
+        m = _RE_ENTRY.search(line) or _RE_PROPS.search(line)  # a function's first line names it
         if m:
             current = m.group(1)
             out.setdefault(current, {"registers": 0, "shared_bytes": 0, "local_bytes": 0, "spill_stores": 0,

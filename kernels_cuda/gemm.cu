@@ -37,10 +37,7 @@
 // Global loads: cp.async.cg 16 bytes with a source size (zero fill): rows/cols past M, N, K read nothing.
 // Requires: A, B 16-byte aligned; lda, ldb multiples of 16 bytes (the backend copies other inputs first).
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-typedef long long i64;
+#include "mx_common.cuh"
 
 #ifndef MX_MBAR
 #define MX_MBAR 0
@@ -160,43 +157,35 @@ __device__ __forceinline__ u32 f8x2_to_f16x2(u32 r) {
 
 __device__ __forceinline__ int clamp16(i64 bytes) { return bytes <= 0 ? 0 : (bytes >= 16 ? 16 : (int)bytes); }
 
-// Copy one K tile of A (and B) into stage buffer `sbuf`; k0 is the tile's first K index.
+// Copy one operand's K tile into `sbuf`, fully predicated (zero fill past MN and K): KMAJ, tile rows are m or n
+// (chunks along k); else tile rows are k (chunks along m or n).  mn0, k0: the tile's first row/column and K.
+template <bool KMAJ, int ROWS, int CPR>
+__device__ __forceinline__ void load_operand(u32 sbuf, const u8* __restrict__ P, i64 ld, int MN, int K, int mn0, int k0,
+                                             int tid) {
+#pragma unroll
+    for (int i = 0; i < (ROWS * CPR) / NT; ++i) {
+        const int q = tid + i * NT;
+        const int row = q / CPR, c = q % CPR;
+        int bytes;
+        i64 off;
+        if (KMAJ) {
+            const int r = mn0 + row, k = k0 + c * EPC;
+            bytes = r < MN ? clamp16((i64)(K - k) * ESIZE) : 0;
+            off = ((i64)r * ld + k) * ESIZE;
+        } else {
+            const int k = k0 + row, x = mn0 + c * EPC;
+            bytes = k < K ? clamp16((i64)(MN - x) * ESIZE) : 0;
+            off = ((i64)k * ld + x) * ESIZE;
+        }
+        cp_async16(sbuf + swz<CPR>(row, c), bytes ? P + off : P, bytes);
+    }
+}
+
+// Copy one K tile of A and B into stage buffer `sbuf`; k0 is the tile's first K index.
 __device__ __forceinline__ void load_tile(u32 sbuf, const u8* __restrict__ A, const u8* __restrict__ B, i64 lda, i64 ldb,
                                           int M, int N, int K, int m0, int n0, int k0, int tid) {
-#pragma unroll
-    for (int i = 0; i < (A_ROWS * A_CPR) / NT; ++i) {
-        const int q = tid + i * NT;
-        const int row = q / A_CPR, c = q % A_CPR;
-        int bytes;
-        i64 off;
-        if (A_K) {  // row = m, chunk along k
-            const int m = m0 + row, k = k0 + c * EPC;
-            bytes = m < M ? clamp16((i64)(K - k) * ESIZE) : 0;
-            off = ((i64)m * lda + k) * ESIZE;
-        } else {  // row = k, chunk along m
-            const int k = k0 + row, m = m0 + c * EPC;
-            bytes = k < K ? clamp16((i64)(M - m) * ESIZE) : 0;
-            off = ((i64)k * lda + m) * ESIZE;
-        }
-        cp_async16(sbuf + swz<A_CPR>(row, c), bytes ? A + off : A, bytes);
-    }
-#pragma unroll
-    for (int i = 0; i < (B_ROWS * B_CPR) / NT; ++i) {
-        const int q = tid + i * NT;
-        const int row = q / B_CPR, c = q % B_CPR;
-        int bytes;
-        i64 off;
-        if (B_K) {  // row = n, chunk along k
-            const int n = n0 + row, k = k0 + c * EPC;
-            bytes = n < N ? clamp16((i64)(K - k) * ESIZE) : 0;
-            off = ((i64)n * ldb + k) * ESIZE;
-        } else {  // row = k, chunk along n
-            const int k = k0 + row, n = n0 + c * EPC;
-            bytes = k < K ? clamp16((i64)(N - n) * ESIZE) : 0;
-            off = ((i64)k * ldb + n) * ESIZE;
-        }
-        cp_async16(sbuf + A_BYTES + swz<B_CPR>(row, c), bytes ? B + off : B, bytes);
-    }
+    load_operand<A_K, A_ROWS, A_CPR>(sbuf, A, lda, M, K, m0, k0, tid);
+    load_operand<B_K, B_ROWS, B_CPR>(sbuf + A_BYTES, B, ldb, N, K, n0, k0, tid);
 }
 
 // One operand's per-thread copy plan for FULL K tiles (k0 + BK <= K): few registers, ~3 instructions per
@@ -251,17 +240,6 @@ struct FastLoader {
         ptr += k_step;
     }
 };
-
-__device__ __forceinline__ u16 f32_to_f16(float v) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
-__device__ __forceinline__ u16 f32_to_bf16(float v) {
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
 
 // out_kind: 0 fp32, 1 fp16, 2 bf16.  ldc in elements.  alpha0, alpha1: powers of two of one sign of exponent
 // (per-tensor fp8 scales, MX global shifts) so that each product is exact; 1, 1 otherwise.

@@ -14,11 +14,7 @@
 // range (|v| < 2^128 and v a multiple of 2^-133); e4m3/e5m2 values are exact in f16 (no scale).  Outside that
 // range the value is rounded once (RNE, overflow to inf); the backend picks exp_bias to keep blocks in range.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-typedef long long i64;
-typedef unsigned long long u64;
+#include "mx_common.cuh"
 
 // RNE of x to a binary format with `mbits` mantissa bits, minimum normal exponent `emin`, largest finite `maxv`
 // (overflow rounds to inf, like IEEE).  Exact arithmetic in double.
@@ -34,11 +30,6 @@ __device__ __forceinline__ double round_fmt(double x, int mbits, int emin, doubl
     return r;
 }
 
-__device__ __forceinline__ u16 f32_bits_to_f16(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
 __device__ __forceinline__ float f16_bits_to_f32(u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -56,7 +47,7 @@ __device__ __forceinline__ u32 f32_bits_to_tf32(u32 b) {
 __device__ __forceinline__ u32 encode_dst(double v, int dst_kind) {
     if (dst_kind == 0) {  // f16
         const double r = round_fmt(v, 10, -14, 65504.0);
-        return f32_bits_to_f16((float)r);  // exact: r has 11 significant bits in f16's range
+        return f32_to_f16((float)r);  // exact: r has 11 significant bits in f16's range
     }
     if (dst_kind == 1) {  // bf16
         const double r = round_fmt(v, 7, -126, 3.3895313892515355e38);
@@ -72,11 +63,6 @@ __device__ __forceinline__ u32 encode_dst(double v, int dst_kind) {
     return f32_bits_to_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 
-__device__ __forceinline__ u16 f32_to_bf16_rn(float f) {
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
 
 // Single-rounding shortcuts for the common sources (identical results to encode_dst's exact double path):
 // fp32 -> f16 / bf16 (cvt.rn, IEEE RNE with subnormals and overflow to inf), fp32 -> tf32 (integer RNE),
@@ -84,7 +70,7 @@ __device__ __forceinline__ u16 f32_to_bf16_rn(float f) {
 __device__ __forceinline__ bool fast_float(const void* src, int src_kind, i64 idx, int dst_kind, u32& bits) {
     if (src_kind == 1 && dst_kind <= 2) {
         const float f = ((const float*)src)[idx];
-        bits = dst_kind == 0 ? f32_bits_to_f16(f) : dst_kind == 1 ? f32_to_bf16_rn(f) : f32_bits_to_tf32(__float_as_uint(f));
+        bits = dst_kind == 0 ? f32_to_f16(f) : dst_kind == 1 ? f32_to_bf16(f) : f32_bits_to_tf32(__float_as_uint(f));
         return true;
     }
     if ((src_kind == 2 && dst_kind == 0) || (src_kind == 3 && dst_kind == 1)) {
@@ -153,7 +139,7 @@ __device__ __forceinline__ u32 scaled_bits(u32 tv, u32 sc, int exp_bias, int dst
     const float v = __uint_as_float(tv);
     if (e >= -126 && e <= 127) {
         const float f = v * __uint_as_float((u32)(e + 127) << 23);
-        return dst_kind == 0 ? f32_bits_to_f16(f) : f32_to_bf16_rn(f);
+        return dst_kind == 0 ? f32_to_f16(f) : f32_to_bf16(f);
     }
     return encode_dst(ldexp((double)v, e), dst_kind);
 }
@@ -238,7 +224,7 @@ mx_splitk_reduce(const float* __restrict__ ws, int splits, i64 slice, void* __re
         if (out_kind == 0)
             ((float*)C)[o] = v;
         else
-            ((u16*)C)[o] = out_kind == 1 ? f32_bits_to_f16(v) : f32_to_bf16_rn(v);
+            ((u16*)C)[o] = out_kind == 1 ? f32_to_f16(v) : f32_to_bf16(v);
     }
 }
 

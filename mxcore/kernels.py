@@ -7,6 +7,7 @@ repository's top level.  Everything that reads kernel source goes through :func:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .errors import UnknownNameError
@@ -44,9 +45,23 @@ def kernel_files(vendor: str) -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.suffix in {".cu", ".cuh", ".hip", ".h"})
 
 
-def kernel_source(vendor: str, filename: str) -> str:
-    """The text of ``filename`` from ``vendor``'s kernel folder."""
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.M)
+
+
+def kernel_source(vendor: str, filename: str, _seen: set | None = None) -> str:
+    """The text of ``filename`` from ``vendor``'s kernel folder, with each ``#include "X"`` of a file of the same
+    folder replaced by X's text (once per file; a repeated include becomes a comment).  The compilers then need
+    no include path, and a runtime kernel cache keyed on the source text sees header changes."""
     path = kernel_dir(vendor) / filename
     if not path.is_file():
         raise UnknownNameError(f"no kernel source {filename!r} for {vendor}; have: {', '.join(kernel_files(vendor))}")
-    return path.read_text()
+    seen = {filename} if _seen is None else _seen
+
+    def inline(m):
+        name = m.group(1)
+        if name in seen:
+            return f"// (#include \"{name}\": inlined above)"
+        seen.add(name)
+        return f"// ---- {name} ----\n{kernel_source(vendor, name, seen)}// ---- end {name} ----"
+
+    return _INCLUDE.sub(inline, path.read_text())

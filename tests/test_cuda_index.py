@@ -168,3 +168,22 @@ def test_fp8_to_f16_fragment_conversion_permutes_k_consistently(pair):
         assert sorted(perm) == list(range(16)) and len(set(perm.values())) == 16
         covered |= set(perm.values())
     assert covered == set(range(32))
+
+
+def test_kernel_source_inlines_local_includes(tmp_path, monkeypatch):
+    """kernel_source resolves #include "X" from the kernel folder once (the real gemm.cu / gemm_prep.cu share
+    mx_common.cuh that way), leaves other includes alone and turns a repeated include into a comment."""
+    from mxcore import kernels
+
+    (tmp_path / "h.cuh").write_text("typedef int T;\n")
+    (tmp_path / "g.cuh").write_text('#include "h.cuh"\nT g;\n')
+    (tmp_path / "k.cu").write_text('#include "g.cuh"\n#include "h.cuh"\n  #include <cuda_fp16.h>\nT k;\n')
+    monkeypatch.setattr(kernels, "kernel_dir", lambda vendor: tmp_path)
+    text = kernels.kernel_source("nvidia", "k.cu")
+    assert text.count("typedef int T;") == 1 and "T g;" in text and "#include <cuda_fp16.h>" in text
+    assert '// (#include "h.cuh": inlined above)' in text and not any(
+        line.strip().startswith('#include "') for line in text.splitlines())
+    monkeypatch.undo()
+    for name in ("gemm.cu", "gemm_prep.cu"):
+        real = kernels.kernel_source("nvidia", name)
+        assert real.count("typedef unsigned int u32;") == 1 and "f32_to_bf16(float v)" in real
