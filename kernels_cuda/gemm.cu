@@ -125,14 +125,14 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
 __device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("{\n.reg .pred p;\nMX_WAIT:\nmbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n@!p bra MX_WAIT;\n}\n"
-                 ::"r"(bar), "r"(parity) : "memory");
+#define MX_MBAR_TEST "mbarrier.try_wait.parity.shared.b64"
 #else
-    asm volatile("{\n.reg .pred p;\nMX_WAIT:\nmbarrier.test_wait.parity.shared.b64 p, [%0], %1;\n@!p bra MX_WAIT;\n}\n"
-                 ::"r"(bar), "r"(parity) : "memory");
+#define MX_MBAR_TEST "mbarrier.test_wait.parity.shared.b64"
 #endif
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile("{\n.reg .pred p;\nMX_WAIT:\n" MX_MBAR_TEST " p, [%0], %1;\n@!p bra MX_WAIT;\n}\n"
+                 ::"r"(bar), "r"(parity) : "memory");
 }
 
 __device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -415,9 +415,7 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     int read_stage = 0, write_stage = STAGES - 1;
-#endif
-#if MX_MBAR
-#elif MX_FRAG_DB
+#if MX_FRAG_DB
     // fragments double-buffered in registers: step kk+1 (or the next tile's step 0) loads while kk multiplies
     static_assert(KK % 2 == 0, "an even number of mma steps per tile (fragment double buffer)");
     load_frags(0, sbase, 0);
@@ -457,7 +455,8 @@ mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C
         if (DIAG_SYNC) __syncthreads();
         read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
     }
-#endif
+#endif  // MX_FRAG_DB
+#endif  // MX_MBAR
     cp_async_wait<0>();
 
     // epilogue: scale, convert, predicated stores; the two columns of a register pair (c0,c1 / c2,c3) go out

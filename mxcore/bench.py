@@ -129,18 +129,8 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
                 if hasattr(be, "bench_operands"):
                     x, y = be.bench_operands(x, y, dtype)
                 plans.append(be.plan(x, y, mdt))
-        turn = [0, 0]
-
-        def gemm():
-            turn[0] += 1
-            return plans[turn[0] % len(plans)].gemm()
-
-        def prep():
-            turn[1] += 1
-            return plans[turn[1] % len(plans)].prep()
-
-        t_gemm = time_callable(measure, gemm, repeats)
-        t_prep = time_callable(measure, prep, max(3, repeats // 4))
+        t_gemm = time_callable(measure, _rotating(plans, "gemm"), repeats)
+        t_prep = time_callable(measure, _rotating(plans, "prep"), max(3, repeats // 4))
         variant = getattr(plans[0], "variant", None)
         tile = getattr(variant, "name", "") if variant is not None else ""
         loops = _loop_ceilings(measure, plans, repeats) if loop_ceilings else {}
@@ -166,6 +156,17 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
     return row
 
 
+def _rotating(plans, method: str, *args):
+    """A callable that runs ``plan.<method>(*args)`` on the next plan (input set) at each call."""
+    turn = [0]
+
+    def call():
+        turn[0] += 1
+        return getattr(plans[turn[0] % len(plans)], method)(*args)
+
+    return call
+
+
 def _loop_ceilings(measure, plans, repeats) -> dict:
     """{diagnostic name: median seconds} for the plans' ``gemm_diagnostic`` kernels (input sets rotated); {}
     when the backend has none or the case cannot run them (e.g. split K)."""
@@ -173,22 +174,16 @@ def _loop_ceilings(measure, plans, repeats) -> dict:
 
     if not hasattr(plans[0], "gemm_diagnostic"):
         return {}
-    out = {}
-    for name in plans[0].DIAGNOSTICS:
-        turn = [0]
-
-        def diag(name=name):
-            turn[0] += 1
-            return plans[turn[0] % len(plans)].gemm_diagnostic(name)
-
-        try:
-            out[name] = time_callable(measure, diag, repeats)
-        except UnsupportedError:
-            return {}
-    return out
+    try:
+        return {name: time_callable(measure, _rotating(plans, "gemm_diagnostic", name), repeats)
+                for name in plans[0].DIAGNOSTICS}
+    except UnsupportedError:
+        return {}
 
 
-_LOOPS = ("smem", "mma", "feed")
+def _loop_names(rows) -> list[str]:
+    """The diagnostic names present in ``rows`` (``loop_<name>_tflops`` keys), in the backend's order."""
+    return list(dict.fromkeys(k[5:-7] for r in rows for k in r if k.startswith("loop_") and k.endswith("_tflops")))
 
 
 def _fmt(r: dict) -> str:
@@ -198,22 +193,23 @@ def _fmt(r: dict) -> str:
         s += f" | {r['baseline']}: {r['baseline_tflops']:7.1f} | ratio {r['ratio']:.2f}"
     if "ceiling_tflops" in r:
         s += f" | ceiling {r['ceiling_tflops']:.0f} ({100 * r['fraction_of_ceiling']:.0f}%)"
-    if "loop_smem_tflops" in r:
-        s += " | loop " + ", ".join(f"{x} {r[f'loop_{x}_tflops']:.0f}" for x in _LOOPS if f"loop_{x}_tflops" in r)
+    loops = _loop_names([r])
+    if loops:
+        s += " | loop " + ", ".join(f"{x} {r[f'loop_{x}_tflops']:.0f}" for x in loops)
     return s
 
 
 def _table(rows) -> str:
-    loops = any("loop_smem_tflops" in r for r in rows)
+    loops = _loop_names(rows)
     head = (f"{'dtype':<12} {'M x N x K':<18} {'mxcore':>8} {'+prep':>8} {'vendor':>8} {'ratio':>6} "
-            f"{'ceiling':>8} {'%ceil':>6}" + "".join(f" {x:>6}" for x in _LOOPS if loops) + "  tile")
+            f"{'ceiling':>8} {'%ceil':>6}" + "".join(f" {x:>6}" for x in loops) + "  tile")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<8} {r['mxcore_tflops']:8.1f} "
                      f"{r['mxcore_with_prep_tflops']:8.1f} {r.get('baseline_tflops', float('nan')):8.1f} "
                      f"{r.get('ratio', float('nan')):6.2f} {r.get('ceiling_tflops', float('nan')):8.0f} "
                      f"{100 * r.get('fraction_of_ceiling', float('nan')):5.0f}%"
-                     + "".join(f" {r.get(f'loop_{x}_tflops', float('nan')):6.0f}" for x in _LOOPS if loops)
+                     + "".join(f" {r.get(f'loop_{x}_tflops', float('nan')):6.0f}" for x in loops)
                      + f"  {r['tile']}")
     return "\n".join(lines)
 
