@@ -336,6 +336,18 @@ def _leading_run(first) -> tuple[int, int]:
     return run, (int(first[run] - first[0]) if run < slots else run)
 
 
+def _fit_affine(values, period: int):
+    """(lane step, run, run stride) when values[l, s] == step * (l // period) + (s // run) * stride + s % run
+    for every lane l and slot s (lane 0's slot 0 at 0), else None."""
+    lanes, slots = values.shape
+    first = values[0]
+    step = int(values[period, 0] - values[0, 0]) if lanes > period else 0
+    run, stride = _leading_run(first)
+    s = np.arange(slots)
+    model = step * (np.arange(lanes)[:, None] // period) + (s // run) * stride + s % run
+    return (step, run, stride) if first[0] == 0 and np.array_equal(values, model) else None
+
+
 def _fit_operand(op, role: str, frag_rows: int, kernel_bits: int, name: str) -> dict:
     """Fit the kernel's operand lane map to a layout record's coords:
     lane l, slot s -> (row l % FR, k = KLANE*(l // FR) + (s // CHUNK)*CSTRIDE + s % CHUNK)."""
@@ -348,13 +360,10 @@ def _fit_operand(op, role: str, frag_rows: int, kernel_bits: int, name: str) -> 
     lane = np.arange(lanes)[:, None]
     if not np.array_equal(rows, np.broadcast_to(lane % frag_rows, rows.shape)):
         raise LayoutError(f"{name} operand {role.upper()}: rows/cols are not lane % {frag_rows}; gemm_mfma.hip cannot load it")
-    koff = ks[0]
-    klane = int(ks[frag_rows, 0] - ks[0, 0]) if lanes > frag_rows else 0
-    chunk, cstride = _leading_run(koff)
-    s = np.arange(slots)
-    model = klane * (lane // frag_rows) + (s // chunk) * cstride + s % chunk
-    if koff[0] != 0 or slots % chunk or not np.array_equal(ks, model):
+    fit = _fit_affine(ks, frag_rows)
+    if fit is None or slots % fit[1]:
         raise LayoutError(f"{name} operand {role.upper()}: K map does not fit KLANE*(l//FR) + chunked slots")
+    klane, chunk, cstride = fit
     bits = int(op.bits)
     offsets = tuple(getattr(op, "bit_offsets", None) or range(0, slots * bits, bits))
     if offsets != tuple(range(0, slots * bits, bits)):
@@ -374,13 +383,10 @@ def _fit_c(op, n: int, name: str) -> dict:
     lane = np.arange(lanes)[:, None]
     if not np.array_equal(cols, np.broadcast_to(lane % n, cols.shape)):
         raise LayoutError(f"{name} C/D: columns are not lane % {n}")
-    r0 = rows[0]
-    rlane = int(rows[n, 0] - rows[0, 0]) if lanes > n else 0
-    group, gstride = _leading_run(r0)
-    s = np.arange(slots)
-    model = rlane * (lane // n) + (s // group) * gstride + s % group
-    if r0[0] != 0 or not np.array_equal(rows, model):
+    fit = _fit_affine(rows, n)
+    if fit is None:
         raise LayoutError(f"{name} C/D: row map does not fit RLANE*(l//N) + grouped slots")
+    rlane, group, gstride = fit
     return {"MX_C_SLOTS": slots, "MX_C_RLANE": rlane, "MX_C_GROUP": group, "MX_C_GSTRIDE": gstride}
 
 
