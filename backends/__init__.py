@@ -16,8 +16,9 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import BackendUnavailableError, UnknownNameError
+from ._contract import Backend, KernelRecord, Plan, Target
 
-__all__ = ["BackendStatus", "Target", "available", "get", "names", "select"]
+__all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "get", "names", "select"]
 
 # name -> module (relative to this package) and class; order is the auto-selection order
 _REGISTRY = {
@@ -27,15 +28,6 @@ _REGISTRY = {
 }
 _ALIASES = {"nvidia": "cuda", "amd": "hip", "rocm": "hip", "numpy": "reference", "cpu": "reference"}
 _INSTANCES: dict = {}
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a kernel is built for: vendor ("nvidia" | "amd" | "cpu"), arch ("sm_90", "gfx950"), wave size."""
-
-    vendor: str
-    arch: str | None
-    wave_size: int = 32
 
 
 @dataclass(frozen=True)
