@@ -102,6 +102,12 @@ class Backend:
     vendor: str = ""
     #: backend-specific ``matmul`` keywords (beyond a, b, mdt, out_dtype, scale_rounding, out)
     options: tuple = ()
+    #: True when ``plan``/``matmul`` take batched operands in ONE launch: a (B, M, K) with b (B, K, N) or a shared
+    #: b (K, N); the API loops over the batch for backends that leave this False
+    batched: bool = False
+    #: True when fp8/MX operands that live on this backend's device are quantized there (the API then passes
+    #: device ScaledTensor/MXTensor objects to ``plan``); False: the API leaves quantization to ``plan``
+    device_quantization: bool = False
     #: set when ``is_available()`` failed on an exception (chained into the error the registry raises)
     unavailable_cause: BaseException | None = None
 
