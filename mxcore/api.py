@@ -1,4 +1,11 @@
-"""``mxcore.matmul``: one call, any backend."""
+"""``mxcore.matmul``: one call, any backend.
+
+The API decides everything once, in this order: the backend (registry), the dtype for the backend's arch
+(:func:`mxcore.dtypes.resolve`), whether the backend supports it, where the operands live (all on the host, or all
+on one GPU: anything else is a :class:`~mxcore.errors.DeviceError`), where fp8/MX quantization runs (on the
+operands' GPU when they live there and the backend quantizes on the device; else inside the backend's plan, on the
+host), and whether a batch runs as one launch (backends with ``batched``) or one call per batch element.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,10 @@ import numpy as np
 
 from . import dtypes as _dt
 from .arrays import array_kind
-from .errors import InputTypeError, ShapeError, UnsupportedError
+from .errors import DeviceError, InputTypeError, ShapeError, UnsupportedError
 from .operands import check_real_input, infer_dtype
 
-__all__ = ["matmul"]
+__all__ = ["matmul", "placement"]
 
 
 def _shape(x) -> tuple:
@@ -22,8 +29,148 @@ def _shape(x) -> tuple:
     return tuple(int(s) for s in shape)
 
 
-def _stack(results, like):
-    kind = array_kind(results[0]) if results else "numpy"
+def placement(x) -> tuple[str, int | None]:
+    """Where an operand's data lives: ``("host", None)`` or ``("gpu", ordinal)`` (CuPy arrays, torch CUDA/ROCm
+    tensors, and MXTensor/ScaledTensor whose codes are such arrays)."""
+    kind = array_kind(x)
+    if kind == "mx":
+        return placement(x.codes)
+    if kind == "cupy":
+        return ("gpu", int(x.device.id))
+    if kind == "torch" and x.device.type != "cpu":
+        return ("gpu", int(x.device.index or 0))
+    return ("host", None)
+
+
+def _describe(where) -> str:
+    return "the host" if where[0] == "host" else f"GPU {where[1]}"
+
+
+def _common_placement(a, b):
+    pa, pb = placement(a), placement(b)
+    if pa == pb:
+        return pa
+    if "host" in (pa[0], pb[0]):
+        dev, host_role = (pa, "b") if pa[0] == "gpu" else (pb, "a")
+        raise DeviceError(
+            f"operand {'a' if host_role == 'b' else 'b'} is on {_describe(dev)} but operand {host_role} is on the "
+            f"host; mxcore does not copy operands between host and device behind your back. Move {host_role} to "
+            f"GPU {dev[1]} (cupy.asarray(x) under cupy.cuda.Device({dev[1]}), torch.as_tensor(x, device='cuda:{dev[1]}'), "
+            "or MXTensor.to_device()), or pass both from the host"
+        )
+    raise DeviceError(f"operand a is on {_describe(pa)} but operand b is on {_describe(pb)}; put both operands on "
+                      "the same GPU (the result is computed there)")
+
+
+def _quantize_on_device(x, od: _dt.OperandDType, role: str, batched: bool, scale_rounding: str):
+    """fp8/MX quantization of a float operand on its own GPU (quantized operands pass as they are)."""
+    if array_kind(x) == "mx":
+        return x
+    from . import mx
+
+    name = _dt_name(x)
+    if name.startswith("float8"):  # raw fp8 codes: the backend reads them (with a unit scale)
+        return x
+    if od.kind == "mx":
+        axis = -1 if role == "a" else (-2 if batched else 0)
+        return mx.quantize_mx(x, od.name, axis=axis, scale_rounding=scale_rounding)
+    return mx.quantize_tensor(x, od.element)
+
+
+def _dt_name(x) -> str:
+    dt = getattr(x, "dtype", None)
+    return getattr(dt, "name", str(dt)).replace("torch.", "")
+
+
+def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_rounding="floor", **options):
+    """Compute ``a @ b`` on a matrix core (or the numpy reference).
+
+    a: (M, K) and b: (K, N) — or batched: (B, M, K) with (B, K, N), or (B, M, K) with a shared (K, N) (the
+    linear-layer case).  numpy, CuPy, torch (CPU or CUDA), :class:`~mxcore.mx.MXTensor` or
+    :class:`~mxcore.mx.ScaledTensor`.  Non-contiguous and transposed views are accepted.  Both operands must live
+    in the same place: both on the host, or both on the same GPU (else :class:`~mxcore.errors.DeviceError`;
+    nothing is copied between host and device implicitly).
+    dtype: a name from :func:`mxcore.dtypes.known_names` (``"fp16"``, ``"fp8"``, ``"mxfp4"``...), an
+    (A, B) pair such as ``("mxfp8", "mxfp4")``, a dtype object (``numpy.float16``, ``torch.bfloat16``...), or
+    None for the inputs' own dtype.  High-precision inputs are quantized by mxcore (MX: OCP v1.0 blocks of 32
+    along K; fp8: a per-tensor power-of-two scale, per batch element for batches) — on the GPU for GPU inputs,
+    on the host for host inputs; quantized inputs are used as they are (quantize weights once, multiply many
+    times).  ``fp8`` means e4m3fnuz on gfx942, e4m3fn elsewhere.
+    out_dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
+    backend: ``"auto"`` (``MXCORE_BACKEND``, else the first usable GPU backend, else ``"reference"``),
+    ``"cuda"``, ``"hip"`` or ``"reference"``.
+    scale_rounding: MX scale policy, ``"floor"`` (OCP v1.0 §6.3) or ``"rceil"`` (cuBLAS/cuDNN).
+    options: backend-specific keywords, passed through (e.g. ``fp8_convert=True`` for ``hip``: convert fp8
+    bytes of the other encoding instead of refusing them).  A keyword the backend does not take is an error.
+
+    Returns the same kind of array as the inputs (numpy in → numpy out; CuPy → CuPy; torch → torch), on the
+    inputs' device.
+    """
+    from .backends import select
+
+    for x, role in ((a, "a"), (b, "b")):
+        check_real_input(x, role)
+    sa, sb = _shape(a), _shape(b)
+    if len(sa) not in (2, 3) or len(sb) not in (2, 3) or (len(sa) == 2 and len(sb) == 3):
+        raise ShapeError(
+            "matmul takes 2-D operands (M, K) @ (K, N), 3-D batches (B, M, K) @ (B, K, N), or (B, M, K) @ (K, N) "
+            f"(a weight shared by the batch); got shapes {sa} and {sb}"
+        )
+    if sa[-1] != sb[-2]:
+        raise ShapeError(f"inner dimensions differ: a is {sa} (K={sa[-1]}) but b is {sb} (K={sb[-2]}); "
+                         "a's last dimension must equal b's second-to-last")
+    if len(sb) == 3 and sa[0] != sb[0]:
+        raise ShapeError(f"batch sizes differ: a has {sa[0]}, b has {sb[0]}")
+    if scale_rounding not in ("floor", "rceil"):
+        raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP v1.0) or 'rceil' (cuBLAS)")
+    be = select(backend)
+    _check_options(be, options)
+    arch = be.target().arch
+    mdt = _dt.resolve(infer_dtype(a, b) if dtype is None else dtype, arch)
+    out = _dt.canonical_out_dtype(out_dtype, allow_float64=be.name == "reference")
+    reason = be.supports(mdt)
+    if reason is not None:
+        raise UnsupportedError(
+            f"backend {be.name!r} cannot run dtype {mdt.name} here: {reason}. "
+            f"It can run: {', '.join(be.supported_dtypes())}; or choose the reference backend (backend='reference')"
+        )
+    where = _common_placement(a, b) if be.vendor != "cpu" else ("host", None)
+    batched = len(sa) == 3
+    if batched and sa[0] == 0:
+        return _empty_like_kind((0, sa[1], sb[-1]), out, a, b)
+    if 0 in (sa[-2], sb[-1]) or sa[-1] == 0:
+        return _empty_like_kind(sa[:-1] + (sb[-1],), out, a, b)
+    # a batch runs in one launch where the backend can (per-tensor fp8 keeps one scale per batch element: a loop)
+    loop = batched and not (getattr(be, "batched", False) and mdt.kind != "fp8")
+    if where[0] == "gpu" and getattr(be, "device_quantization", False) and mdt.kind in ("fp8", "mx"):
+        if len(sb) == 2:  # one operand shared by the whole batch (or a plain 2-D product): quantized once
+            b = _quantize_on_device(b, mdt.b, "b", False, scale_rounding)
+        if not loop:
+            a = _quantize_on_device(a, mdt.a, "a", batched, scale_rounding)
+            b = _quantize_on_device(b, mdt.b, "b", len(sb) == 3, scale_rounding)
+    if loop:
+        if "mx" in (array_kind(a), array_kind(b) if len(sb) == 3 else ""):
+            raise ShapeError(f"backend {be.name!r} runs batches one element at a time and cannot slice a batched "
+                             "MXTensor/ScaledTensor; pass float data (mxcore quantizes each element) or 2-D operands")
+        pair = (mdt.a.name, mdt.b.name)
+        results = [matmul(a[i], b[i] if len(sb) == 3 else b, pair, out_dtype=out, backend=be.name,
+                          scale_rounding=scale_rounding, **options) for i in range(sa[0])]
+        return _stack(results)
+    return be.matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding, **options)
+
+
+def _check_options(be, options) -> None:
+    accepted = tuple(getattr(be, "options", ()))
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise UnsupportedError(
+            f"backend {be.name!r} takes no option(s) {', '.join(unknown)}; "
+            f"its options are: {', '.join(accepted) or 'none'}"
+        )
+
+
+def _stack(results):
+    kind = array_kind(results[0])
     if kind == "cupy":
         import cupy
 
@@ -35,84 +182,8 @@ def _stack(results, like):
     return np.stack(results)
 
 
-def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_rounding="floor", **options):
-    """Compute ``a @ b`` on a matrix core (or the numpy reference).
-
-    a: (M, K) and b: (K, N) — or batched (B, M, K) and (B, K, N).  numpy, CuPy, torch (CPU or CUDA),
-    :class:`~mxcore.mx.MXTensor` or :class:`~mxcore.mx.ScaledTensor`.  Non-contiguous and transposed
-    views are accepted.
-    dtype: a name from :func:`mxcore.dtypes.known_names` (``"fp16"``, ``"fp8"``, ``"mxfp4"``...), an
-    (A, B) pair such as ``("mxfp8", "mxfp4")``, or None for the inputs' own dtype.  High-precision
-    inputs are quantized by mxcore (MX: OCP v1.0 blocks of 32 along K; fp8: a per-tensor power-of-two
-    scale); quantized inputs are used as they are.  ``fp8`` means e4m3fnuz on gfx942, e4m3fn elsewhere.
-    out_dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
-    backend: ``"auto"`` (``MXCORE_BACKEND``, else the first usable GPU backend, else ``"reference"``),
-    ``"cuda"``, ``"hip"`` or ``"reference"``.
-    scale_rounding: MX scale policy, ``"floor"`` (OCP v1.0 §6.3) or ``"rceil"`` (cuBLAS/cuDNN).
-    options: backend-specific keywords, passed through (e.g. ``fp8_convert=True`` for ``hip``: convert fp8
-    bytes of the other encoding instead of refusing them).  A keyword the backend does not take is an error.
-
-    Returns the same kind of array as the inputs (numpy in → numpy out; CuPy → CuPy; torch → torch).
-    """
-    from .backends import select
-
-    for x, role in ((a, "a"), (b, "b")):
-        check_real_input(x, role)
-    sa, sb = _shape(a), _shape(b)
-    if len(sa) != len(sb) or len(sa) not in (2, 3):
-        raise ShapeError(
-            f"matmul takes 2-D operands (M, K) @ (K, N), or 3-D batches (B, M, K) @ (B, K, N); got shapes {sa} and {sb}"
-        )
-    if sa[-1] != sb[-2]:
-        raise ShapeError(f"inner dimensions differ: a is {sa} (K={sa[-1]}) but b is {sb} (K={sb[-2]}); "
-                         "a's last dimension must equal b's second-to-last")
-    if len(sa) == 3 and sa[0] != sb[0]:
-        raise ShapeError(f"batch sizes differ: a has {sa[0]}, b has {sb[0]}")
-    be = select(backend)
-    _check_options(be, options)
-    arch = be.target().arch
-    mdt = _dt.resolve(infer_dtype(a, b) if dtype is None else dtype, arch)
-    out = _dt.canonical_out_dtype(out_dtype, allow_float64=be.name == "reference")
-    reason = be.supports(mdt)
-    if reason is not None:
-        raise UnsupportedError(
-            f"backend {be.name!r} cannot run dtype {mdt} here: {reason}. "
-            f"It can run: {', '.join(be.supported_dtypes())}; or pass backend='reference'"
-        )
-    if len(sa) == 3:
-        if array_kind(a) == "mx" or array_kind(b) == "mx":
-            raise ShapeError("batched matmul takes plain arrays; quantize each batch element separately")
-        return _stack([matmul(a[i], b[i], mdt_pair(mdt), out_dtype=out, backend=be.name,
-                              scale_rounding=scale_rounding, **options) for i in range(sa[0])], a)
-    if 0 in (sa[0], sa[1], sb[1]):
-        return _empty_like_kind((sa[0], sb[1]), out, a, b, sa[1])
-    return be.matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding, **options)
-
-
-def _check_options(be, options) -> None:
-    if not options:
-        return
-    import inspect
-
-    params = inspect.signature(be.matmul).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    fixed = {"a", "b", "mdt", "out_dtype", "scale_rounding"}
-    accepted = sorted(name for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name not in fixed)
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise UnsupportedError(
-            f"backend {be.name!r} takes no option(s) {', '.join(unknown)}; "
-            f"its options are: {', '.join(accepted) or 'none'}"
-        )
-
-
-def mdt_pair(mdt: _dt.MatmulDType):
-    return (mdt.a.name, mdt.b.name)
-
-
-def _empty_like_kind(shape, out, a, b, k):
-    """M or N is zero: an empty result; K is zero: a zero result (the empty sum)."""
+def _empty_like_kind(shape, out, a, b):
+    """M, N or B is zero: an empty result; K is zero: a zero result (the empty sum)."""
     from .arrays import like_input
     from .reference import round_output
 

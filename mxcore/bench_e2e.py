@@ -1,0 +1,185 @@
+"""``python -m mxcore bench --end-to-end``: what a user calls, timed beside the kernel alone and the vendor pipeline.
+
+For each dtype x shape, on torch CUDA (or CuPy) inputs of ``--input-dtype`` (fp16 or bf16) already on the GPU:
+
+* **end to end** — ``mxcore.matmul(a, b, dtype=...)`` exactly as a user calls it: quantization (fp8: per-tensor
+  amax + scale + encode; MX: block scales + codes), operand staging, the GEMM and the output conversion.  Timed as
+  the wall time per call of ``--calls`` back-to-back calls followed by one device synchronisation (so host overhead,
+  device work and any synchronisation inside the call all count), median of ``--repeats`` such loops, rotating over
+  ``--sets`` input sets.
+* **kernel only** — the backend's plan for the same operands, its ``gemm()`` alone between two device events.
+* **vendor** — the pipeline a user would otherwise write, in the same run: ``torch.matmul`` for fp16/bf16; for fp8
+  ``amax`` of each operand, the power-of-two scale, the cast to ``float8_e4m3fn`` (B made column-major, as
+  ``torch._scaled_mm`` requires) and ``torch._scaled_mm`` with the inverse scales.  MX has no vendor pipeline on
+  Hopper (cuBLASLt's block-scaled fp8 needs sm_100): the column stays empty.
+
+TFLOP/s counts 2*M*N*K per call.  Ratios: ``e2e / kernel`` (how much of the kernel's rate the user's call keeps)
+and ``e2e / vendor`` (against the vendor pipeline's end-to-end rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["E2E_SHAPES", "run_e2e"]
+
+E2E_SHAPES = [(128, 128, 128), (512, 512, 512), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+              (16, 8192, 8192)]
+
+
+def _median_wall_per_call(fn, sync, calls: int, repeats: int, warmup: int = 2) -> float:
+    """Median over ``repeats`` loops of (wall time of ``calls`` back-to-back ``fn()`` + one sync) / calls."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / calls)
+    return float(np.median(times))
+
+
+def _rotating(fns):
+    turn = [0]
+
+    def call():
+        turn[0] += 1
+        return fns[turn[0] % len(fns)]()
+
+    return call
+
+
+def _calls_for(m: int, n: int, k: int) -> int:
+    """Enough back-to-back calls that one loop lasts well past timer resolution, few enough to stay quick."""
+    flops = 2.0 * m * n * k
+    return int(min(200, max(3, 2e13 // max(flops, 1.0))))
+
+
+def _vendor_fp8(torch, a, b):
+    """The eager torch pipeline for per-tensor fp8: amax, power-of-two scale, cast, _scaled_mm."""
+    f8 = torch.float8_e4m3fn
+    fmax = torch.finfo(f8).max
+
+    def scale_of(x):
+        amax = x.abs().amax().float().clamp(min=1e-30)
+        return torch.exp2(torch.ceil(torch.log2(amax / fmax)))
+
+    def run():
+        sa, sb = scale_of(a), scale_of(b)
+        a8 = (a / sa).to(f8)
+        b8 = (b / sb).to(f8).t().contiguous().t()
+        return torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    return run
+
+
+def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16", repeats: int = 5, sets: int = 2,
+            seed: int = 0, baseline: bool = True, progress=print) -> list[dict]:
+    """One row per (dtype, shape); see the module docstring for what is timed."""
+    import torch
+
+    import mxcore
+    from mxcore import dtypes as _dt
+    from mxcore.backends import select
+    from mxcore.bench import time_callable
+
+    be = select(backend)
+    measure = be.timer()
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[input_dtype]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    sync = torch.cuda.synchronize
+    rows = []
+    for dtype in dtypes:
+        mdt = _dt.resolve(dtype, be.target().arch)
+        for m, n, k in shapes:
+            progress(f"{dtype} {m}x{n}x{k} ...", flush=True)
+            pairs = [(torch.randn(m, k, device="cuda", generator=gen, dtype=torch.float32).to(tdt),
+                      torch.randn(k, n, device="cuda", generator=gen, dtype=torch.float32).to(tdt))
+                     for _ in range(sets)]
+            flops = 2.0 * m * n * k
+            calls = _calls_for(m, n, k)
+            e2e = _median_wall_per_call(
+                _rotating([lambda a=a, b=b: mxcore.matmul(a, b, dtype=dtype, backend=be.name) for a, b in pairs]),
+                sync, calls, repeats)
+            plans = [be.plan(a, b, mdt) for a, b in pairs]
+            try:
+                kern = time_callable(measure, _rotating([p.gemm for p in plans]), max(5, repeats))
+                variant = plans[0].variant
+            finally:
+                for p in plans:
+                    p.close()
+            row = {"dtype": dtype, "m": m, "n": n, "k": k, "input": input_dtype, "variant": variant,
+                   "e2e_us": e2e * 1e6, "e2e_tflops": flops / e2e / 1e12,
+                   "kernel_us": kern * 1e6, "kernel_tflops": flops / kern / 1e12, "e2e_over_kernel": kern / e2e}
+            vendor = None
+            if baseline and mdt.kind == "float" and mdt.a.name in ("fp16", "bf16"):
+                vdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[mdt.a.name]
+                vp = [(a.to(vdt), b.to(vdt)) for a, b in pairs]
+                vendor = ("torch.matmul", _rotating([lambda a=a, b=b: torch.matmul(a, b) for a, b in vp]))
+            elif baseline and mdt.kind == "fp8" and hasattr(torch, "_scaled_mm"):
+                vendor = ("torch fp8 pipeline", _rotating([_vendor_fp8(torch, a, b) for a, b in pairs]))
+            if vendor is not None:
+                label, fn = vendor
+                t = _median_wall_per_call(fn, sync, calls, repeats)
+                row.update(vendor=label, vendor_us=t * 1e6, vendor_tflops=flops / t / 1e12, e2e_over_vendor=t / e2e)
+            rows.append(row)
+            progress("    " + _fmt(row), flush=True)
+            del pairs
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _fmt(r: dict) -> str:
+    s = (f"{r['dtype']:<8} {r['m']}x{r['n']}x{r['k']:<6} e2e {r['e2e_us']:10.1f} us {r['e2e_tflops']:7.1f} TFLOP/s | "
+         f"kernel {r['kernel_tflops']:7.1f} | e2e/kernel {r['e2e_over_kernel']:.2f}")
+    if "vendor_tflops" in r:
+        s += f" | {r['vendor']} {r['vendor_us']:.1f} us {r['vendor_tflops']:.1f} | e2e/vendor {r['e2e_over_vendor']:.2f}"
+    return s
+
+
+def table(rows) -> str:
+    head = (f"{'dtype':<8} {'M x N x K':<16} {'e2e us':>10} {'e2e TF/s':>9} {'kernel TF/s':>11} {'e2e/kern':>8} "
+            f"{'vendor us':>10} {'vendor TF/s':>11} {'e2e/vendor':>10}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['dtype']:<8} {r['m']}x{r['n']}x{r['k']:<10} {r['e2e_us']:10.1f} {r['e2e_tflops']:9.1f} "
+                     f"{r['kernel_tflops']:11.1f} {r['e2e_over_kernel']:8.2f} {r.get('vendor_us', float('nan')):10.1f} "
+                     f"{r.get('vendor_tflops', float('nan')):11.1f} {r.get('e2e_over_vendor', float('nan')):10.2f}")
+    return "\n".join(lines)
+
+
+def cli(argv) -> int:
+    p = argparse.ArgumentParser(prog="mxcore bench --end-to-end", description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="cuda")
+    p.add_argument("--dtype", default="fp16,bf16,fp8,mxfp8,mxfp4")
+    p.add_argument("--sizes", default="", help="square sizes (comma list); default: the E2E_SHAPES set")
+    p.add_argument("--shapes", default="", help="MxNxK,MxNxK")
+    p.add_argument("--input-dtype", default="fp16", choices=["fp16", "bf16"])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--sets", type=int, default=2)
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    dtypes = [d.strip().lower() for d in args.dtype.split(",") if d.strip()]
+    shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x.strip())]
+    shapes += [tuple(int(v) for v in spec.lower().split("x")) for spec in args.shapes.split(",") if spec.strip()]
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("mxcore bench --end-to-end needs torch with CUDA (the inputs are torch CUDA tensors)", file=sys.stderr)
+        return 2
+    rows = run_e2e(dtypes, shapes or E2E_SHAPES, backend=args.backend, input_dtype=args.input_dtype,
+                   repeats=args.repeats, sets=args.sets, baseline=not args.no_baseline)
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
