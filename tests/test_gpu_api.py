@@ -1,0 +1,256 @@
+"""``mxcore.matmul`` as a user calls it with data on the GPU (marker nvidia_gpu), plus the CPU-side input checks.
+
+* No host round trip: for every dtype, with CuPy arrays and with torch CUDA tensors, ``matmul`` returns while the
+  stream still runs a spinning kernel launched just before it (any synchronisation or device->host copy of
+  stream data inside the call would wait for the spinner), and torch's sync debug mode ("error") raises on any
+  torch-side synchronisation; the result then equals the host reference bit for bit (exact inputs).
+* Placement: host + device operands, or two GPUs, are a typed DeviceError.
+* Batches: (B, M, K) @ (B, K, N) and (B, M, K) @ (K, N) equal the reference element by element; B = 0 is empty.
+* Quantize once, multiply many times: a device MXTensor / ScaledTensor is used as it is (quantization is not
+  called again), twice with the same result; an MXTensor with block != 32 is refused.
+* Non-contiguous and negative-stride device views give the reference's result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mxcore
+from mxcore.errors import DeviceError, InputTypeError, MXCoreError
+
+FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
+FP8_DTYPES = ["fp8", "e5m2", ("e4m3fn", "e5m2")]
+MX_DTYPES = ["mxfp8", "mxfp8_e5m2", "mxfp6", "mxfp6_e3m2", "mxfp4", ("mxfp8", "mxfp4")]
+ALL_DTYPES = FLOAT_DTYPES + FP8_DTYPES + MX_DTYPES
+
+
+def _id(d):
+    return d if isinstance(d, str) else "+".join(d)
+
+
+def _exact(rng, shape):
+    """Small integers times powers of two: every product and partial sum is exact in fp32, and every value is
+    exactly representable in every format (|x| <= 4: e2m1 holds 0, 0.5 .. 6 with steps that cover these)."""
+    ints = rng.integers(-3, 4, size=shape).astype(np.float64)
+    return (ints * np.exp2(rng.integers(-1, 1, size=shape))).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CPU: input checks that hold on every path
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["fp32", "tf32", "fp16", "bf16", "fp8", "mxfp4"])
+@pytest.mark.parametrize("bad", ["int32", "bool", "complex64", "str"])
+def test_non_real_inputs_are_refused_on_every_dtype_path(dtype, bad):
+    a = np.ones((4, 8), dtype=bad) if bad != "str" else np.array([["1"] * 8] * 4)
+    b = np.ones((8, 3), dtype=np.float32)
+    with pytest.raises(InputTypeError, match="dtype"):
+        mxcore.matmul(a, b, dtype, backend="reference")
+    with pytest.raises(InputTypeError, match="dtype"):
+        mxcore.matmul(b.T.copy(), a.T.copy(), dtype, backend="reference")
+
+
+def test_batch_zero_and_shared_weight_on_the_reference():
+    rng = np.random.default_rng(7)
+    a, b = _exact(rng, (3, 5, 16)), _exact(rng, (16, 4))
+    got = mxcore.matmul(a, b, "fp16", backend="reference")
+    assert got.shape == (3, 5, 4)
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], mxcore.matmul(a[i], b, "fp16", backend="reference"))
+    assert mxcore.matmul(a[:0], b, "fp16", backend="reference").shape == (0, 5, 4)
+    assert mxcore.matmul(a[:0], np.zeros((0, 16, 4), np.float32), "fp16", backend="reference").shape == (0, 5, 4)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------------------------------------------
+gpu = pytest.mark.nvidia_gpu
+
+_SPIN = r"""
+extern "C" __global__ void mx_test_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
+
+def _spin(cp, seconds: float, stream):
+    kern = cp.RawKernel(_SPIN, "mx_test_spin")
+    with stream:
+        kern((1,), (1,), (np.uint64(int(seconds * 1e9)),))
+        ev = cp.cuda.Event()
+        ev.record(stream)
+    return ev
+
+
+def _to_kind(cp, x, kind):
+    if kind == "cupy":
+        return cp.asarray(x)
+    import torch
+
+    return torch.as_tensor(x, device="cuda")
+
+
+def _host(x):
+    from mxcore.arrays import to_numpy
+
+    out = to_numpy(x)
+    return out.astype(np.float64)
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=_id)
+def test_device_inputs_never_touch_the_host(cupy_device, kind, dtype):
+    import cupy as cp
+
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    else:
+        stream = cp.cuda.get_current_stream()
+    rng = np.random.default_rng(11)
+    a_h, b_h = _exact(rng, (96, 256)), _exact(rng, (256, 80))
+    want = mxcore.matmul(a_h, b_h, dtype, backend="reference")
+    a, b = _to_kind(cp, a_h, kind), _to_kind(cp, b_h, kind)
+    mxcore.matmul(a, b, dtype, backend="cuda")  # warm-up: compiles and caches kernels, allocates the pools
+    stream.synchronize()
+    done = _spin(cp, 0.5, stream)
+    if kind == "torch":
+        import torch
+
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = mxcore.matmul(a, b, dtype, backend="cuda")
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    else:
+        got = mxcore.matmul(a, b, dtype, backend="cuda")
+    assert not done.done, "matmul waited for the stream: a synchronisation or device->host copy happened"
+    stream.synchronize()
+    assert type(got).__module__.split(".")[0] == kind
+    np.testing.assert_array_equal(_host(got), want.astype(np.float64))
+
+
+@gpu
+def test_host_and_device_operands_are_a_device_error(cupy_device):
+    import cupy as cp
+
+    a = np.ones((8, 16), np.float32)
+    with pytest.raises(DeviceError, match="host"):
+        mxcore.matmul(a, cp.ones((16, 4), cp.float32), "fp16", backend="cuda")
+    with pytest.raises(DeviceError, match="host"):
+        mxcore.matmul(cp.asarray(a), np.ones((16, 4), np.float32), "mxfp8", backend="cuda")
+
+
+@gpu
+def test_operands_on_two_gpus_are_a_device_error(cupy_device):
+    import cupy as cp
+
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    a = cp.ones((8, 16), cp.float32)
+    with cp.cuda.Device(1):
+        b = cp.ones((16, 4), cp.float32)
+    with pytest.raises(DeviceError, match="GPU 0.*GPU 1"):
+        mxcore.matmul(a, b, "fp16", backend="cuda")
+
+
+@gpu
+def test_second_gpu_computes_there(cupy_device):
+    import cupy as cp
+
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    a_h, b_h = _exact(rng, (64, 128)), _exact(rng, (128, 32))
+    for dtype in ("fp16", "bf16", "fp8", "mxfp4"):
+        want = mxcore.matmul(a_h, b_h, dtype, backend="reference")
+        got = mxcore.matmul(torch.as_tensor(a_h, device="cuda:1"), torch.as_tensor(b_h, device="cuda:1"), dtype,
+                            backend="cuda")
+        assert got.device.index == 1
+        np.testing.assert_array_equal(_host(got), want)
+        with cp.cuda.Device(1):
+            got = mxcore.matmul(cp.asarray(a_h), cp.asarray(b_h), dtype, backend="cuda")
+        assert got.device.id == 1
+        np.testing.assert_array_equal(_host(got), want)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "fp8", "mxfp8", "mxfp4", ("mxfp8", "mxfp4")], ids=_id)
+@pytest.mark.parametrize("shared", [False, True], ids=["batched_b", "shared_b"])
+def test_batched(cupy_device, dtype, shared):
+    import cupy as cp
+
+    rng = np.random.default_rng(5)
+    bsz, m, n, k = 5, 33, 70, 96
+    a_h = _exact(rng, (bsz, m, k))
+    b_h = _exact(rng, (k, n) if shared else (bsz, k, n))
+    got = cp.asnumpy(mxcore.matmul(cp.asarray(a_h), cp.asarray(b_h), dtype, backend="cuda"))
+    assert got.shape == (bsz, m, n)
+    for i in range(bsz):
+        want = mxcore.matmul(a_h[i], b_h if shared else b_h[i], dtype, backend="reference")
+        np.testing.assert_array_equal(got[i], want)
+    empty = mxcore.matmul(cp.asarray(a_h[:0]), cp.asarray(b_h if shared else b_h[:0]), dtype, backend="cuda")
+    assert empty.shape == (0, m, n)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "fp8"])
+def test_quantize_once_multiply_many(cupy_device, monkeypatch, fmt):
+    import cupy as cp
+
+    from mxcore import mx
+
+    rng = np.random.default_rng(9)
+    a_h, w_h = _exact(rng, (48, 128)), _exact(rng, (128, 40))
+    w = cp.asarray(w_h)
+    qw = mx.quantize_tensor(w, "e4m3fn") if fmt == "fp8" else mx.quantize_mx(w, fmt, axis=0)
+    assert type(qw.codes).__module__.startswith("cupy"), "device quantization must keep the codes on the GPU"
+    want = mxcore.matmul(a_h, w_h, fmt, backend="reference")
+    calls = []
+    real_mx, real_t = mx.quantize_mx, mx.quantize_tensor
+
+    def count_mx(x, *args, **kw):
+        calls.append(type(x).__name__)
+        return real_mx(x, *args, **kw)
+
+    def count_t(x, *args, **kw):
+        calls.append(type(x).__name__)
+        return real_t(x, *args, **kw)
+
+    monkeypatch.setattr(mx, "quantize_mx", count_mx)
+    monkeypatch.setattr(mx, "quantize_tensor", count_t)
+    for _ in range(2):
+        got = mxcore.matmul(cp.asarray(a_h), qw, fmt, backend="cuda")
+        np.testing.assert_array_equal(cp.asnumpy(got), want)
+    assert len(calls) == 2, f"only the activations are quantized, once per call: {calls}"
+
+
+@gpu
+def test_mx_block_other_than_32_is_refused(cupy_device):
+    import cupy as cp
+
+    from mxcore import mx
+
+    w = cp.asarray(np.ones((64, 16), np.float32))
+    q = mx.quantize_mx(w, "mxfp8", axis=0, block=16)
+    with pytest.raises(MXCoreError, match="32"):
+        mxcore.matmul(cp.ones((8, 64), cp.float32), q, "mxfp8", backend="cuda")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8", "mxfp4"])
+def test_strided_and_negative_stride_views(cupy_device, dtype):
+    import cupy as cp
+
+    rng = np.random.default_rng(13)
+    a_big, b_big = _exact(rng, (80, 2 * 96)), _exact(rng, (96, 50))
+    cases = [(lambda x: x[:, ::2], lambda y: y), (lambda x: x[::-1, ::2], lambda y: y[:, ::-1]),
+             (lambda x: x[:, ::2].T.copy().T, lambda y: y[::-1])]
+    for fa, fb in cases:
+        a_h, b_h = np.ascontiguousarray(fa(a_big)), np.ascontiguousarray(fb(b_big))
+        got = mxcore.matmul(fa(cp.asarray(a_big)), fb(cp.asarray(b_big)), dtype, backend="cuda")
+        np.testing.assert_array_equal(cp.asnumpy(got), mxcore.matmul(a_h, b_h, dtype, backend="reference"))
