@@ -1,4 +1,5 @@
-"""What each ``matmul(dtype=...)`` name means: one table, asked by the API, every backend and the CLI.
+"""Which element format a dtype name means on which arch: the one resolver that the API, the backends,
+the layouts, the benchmark and the CLI ask.
 
 A *matmul dtype* names how the operands are represented on the matrix core:
 
@@ -8,7 +9,8 @@ name (aliases)            A/B element format                                    
 fp32                      float32 (exact fp32 inputs)                                  none
 tf32                      float32 rounded to tf32 (RNE)                                none
 fp16, bf16                IEEE half, bfloat16                                          none
-fp8 / e4m3, e5m2          e4m3fn, e5m2 (OCP); ``fp8`` means e4m3fnuz on gfx942        per-tensor power of two
+fp8 / e4m3, e5m2 / bf8    e4m3fn, e5m2 (OCP); ``fp8``/``bf8`` mean the FNUZ formats    per-tensor power of two
+                          on CDNA3 (gfx940, gfx941, gfx942)
 e4m3fnuz, e5m2fnuz        AMD CDNA3 FNUZ bytes                                         per-tensor power of two
 mxfp8 (mxfp8_e4m3)        e4m3fn                                                       E8M0 per 32 K
 mxfp8_e5m2                e5m2                                                         E8M0 per 32 K
@@ -18,105 +20,198 @@ mxfp4                     e2m1                                                  
 ========================  ==========================================================  =======
 
 A pair ``("mxfp8", "mxfp4")`` gives A and B different formats of the same scaling kind.
+
+Where each fact comes from:
+
+* :data:`DTYPES` is the one table of matmul dtypes (name, element format, scaling kind, own aliases).  The
+  float and fp8 dtypes also take every alias :mod:`mxcore.formats` lists for their element format
+  (``half``, ``bfloat16``, ``float8_e4m3fn``, ``e4m3``...), so those names are written once, there.
+* :data:`ARCH_DEPENDENT` holds the names whose format depends on the arch (``fp8``, ``bf8``), and
+  :data:`FNUZ_ARCHS` the archs that read fp8 bytes as FNUZ.
+* Bit widths come from the :class:`~mxcore.formats.FormatSpec` (:func:`bits`, :func:`storage_bits`).
+* :data:`F8F6F4_CODES`: the CDNA4 f8f6f4 MFMA format codes (``cbsz`` for A, ``blgp`` for B).
+* What an arch's matrix instruction reads for a dtype (:func:`instruction_element`: e.g. tf32 on gfx950, which
+  has no xf32 MFMA, runs as tf32-rounded values through the fp32 MFMA) is derived from the layout records.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UnknownNameError, UnsupportedError
+from .errors import InputTypeError, UnknownNameError, UnsupportedError
 
 __all__ = [
+    "ARCH_DEPENDENT",
+    "DTYPES",
+    "DTypeSpec",
+    "F8F6F4_CODES",
+    "FNUZ_ARCHS",
     "KINDS",
     "MX_BLOCK",
     "MX_ELEMENT",
     "MatmulDType",
     "OperandDType",
+    "bits",
     "canonical_operand",
+    "canonical_out_dtype",
+    "dtype_name",
+    "element_format",
+    "holds_codes",
+    "instruction_element",
     "known_names",
+    "layout_arch",
     "resolve",
+    "resolve_name",
+    "storage_bits",
 ]
 
 MX_BLOCK = 32
 
-# kind of each canonical operand dtype: "float" (no scaling), "fp8" (per-tensor scale), "mx" (E8M0 per block)
-KINDS = {
-    "fp32": "float",
-    "tf32": "float",
-    "fp16": "float",
-    "bf16": "float",
-    "e4m3fn": "fp8",
-    "e5m2": "fp8",
-    "e4m3fnuz": "fp8",
-    "e5m2fnuz": "fp8",
-    "mxfp8_e4m3": "mx",
-    "mxfp8_e5m2": "mx",
-    "mxfp6_e2m3": "mx",
-    "mxfp6_e3m2": "mx",
-    "mxfp4": "mx",
-}
 
-# element format (a name mxcore.formats knows) of each canonical operand dtype
-ELEMENT = {
-    "fp32": "fp32",
-    "tf32": "tf32",
-    "fp16": "fp16",
-    "bf16": "bf16",
-    "e4m3fn": "e4m3fn",
-    "e5m2": "e5m2",
-    "e4m3fnuz": "e4m3fnuz",
-    "e5m2fnuz": "e5m2fnuz",
-    "mxfp8_e4m3": "e4m3fn",
-    "mxfp8_e5m2": "e5m2",
-    "mxfp6_e2m3": "e2m3",
-    "mxfp6_e3m2": "e3m2",
-    "mxfp4": "e2m1",
-}
-MX_ELEMENT = {name: ELEMENT[name] for name, kind in KINDS.items() if kind == "mx"}
+@dataclass(frozen=True)
+class DTypeSpec:
+    """One matmul dtype: canonical ``name``, the :mod:`mxcore.formats` ``element`` format of its A/B values,
+    the scaling ``kind`` ("float": none, "fp8": per-tensor power of two, "mx": E8M0 per 32 K) and the
+    ``aliases`` that are dtype names rather than format names."""
 
-_ALIASES = {
-    "float32": "fp32",
-    "f32": "fp32",
-    "float16": "fp16",
-    "half": "fp16",
-    "f16": "fp16",
-    "bfloat16": "bf16",
-    "e4m3": "e4m3fn",
-    "float8_e4m3fn": "e4m3fn",
-    "float8_e5m2": "e5m2",
-    "float8_e4m3fnuz": "e4m3fnuz",
-    "float8_e5m2fnuz": "e5m2fnuz",
-    "bf8": "e5m2",
-    "mxfp8": "mxfp8_e4m3",
-    "mxfp6": "mxfp6_e2m3",
-    "mxfp4_e2m1": "mxfp4",
-}
+    name: str
+    element: str
+    kind: str
+    aliases: tuple[str, ...] = ()
 
-# Names whose meaning depends on the architecture: CDNA3 (gfx942) reads fp8 bytes as FNUZ.
-_ARCH_DEPENDENT = {
-    "fp8": {"gfx942": "e4m3fnuz", None: "e4m3fn"},
-    "bf8": {"gfx942": "e5m2fnuz", None: "e5m2"},
-}
+
+DTYPES: dict[str, DTypeSpec] = {d.name: d for d in (
+    DTypeSpec("fp32", "fp32", "float"),
+    DTypeSpec("tf32", "tf32", "float"),
+    DTypeSpec("fp16", "fp16", "float"),
+    DTypeSpec("bf16", "bf16", "float"),
+    DTypeSpec("e4m3fn", "e4m3fn", "fp8"),
+    DTypeSpec("e5m2", "e5m2", "fp8"),
+    DTypeSpec("e4m3fnuz", "e4m3fnuz", "fp8"),
+    DTypeSpec("e5m2fnuz", "e5m2fnuz", "fp8"),
+    DTypeSpec("mxfp8_e4m3", "e4m3fn", "mx", ("mxfp8",)),
+    DTypeSpec("mxfp8_e5m2", "e5m2", "mx"),
+    DTypeSpec("mxfp6_e2m3", "e2m3", "mx", ("mxfp6",)),
+    DTypeSpec("mxfp6_e3m2", "e3m2", "mx"),
+    DTypeSpec("mxfp4", "e2m1", "mx", ("mxfp4_e2m1",)),
+)}
+
+# names whose element format depends on the arch: name -> (format on FNUZ_ARCHS, format elsewhere)
+ARCH_DEPENDENT = {"fp8": ("e4m3fnuz", "e4m3fn"), "bf8": ("e5m2fnuz", "e5m2")}
+# CDNA3 reads fp8 bytes as FNUZ; its layout records are written for gfx942 (the same MFMA ISA)
 FNUZ_ARCHS = frozenset({"gfx940", "gfx941", "gfx942"})
+_CDNA3_LAYOUT_ARCH = "gfx942"
+
+# CDNA4 ISA 7.1.5: the f8f6f4 MFMAs' format codes (cbsz field for A, blgp for B)
+F8F6F4_CODES = {"e4m3fn": 0, "e5m2": 1, "e2m3": 2, "e3m2": 3, "e2m1": 4}
+
+# operand format names the ISAs use that mxcore.formats does not list (AMD: bf6 = E3M2, xf32 = a tf32-sized float)
+_ISA_FORMAT_NAMES = {"bf6": "e3m2", "xf32": "tf32"}
+
+# views of the table for callers that want one column
+KINDS = {d.name: d.kind for d in DTYPES.values()}
+MX_ELEMENT = {d.name: d.element for d in DTYPES.values() if d.kind == "mx"}
+
+
+def _format_aliases() -> dict[str, str]:
+    """alias -> canonical dtype: the dtypes' own aliases, plus the formats' aliases of float/fp8 elements."""
+    from . import formats
+
+    out = {}
+    for d in DTYPES.values():
+        for a in d.aliases:
+            out[a] = d.name
+        if d.kind != "mx":
+            for a in formats.FORMATS[d.element].aliases:
+                out.setdefault(a.lower(), d.name)
+    for name in ARCH_DEPENDENT:
+        out.pop(name, None)
+    return out
+
+
+_ALIASES = _format_aliases()
 
 
 def known_names() -> list[str]:
     """Every name ``matmul(dtype=...)`` accepts (canonical names, aliases, arch-dependent names)."""
-    return sorted(set(KINDS) | set(_ALIASES) | set(_ARCH_DEPENDENT))
+    return sorted(set(DTYPES) | set(_ALIASES) | set(ARCH_DEPENDENT))
+
+
+def layout_arch(arch: str | None) -> str | None:
+    """The arch whose layout records describe ``arch`` (gfx940/gfx941 share gfx942's CDNA3 MFMAs)."""
+    if arch is None:
+        return None
+    key = str(arch).strip().lower()
+    return _CDNA3_LAYOUT_ARCH if key in FNUZ_ARCHS else key
+
+
+def _norm_arch(arch) -> str | None:
+    return None if arch is None else str(arch).strip().lower()
+
+
+def dtype_name(obj) -> str:
+    """The lower-case name of a dtype given as a string, a numpy / ml_dtypes dtype or type (``np.float16``,
+    ``ml_dtypes.bfloat16``), or a torch dtype (``torch.float16``); the one normaliser of ``dtype=`` and
+    ``out_dtype=``."""
+    if isinstance(obj, str):
+        return obj.strip().lower()
+    if (type(obj).__module__ or "").startswith("torch"):
+        return str(obj).strip().lower().removeprefix("torch.")
+    import numpy as np
+
+    try:
+        return np.dtype(obj).name.lower()
+    except TypeError:
+        pass
+    raise InputTypeError(f"dtype must be a name such as 'fp16', a numpy/ml_dtypes dtype or a torch dtype, got "
+                         f"{type(obj).__name__} {obj!r}; known names: {', '.join(known_names())}")
 
 
 def canonical_operand(name, arch: str | None = None) -> str:
-    """Map one operand name (any case, alias, or an arch-dependent name like ``fp8``) to its canonical name."""
-    if not isinstance(name, str):
-        raise UnknownNameError(f"dtype must be a string or a pair of strings, got {name!r}; known: {', '.join(known_names())}")
-    key = name.strip().lower()
-    if key in _ARCH_DEPENDENT:
-        table = _ARCH_DEPENDENT[key]
-        return table["gfx942"] if arch in FNUZ_ARCHS else table[None]
+    """Map one operand dtype (any case, alias, dtype object, or an arch-dependent name like ``fp8``) to its
+    canonical name in :data:`DTYPES`."""
+    key = dtype_name(name)
+    if key in ARCH_DEPENDENT:
+        fnuz, ocp = ARCH_DEPENDENT[key]
+        return fnuz if _norm_arch(arch) in FNUZ_ARCHS else ocp
     key = _ALIASES.get(key, key)
-    if key not in KINDS:
-        raise UnknownNameError(f"unknown dtype {name!r}; known dtypes: {', '.join(known_names())}")
+    if key not in DTYPES:
+        hint = " (float64 is not a matrix-core dtype: use fp32)" if key in ("float64", "fp64", "double") else ""
+        raise UnknownNameError(f"unknown dtype {name!r}{hint}; known dtypes: {', '.join(known_names())}")
     return key
+
+
+def element_format(name, arch: str | None = None) -> str:
+    """The :mod:`mxcore.formats` element format that an operand name means on ``arch``: a dtype name
+    (``mxfp8`` -> e4m3fn, ``fp8`` on gfx942 -> e4m3fnuz), a format name or alias (``fp4`` -> e2m1), or an ISA
+    spelling (``bf6`` -> e3m2, ``xf32`` -> tf32).  This is what ``layouts.get(a_format=...)`` asks."""
+    from . import formats
+
+    key = dtype_name(name)
+    key = _ISA_FORMAT_NAMES.get(key, key)
+    if key in ARCH_DEPENDENT or key in _ALIASES or key in DTYPES:
+        return DTYPES[canonical_operand(key, arch)].element
+    return formats.get(key).name
+
+
+def bits(fmt) -> int:
+    """Bits of one element code of format ``fmt`` (any name :func:`element_format` takes): tf32 19, e2m1 4."""
+    from . import formats
+
+    return formats.FORMATS[element_format(fmt)].bits
+
+
+def storage_bits(fmt) -> int:
+    """Bits one element occupies in a register or a buffer: the code's width, except that formats wider than
+    16 bits (tf32, fp32) travel as 32-bit words."""
+    b = bits(fmt)
+    return 32 if b > 16 else b
+
+
+def holds_codes(fmt) -> bool:
+    """Whether registers of ``fmt`` hold element codes (formats of at most 8 bits, scales included) rather
+    than values (fp32, tf32, fp16, bf16)."""
+    return bits(fmt) <= 8
 
 
 @dataclass(frozen=True)
@@ -130,6 +225,10 @@ class OperandDType:
     @property
     def is_mx(self) -> bool:
         return self.kind == "mx"
+
+    @property
+    def bits(self) -> int:
+        return bits(self.element)
 
 
 @dataclass(frozen=True)
@@ -152,11 +251,15 @@ class MatmulDType:
 
 
 def _operand(name: str) -> OperandDType:
-    return OperandDType(name, ELEMENT[name], KINDS[name])
+    d = DTYPES[name]
+    return OperandDType(d.name, d.element, d.kind)
 
 
 def resolve(dtype, arch: str | None = None) -> MatmulDType:
-    """Resolve ``dtype`` (a name or an (A, B) pair) for ``arch`` (``"sm_90"``, ``"gfx942"``, or None)."""
+    """Resolve ``dtype`` (a name, a dtype object, or an (A, B) pair of those) for ``arch`` (``"sm_90"``,
+    ``"gfx942"``, or None)."""
+    if isinstance(dtype, MatmulDType):
+        return dtype
     if isinstance(dtype, (tuple, list)):
         if len(dtype) != 2:
             raise UnknownNameError(f"a dtype pair must have two names (A, B), got {dtype!r}")
@@ -171,8 +274,7 @@ def resolve(dtype, arch: str | None = None) -> MatmulDType:
         )
     if oa.kind == "float" and a != b:
         raise UnsupportedError(f"mixed float dtypes ({a}, {b}) are not supported; use one of fp32, tf32, fp16, bf16 for both")
-    fnuz = {x.name for x in (oa, ob) if x.name.endswith("fnuz")}
-    if fnuz and len(fnuz) != len({oa.name, ob.name}) and oa.kind == "fp8":
+    if oa.kind == "fp8" and a.endswith("fnuz") != b.endswith("fnuz"):
         raise UnsupportedError(
             f"dtype pair ({a}, {b}) mixes FNUZ and OCP fp8 encodings; no instruction reads both. "
             "Use e4m3fnuz/e5m2fnuz together (gfx942) or e4m3fn/e5m2 together (OCP)"
@@ -180,17 +282,54 @@ def resolve(dtype, arch: str | None = None) -> MatmulDType:
     return MatmulDType(oa, ob)
 
 
+def resolve_name(name, arch: str | None = None) -> str:
+    """The canonical name of ``name`` (or an "A,B" pair) on ``arch``: ``resolve_name("fp8", "gfx942")`` is
+    ``"e4m3fnuz"``, ``resolve_name("mxfp8,mxfp4")`` is ``"mxfp8_e4m3,mxfp4"``.  For command lines (bench)."""
+    if isinstance(name, str) and "," in name:
+        return resolve(tuple(p for p in name.split(",")), arch).name
+    return resolve(name, arch).name
+
+
+def _is_subset(small, big) -> bool:
+    """Every value of format ``small`` is a value of ``big`` (same exponent range, at least as many mantissa bits)."""
+    return (small.ebits == big.ebits and small.bias == big.bias and small.mbits <= big.mbits
+            and small.signed == big.signed and small.has_inf == big.has_inf)
+
+
+def instruction_element(name, arch: str) -> str | None:
+    """The element format that a matrix instruction of ``arch`` reads for operand dtype ``name``: the dtype's own
+    element when some instruction reads it, else, for the float dtypes, the narrowest format an instruction
+    reads that holds every value exactly (tf32 on gfx950, which has no xf32 MFMA: ``"fp32"``); None when none does
+    (a backend may still emulate it, as the CUDA backend's 3xTF32 split does for fp32).  Derived from the
+    layout records (block-scaled instructions for the MX dtypes, unscaled ones otherwise)."""
+    from . import formats, layouts
+
+    d = DTYPES[canonical_operand(name, arch)]
+    read = layouts.element_formats(layout_arch(arch), scaled=d.kind == "mx")
+    if d.element in read:
+        return d.element
+    if d.kind != "float":  # codes travel as bytes: no wider instruction format stands in for them
+        return None
+    mine = formats.FORMATS[d.element]
+    wider = [f for f in read if f in formats.FORMATS and _is_subset(mine, formats.FORMATS[f])]
+    return min(wider, key=lambda f: formats.FORMATS[f].bits) if wider else None
+
+
 # output dtypes: canonical name -> element format of mxcore.formats used for the final rounding
 OUT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": None}
-_OUT_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "half": "float16", "f16": "float16",
-                "bf16": "bfloat16", "fp64": "float64", "f64": "float64"}
+_OUT_ALIASES = {"fp64": "float64", "f64": "float64", "double": "float64"}
 
 
 def canonical_out_dtype(name, *, allow_float64: bool = False) -> str:
-    """'float32' | 'float16' | 'bfloat16' (| 'float64' for the reference oracle when allowed)."""
-    key = getattr(name, "name", None) or getattr(name, "__name__", None) or str(name)
-    key = key.strip().lower().replace("torch.", "")
+    """'float32' | 'float16' | 'bfloat16' (| 'float64' for the reference oracle when allowed): names, aliases
+    (``fp16``, ``half``, ``bf16``...) and dtype objects, through the same normaliser as ``dtype=``."""
+    key = dtype_name(name)
     key = _OUT_ALIASES.get(key, key)
+    if key not in OUT_DTYPES:
+        try:
+            key = {v: k for k, v in OUT_DTYPES.items() if v}.get(DTYPES[canonical_operand(key)].element, key)
+        except UnknownNameError:
+            pass
     allowed = [k for k in OUT_DTYPES if allow_float64 or k != "float64"]
     if key not in allowed:
         raise UnknownNameError(f"unknown out_dtype {name!r}; choose one of {', '.join(allowed)}")

@@ -8,8 +8,9 @@ Register contents (arrays of shape (lanes, slots), slot order as in :mod:`mxcore
 * formats of at most 8 bits (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, e2m3, e3m2, e2m1, e8m0 scales):
   unsigned integer element codes, one per slot (fp4/fp6 unpacked, code in the low bits);
 * fp32 / tf32 / fp16 / bf16: values.  A value that the element format cannot hold is rounded to
-  it first (RNE) — hardware may truncate instead (NVIDIA's tf32 ignores the low 13 bits), so
-  use representable inputs when comparing with hardware.
+  it first, once from its float64 value (RNE; overflow gives ±inf, inf and NaN propagate) —
+  hardware may truncate instead (NVIDIA's tf32 ignores the low 13 bits), so use representable
+  inputs when comparing with hardware.
 
 Arithmetic modelled: every product exact; each product of a scaled instruction multiplied by the
 E8M0 scales of its 32-element K block (exact, powers of two); then the exact sum of all K
@@ -29,12 +30,11 @@ import math
 
 import numpy as np
 
-from .errors import FormatError, InputTypeError, LayoutError, ShapeError
+from . import formats
+from .dtypes import bits as _bits, holds_codes
+from .errors import InputTypeError, LayoutError, ShapeError
 
 __all__ = ["scatter", "gather", "execute", "decode_regs", "pack", "unpack", "ldmatrix", "RegisterShapeError"]
-
-_CODE_BITS = {"e4m3fn": 8, "e5m2": 8, "e4m3fnuz": 8, "e5m2fnuz": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4, "e8m0": 8}
-_WORD = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16}
 
 
 class RegisterShapeError(ShapeError, LayoutError):
@@ -104,54 +104,19 @@ def ldmatrix(layout, matrices) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- decoding / rounding
-def _decode_codes(codes: np.ndarray, fmt: str) -> np.ndarray:
-    try:
-        from . import formats
-    except ImportError:  # mxcore.formats not installed yet: same codes through ml_dtypes
-        formats = None
-    if formats is not None:
-        return np.asarray(formats.decode(codes, fmt), dtype=np.float64)
-    import ml_dtypes
-
-    t = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-         "e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn,
-         "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}[fmt]
-    return codes.astype(np.uint8).view(t).astype(np.float64)
-
-
-def _round_tf32(x: np.ndarray) -> np.ndarray:
-    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    finite = np.isfinite(x)
-    rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & ~np.uint64(0x1FFF)).astype(np.uint32)
-    out = np.where(finite, rounded, bits.astype(np.uint32))
-    return out.view(np.float32).astype(np.float64)
-
-
 def _round_value(x: np.ndarray, fmt: str) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        if fmt == "fp32":
-            return x.astype(np.float32).astype(np.float64)
-        if fmt == "fp16":
-            return x.astype(np.float16).astype(np.float64)
-        if fmt == "bf16":
-            import ml_dtypes
-
-            return x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-        if fmt == "tf32":
-            return _round_tf32(x)
-    raise FormatError(f"no value rounding for format {fmt!r}")
+    """float64 values rounded once (RNE) to a value format (fp32, tf32, fp16, bf16), IEEE overflow and specials."""
+    return formats.round_to(x, fmt, overflow="nan", nan="propagate")
 
 
 def decode_regs(fmt: str, regs) -> np.ndarray:
     """Register contents of one operand in format ``fmt`` -> float64 values (see module docstring)."""
     arr = np.asarray(regs)
-    if fmt in _CODE_BITS:
+    if holds_codes(fmt):
         if arr.dtype.kind not in "ui":
             raise InputTypeError(f"{fmt} registers hold element codes: pass unsigned integers "
                                  f"(e.g. mxcore.formats.encode(x, {fmt!r})), got dtype {arr.dtype}")
-        if arr.size and (arr.min() < 0 or arr.max() >= 1 << _CODE_BITS[fmt]):
-            raise FormatError(f"{fmt} codes must lie in [0, {1 << _CODE_BITS[fmt]}), got {arr.min()}..{arr.max()}")
-        return _decode_codes(arr.astype(np.uint8), fmt)
+        return formats.decode(arr, fmt, dtype=np.float64)  # FormatError names a code outside [0, 2^bits)
     if arr.dtype.kind in "uib" or arr.dtype.kind == "c":
         raise InputTypeError(f"{fmt} registers hold values: pass a real float array, got dtype {arr.dtype}")
     return _round_value(arr.astype(np.float64), fmt)
@@ -226,16 +191,13 @@ def execute(layout, a, b, c, *, scale_a=None, scale_b=None) -> np.ndarray:
 # ---------------------------------------------------------------- register words
 def _slot_bits(fmt: str, regs: np.ndarray) -> np.ndarray:
     """Bit patterns (uint64) of each slot: codes as given, values as their storage encoding."""
-    if fmt in _CODE_BITS:
+    if holds_codes(fmt):
         return np.asarray(regs).astype(np.uint64)
     vals = np.asarray(regs, dtype=np.float64)
-    if fmt in ("fp32", "tf32"):
+    if fmt in ("fp32", "tf32"):  # a tf32 slot is an fp32 word: its bits as given (hardware ignores the low 13)
         return vals.astype(np.float32).view(np.uint32).astype(np.uint64)
-    if fmt == "fp16":
-        return vals.astype(np.float16).view(np.uint16).astype(np.uint64)
-    import ml_dtypes
-
-    return vals.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint64)
+    storage = formats.get(fmt).dtype  # fp16, bf16: rounded once from float64, then the exact 16-bit pattern
+    return _round_value(vals, fmt).astype(storage).view(np.uint16).astype(np.uint64)
 
 
 def pack(layout, operand, regs) -> np.ndarray:
@@ -263,12 +225,8 @@ def unpack(layout, operand, words) -> np.ndarray:
     big = [sum(int(w) << (32 * r) for r, w in enumerate(row)) for row in words]
     mask = (1 << op.bits) - 1
     raw = np.array([[(v >> off) & mask for off in op.bit_offsets] for v in big], dtype=np.uint64)
-    if fmt in _CODE_BITS:
+    if holds_codes(fmt):
         return raw.astype(np.uint8)
-    if fmt in ("fp32", "tf32"):
+    if _bits(fmt) > 16:  # fp32 / tf32: 32-bit words
         return raw.astype(np.uint32).view(np.float32)
-    if fmt == "fp16":
-        return raw.astype(np.uint16).view(np.float16)
-    import ml_dtypes
-
-    return raw.astype(np.uint16).view(ml_dtypes.bfloat16)
+    return raw.astype(np.uint16).view(formats.get(fmt).dtype)

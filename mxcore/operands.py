@@ -23,22 +23,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import InputTypeError, UnsupportedError
+from .errors import InputTypeError, MXCoreError, UnsupportedError
 
-__all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input"]
+__all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input", "round_values"]
 
-# numpy / ml_dtypes dtype name -> canonical operand dtype, for dtype=None
-_NATIVE = {
-    "float64": "fp32",
-    "float32": "fp32",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float8_e4m3fn": "e4m3fn",
-    "float8_e5m2": "e5m2",
-    "float8_e4m3fnuz": "e4m3fnuz",
-    "float8_e5m2fnuz": "e5m2fnuz",
-}
-_FP8_NUMPY = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz", "e5m2fnuz": "float8_e5m2fnuz"}
+
+
+def _native(name: str) -> str | None:
+    """The operand dtype an input of numpy / ml_dtypes / torch dtype ``name`` implies (dtype=None), or None."""
+    if name == "float64":
+        return "fp32"  # float64 data is multiplied as fp32 (one rounding)
+    try:
+        canon = _dt.canonical_operand(name)
+    except MXCoreError:
+        return None
+    return canon if _dt.KINDS[canon] != "mx" and canon != "tf32" else None
+
+
+def _numpy_name(element: str) -> str:
+    """The numpy / ml_dtypes dtype name of an element format's values (e4m3fn -> float8_e4m3fn)."""
+    from . import formats
+
+    return np.dtype(formats.get(element).dtype).name
 
 
 def _is_mx(x) -> bool:
@@ -74,12 +80,13 @@ def infer_dtype(a, b):
         if _is_mx(x) or _is_scaled(x):
             return x.fmt
         name = _dtype_name(x)
-        if name not in _NATIVE:
+        native = _native(name)
+        if native is None:
             raise InputTypeError(
                 f"cannot infer a matmul dtype from input dtype {name!r}; pass dtype= explicitly "
                 f"(known: {', '.join(_dt.known_names())})"
             )
-        return _NATIVE[name]
+        return native
 
     da, db = one(a), one(b)
     return da if da == db else (da, db)
@@ -89,7 +96,8 @@ def infer_dtype(a, b):
 class Operand:
     """One prepared operand.
 
-    ``values``: float array in the dtype's storage type (float kinds), else None.
+    ``values``: float array in the dtype's storage type (float kinds; tf32 values, already rounded to tf32,
+    in float32), else None.
     ``codes``: uint8 element codes, logical shape (fp8 and MX kinds).
     ``mx``: the :class:`MXTensor` (MX kind).  ``tensor_scale``: per-tensor scale (fp8 kind).
     """
@@ -112,8 +120,6 @@ class Operand:
 
         kind = self.dtype.kind
         if kind == "float":
-            if self.dtype.name == "tf32":
-                return formats.round_to(self.values, "tf32").astype(np.float64)
             return self.values.astype(np.float64)
         if kind == "fp8":
             return formats.decode(self.codes, self.dtype.element).astype(np.float64) * self.tensor_scale
@@ -122,7 +128,7 @@ class Operand:
 
 def prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str = "floor") -> Operand:
     """Prepare one host operand (role "a": M×K, blocks along axis 1; "b": K×N, blocks along axis 0)."""
-    from . import formats, mx
+    from . import mx
 
     axis = 1 if role == "a" else 0  # K is A's columns and B's rows
     if od.kind == "mx":
@@ -155,7 +161,7 @@ def prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str = "floor
         host = np.asarray(x)
         name = host.dtype.name
         if name.startswith("float8"):
-            if name != _FP8_NUMPY[od.name]:
+            if name != _numpy_name(od.element):
                 raise UnsupportedError(_fp8_mismatch(role, name.replace("float8_", ""), od.name))
             return Operand(od, role, tuple(host.shape), codes=host.view(np.uint8))
         t = mx.quantize_tensor(host, od.element)
@@ -166,18 +172,24 @@ def prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str = "floor
     host = np.asarray(x)
     if host.dtype.name.startswith("float8"):
         raise UnsupportedError(f"operand {role} holds {host.dtype.name} codes but dtype is {od.name}; "
-                               f"pass dtype={_NATIVE[host.dtype.name]!r} or decode them first")
-    with np.errstate(over="ignore"):  # overflow to +-inf is the documented IEEE behaviour, not a warning
-        if od.name in ("fp32", "tf32"):
-            values = host.astype(np.float32)  # float64 -> float32 is one RNE rounding
-        elif od.name == "fp16":
-            values = host.astype(np.float16) if host.dtype != np.float16 else host  # numpy rounds once, RNE
-        else:  # bf16
-            import ml_dtypes
+                               f"pass dtype={_native(host.dtype.name)!r} or decode them first")
+    return Operand(od, role, tuple(host.shape), values=round_values(host, od.element))
 
-            values = host if host.dtype.name == "bfloat16" else formats.round_to(
-                host, "bf16", overflow="nan").astype(ml_dtypes.bfloat16)
-    return Operand(od, role, tuple(host.shape), values=values)
+
+def round_values(host: np.ndarray, element: str) -> np.ndarray:
+    """Float data rounded ONCE (RNE, from the input's own precision) to a float element format, in its storage
+    type (tf32 in float32).  IEEE semantics: finite overflow gives ±inf, ±inf and NaN propagate."""
+    from . import formats
+
+    with np.errstate(over="ignore"):  # overflow to +-inf is the documented IEEE behaviour, not a warning
+        if element == "fp32":
+            return host.astype(np.float32)  # float64 -> float32 is one RNE rounding
+        if element == "fp16":
+            return host.astype(np.float16)  # numpy converts double -> half with one RNE rounding
+    storage = np.float32 if element == "tf32" else formats.get(element).dtype
+    if host.dtype == np.dtype(storage) and element != "tf32":
+        return host
+    return formats.round_to(host, element, overflow="nan", nan="propagate").astype(storage)
 
 
 def _fp8_mismatch(role: str, have: str, want: str) -> str:

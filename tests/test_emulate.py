@@ -15,7 +15,11 @@ import pytest
 from mxcore import emulate, layouts
 from mxcore.errors import InputTypeError, LayoutError, ShapeError
 
-from test_layouts import ALL, lid
+ALL = layouts.records()
+
+
+def lid(lay):
+    return lay.key
 
 ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
       "e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn,

@@ -21,31 +21,11 @@ from mxcore.errors import LayoutError, UnknownNameError
 F8F6F4 = ("e4m3fn", "e5m2", "e2m3", "e3m2", "e2m1")
 
 
-def all_layouts():
-    out, seen = [], set()
-    for name in layouts.names():
-        if name.startswith("v_mfma") and "f8f6f4" in name:
-            for fa in F8F6F4:
-                for fb in F8F6F4:
-                    out.append(layouts.get(name, a_format=fa, b_format=fb))
-            continue
-        for arch in (None, "gfx942", "gfx950"):
-            try:
-                lay = layouts.get(name, arch=arch)
-            except LayoutError:
-                continue
-            if id(lay) not in seen:
-                seen.add(id(lay))
-                out.append(lay)
-    return out
-
-
-ALL = all_layouts()
+ALL = layouts.records()  # every record (f8f6f4 once per A/B format pair)
 
 
 def lid(lay):
-    fmts = f"[{lay.a_format},{lay.b_format}]" if lay.cbsz is not None or "fp8" in lay.name else ""
-    return f"{lay.name}@{lay.archs[0]}{fmts}"
+    return lay.key
 
 
 # ------------------------------------------------------------------ oracles: element -> (lane, slot)
@@ -265,7 +245,7 @@ def test_errors_say_what_exists():
 def test_names_reject_unknown_vendor_and_arch():
     with pytest.raises(UnknownNameError, match="known vendors: nvidia, amd"):
         layouts.names("intel")
-    with pytest.raises(UnknownNameError, match=r"known archs: gfx942, gfx950, sm_120a, sm_121a, sm_80"):
+    with pytest.raises(UnknownNameError, match=r"known archs: gfx940, gfx941, gfx942, gfx950, sm_120a, sm_121a, sm_80"):
         layouts.names(arch="gfx900")
     with pytest.raises(UnknownNameError, match="gfx942"):
         layouts.names(arch="sm_70")  # older than every mma.sync record here
@@ -274,6 +254,30 @@ def test_names_reject_unknown_vendor_and_arch():
     assert layouts.names("AMD", arch="GFX950") == layouts.names("amd", "gfx950") != []
     assert layouts.names(arch="sm_120") == layouts.names(arch="sm_90")  # forward compatible
     assert layouts.names("amd", "gfx942", kind="ldmatrix") == []        # known arch, no ldmatrix there
+    assert layouts.names(arch="gfx940") == layouts.names(arch="gfx941") == layouts.names(arch="gfx942")  # CDNA3
+
+
+@pytest.mark.parametrize("arch", ["gfx940", "gfx941", "gfx942"])
+def test_cdna3_fp8_means_fnuz(arch):
+    """fp8/bf8 operand names follow the arch on every CDNA3 part (the ISA reads FNUZ bytes)."""
+    lay = layouts.get("v_mfma_f32_32x32x16_fp8_fp8", a_format="fp8", b_format="fp8", arch=arch)
+    assert (lay.a_format, lay.b_format) == ("e4m3fnuz", "e4m3fnuz")
+    lay = layouts.get("v_mfma_f32_32x32x16_bf8_fp8", a_format="bf8", b_format="fp8", arch=arch)
+    assert (lay.a_format, lay.b_format) == ("e5m2fnuz", "e4m3fnuz")
+    ocp = layouts.get("v_mfma_f32_32x32x16_fp8_fp8", a_format="fp8", b_format="fp8", arch="gfx950")
+    assert (ocp.a_format, ocp.archs) == ("e4m3fn", ("gfx950",))
+
+
+def test_element_formats_per_arch():
+    """What each arch's instructions read (independent list from the ISA texts)."""
+    f8f6f4 = {"e4m3fn", "e5m2", "e2m3", "e3m2", "e2m1"}
+    assert layouts.element_formats("gfx942") == {"fp32", "tf32", "fp16", "bf16", "e4m3fnuz", "e5m2fnuz"}
+    assert layouts.element_formats("gfx950") == {"fp32", "fp16", "bf16"} | f8f6f4
+    assert layouts.element_formats("gfx950", scaled=True) == f8f6f4
+    assert layouts.element_formats("sm_80") == {"tf32", "fp16", "bf16"}
+    assert layouts.element_formats("sm_90") == {"tf32", "fp16", "bf16", "e4m3fn", "e5m2"}
+    assert layouts.element_formats("sm_90", scaled=True) == set()
+    assert layouts.element_formats("sm_120a", scaled=True) == f8f6f4
 
 
 def test_get_non_string_name():

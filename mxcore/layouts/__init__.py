@@ -14,22 +14,13 @@ from __future__ import annotations
 
 import re
 
+from .. import dtypes as _dt
 from ..errors import InputTypeError, LayoutError, UnknownNameError
 from . import cdna3, cdna4, nvidia
 from ._core import InstructionLayout, LdMatrixLayout, OperandLayout
 
-__all__ = ["names", "get", "render", "InstructionLayout", "OperandLayout", "LdMatrixLayout", "FORMAT_ALIASES"]
-
-# operand format aliases accepted by get(); "fp8"/"bf8" follow the arch (FNUZ on gfx942)
-FORMAT_ALIASES = {
-    "fp8": "e4m3fn", "e4m3": "e4m3fn", "bf8": "e5m2", "fp6": "e2m3", "bf6": "e3m2", "fp4": "e2m1",
-    "e2m1fn": "e2m1", "e2m3fn": "e2m3", "e3m2fn": "e3m2", "mxfp8": "e4m3fn", "mxfp8_e4m3": "e4m3fn",
-    "mxfp8_e5m2": "e5m2", "mxfp6": "e2m3", "mxfp6_e2m3": "e2m3", "mxfp6_e3m2": "e3m2", "mxfp4": "e2m1",
-    "f16": "fp16", "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "f32": "fp32", "float32": "fp32",
-    "xf32": "tf32",
-}
-_FNUZ = {"e4m3fn": "e4m3fnuz", "e5m2": "e5m2fnuz"}
-
+__all__ = ["names", "get", "render", "records", "element_formats", "InstructionLayout", "OperandLayout",
+           "LdMatrixLayout"]
 
 def _fixed_records():
     return nvidia.RECORDS + cdna3.RECORDS + cdna4.RECORDS
@@ -75,7 +66,7 @@ def _canonical_name(name: str) -> str:
 
 
 def _arch_matches(rec, arch: str) -> bool:
-    arch = arch.lower()
+    arch = _dt.layout_arch(arch)  # gfx940/gfx941: gfx942's CDNA3 records
     if arch in rec.archs:
         return True
     if rec.vendor == "nvidia":  # mma.sync is forward compatible: sm_XY >= the record's first arch
@@ -92,7 +83,10 @@ VENDORS = ("nvidia", "amd")
 def _known_archs(vendor: str | None = None) -> list[str]:
     recs = list(_fixed_records()) + list(nvidia.LDMATRIX) + [cdna4.f8f6f4(n, "e4m3fn", "e4m3fn")
                                                               for n in cdna4.F8F6F4_SHAPES]
-    return sorted({a for r in recs if vendor in (None, r.vendor) for a in r.archs})
+    archs = {a for r in recs if vendor in (None, r.vendor) for a in r.archs}
+    if _dt.layout_arch(sorted(_dt.FNUZ_ARCHS)[0]) in archs:
+        archs |= _dt.FNUZ_ARCHS
+    return sorted(archs)
 
 
 def _check_arch(arch) -> str:
@@ -139,12 +133,37 @@ def names(vendor: str | None = None, arch: str | None = None, *, kind: str = "mm
     return out
 
 
-def _canon_format(fmt: str, arch: str) -> str:
-    f = str(fmt).strip().lower()
-    f = FORMAT_ALIASES.get(f, f)
-    if arch == "gfx942" and fmt.strip().lower() in ("fp8", "bf8"):
-        f = _FNUZ.get(f, f)
-    return f
+def _canon_format(fmt, arch: str | None) -> str:
+    """An operand format name as ``arch`` means it (mxcore.dtypes decides: fp8 is e4m3fnuz on CDNA3)."""
+    try:
+        return _dt.element_format(fmt, arch)
+    except UnknownNameError as exc:
+        raise LayoutError(f"operand format {fmt!r}: {exc}") from None
+
+
+def records(vendor: str | None = None, arch: str | None = None) -> list:
+    """Every matrix-instruction record (each CDNA4 f8f6f4 shape once per A/B format pair), for ``vendor`` and
+    ``arch`` when given: what the emulator, probes and tests iterate over."""
+    out, seen = [], set()
+    for name in names(vendor, arch):
+        if name in cdna4.F8F6F4_SHAPES:
+            out += [cdna4.f8f6f4(name, fa, fb) for fa in _dt.F8F6F4_CODES for fb in _dt.F8F6F4_CODES]
+            continue
+        for rec in _BY_NAME[name]:
+            if (arch is None or _arch_matches(rec, arch)) and id(rec) not in seen:
+                seen.add(id(rec))
+                out.append(rec)
+    return out
+
+
+def element_formats(arch: str, *, scaled: bool = False) -> frozenset:
+    """The A/B element formats some matrix instruction of ``arch`` reads: block-scaled instructions when
+    ``scaled``, unscaled ones otherwise (e.g. gfx950 unscaled: fp32, fp16, bf16, e4m3fn, e5m2, e2m3, e3m2, e2m1)."""
+    fmts = set()
+    for rec in records(arch=arch):
+        if bool(rec.scaled) == scaled:
+            fmts |= {rec.a_format, rec.b_format}
+    return frozenset(fmts)
 
 
 def get(name: str, *, a_format: str | None = None, b_format: str | None = None,
@@ -177,7 +196,7 @@ def get(name: str, *, a_format: str | None = None, b_format: str | None = None,
         cands = [r for r in cands if _arch_matches(r, arch)]
     for want, field in ((a_format, "a_format"), (b_format, "b_format")):
         if want is not None:
-            cands = [r for r in cands if getattr(r, field) == _canon_format(want, r.archs[0])]
+            cands = [r for r in cands if getattr(r, field) == _canon_format(want, arch or r.archs[0])]
     if not cands:
         have = "; ".join(f"{', '.join(r.archs)}: A {r.a_format}, B {r.b_format}" for r in _BY_NAME[key])
         raise LayoutError(f"{key}: no record for arch={arch}, a_format={a_format}, b_format={b_format}; "

@@ -224,6 +224,12 @@ class InstructionLayout:
         return self.scale_a is not None
 
     @property
+    def key(self) -> str:
+        """A short unique id: ``name@first arch``, plus ``[A,B]`` formats where a mnemonic serves several."""
+        fmts = f"[{self.a_format},{self.b_format}]" if self.cbsz is not None or "fp8" in self.name else ""
+        return f"{self.name}@{self.archs[0]}{fmts}"
+
+    @property
     def modifiers(self) -> str:
         """Assembler modifiers as LLVM prints them (nonzero cbsz/blgp; scale op_sel), '' if none."""
         parts = []

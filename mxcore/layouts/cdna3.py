@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..dtypes import storage_bits
 from ._core import InstructionLayout, OperandLayout, closed_form
 
 WAVE = 64
@@ -57,8 +58,6 @@ def C16X16(lane, slot):
 C32 = OperandLayout("c", C32X32, 32, 16)
 C16 = OperandLayout("c", C16X16, 32, 4)
 
-_BITS = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "e4m3fnuz": 8, "e5m2fnuz": 8, "e4m3fn": 8, "e5m2": 8}
-
 
 def mfma(mnemonic: str, intrinsic: str, m: int, k: int, a_fmt: str, b_fmt: str | None = None, *,
          archs=GFX942, sources=_SRC, notes: str = "") -> InstructionLayout:
@@ -66,7 +65,7 @@ def mfma(mnemonic: str, intrinsic: str, m: int, k: int, a_fmt: str, b_fmt: str |
     return InstructionLayout(
         name=mnemonic, vendor="amd", archs=archs, m=m, n=m, k=k, lanes=WAVE,
         a_format=a_fmt, b_format=b_fmt, c_format="fp32",
-        a=mfma_input("a", m, k, _BITS[a_fmt]), b=mfma_input("b", k, m, _BITS[b_fmt]),
+        a=mfma_input("a", m, k, storage_bits(a_fmt)), b=mfma_input("b", k, m, storage_bits(b_fmt)),
         c=C32 if m == 32 else C16, mnemonic=mnemonic, intrinsic=intrinsic, sources=sources, notes=notes)
 
 

@@ -88,6 +88,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+from ..dtypes import F8F6F4_CODES, bits as _bits
 from ..errors import LayoutError
 from ._core import InstructionLayout, OperandLayout, closed_form
 from .cdna3 import C16, C32, WAVE, _F8_16, _F8_32, fp8_pairs, mfma, mfma_input
@@ -100,9 +101,9 @@ _SRC = ("AMD CDNA4 ISA 7.1.4 General input and output layout",
         "composable_kernel test/mx_mfma_op (mx_mfma_op.hpp tables; scale_mapping_* gfx950 probes)",
         "triton LinearLayoutConversions.cpp (mfmaDotToLinearLayout, chooseScaledMfmaScaleLayout)")
 
-# cbsz (A) / blgp (B) format codes of the f8f6f4 family
-FORMAT_CODE = {"e4m3fn": 0, "e5m2": 1, "e2m3": 2, "e3m2": 3, "e2m1": 4}
-FORMAT_BITS = {"e4m3fn": 8, "e5m2": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4}
+# the f8f6f4 format codes (cbsz for A, blgp for B) live in mxcore.dtypes.F8F6F4_CODES; this name stays only
+# until backends/hip switches to that one table
+FORMAT_CODE = F8F6F4_CODES
 
 # ISA 7.1.5.1 "Layout BF16" tables (8 K-contiguous per lane); builtins and mnemonics checked with clang-22.
 _F16_SRC = (_SRC[1] + " (BF16 tables)", "clang-22 --offload-arch=gfx950 (builtin -> mnemonic)")
@@ -134,7 +135,7 @@ F8F6F4_SHAPES = {  # name -> (m, k, scaled)
 
 
 def _f8f6f4_input(role: str, m: int, k: int, fmt: str) -> OperandLayout:
-    bits = FORMAT_BITS[fmt]
+    bits = _bits(fmt)
     rows, cols = (m, k) if role == "a" else (k, m)
     # ISA 7.1.5.1: FP8 splits the lane's 32 K into two runs of 16; FP6 and FP4 hold 32 K-contiguous.
     return mfma_input(role, rows, cols, bits, chunk=16 if bits == 8 else None)
@@ -157,9 +158,9 @@ def _scale(role: str, m: int, k: int, byte: int) -> OperandLayout:
 def f8f6f4(name: str, a_fmt: str, b_fmt: str, opsel: tuple = (0, 0)) -> InstructionLayout:
     m, k, scaled = F8F6F4_SHAPES[name]
     for f in (a_fmt, b_fmt):
-        if f not in FORMAT_CODE:
+        if f not in F8F6F4_CODES:
             raise LayoutError(f"{name}: format {f!r} is not an f8f6f4 operand format; "
-                              f"use one of {', '.join(FORMAT_CODE)} (or fp8, bf8, fp6, bf6, fp4)")
+                              f"use one of {', '.join(F8F6F4_CODES)} (or fp8, bf8, fp6, bf6, fp4)")
     if any(b not in (0, 1, 2, 3) for b in opsel):
         raise LayoutError(f"{name}: scale_opsel {opsel} must be two byte indices 0..3")
     extra = {}
@@ -171,5 +172,5 @@ def f8f6f4(name: str, a_fmt: str, b_fmt: str, opsel: tuple = (0, 0)) -> Instruct
         a_format=a_fmt, b_format=b_fmt, c_format="fp32",
         a=_f8f6f4_input("a", m, k, a_fmt), b=_f8f6f4_input("b", m, k, b_fmt), c=C32 if m == 32 else C16,
         mnemonic=name, intrinsic=f"__builtin_amdgcn_mfma_scale_f32_{m}x{m}x{k}_f8f6f4",
-        cbsz=FORMAT_CODE[a_fmt], blgp=FORMAT_CODE[b_fmt], sources=_SRC,
+        cbsz=F8F6F4_CODES[a_fmt], blgp=F8F6F4_CODES[b_fmt], sources=_SRC,
         notes="" if scaled else "emit via the scale builtin with constant-0 scales and op_sel 0", **extra)

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..dtypes import bits as _bits
 from ..errors import LayoutError
 from ._core import InstructionLayout, LdMatrixLayout, Map, OperandLayout, tv_layout
 
@@ -148,7 +149,6 @@ _SRC_SM120 = ("PTX ISA 9.7.14.3 Block Scaling for mma.sync; mma syntax (.kind, .
               "CUTLASS cute/atom/mma_traits_sm120.hpp (SFALayout, SFBLayout, fp4_shift_A/B)",
               "public sm_120/sm_121a scale-lane probes (see mxcore/layouts/nvidia.py)")
 MX_PTX_TYPE = {"e4m3fn": "e4m3", "e5m2": "e5m2", "e3m2": "e3m2", "e2m3": "e2m3", "e2m1": "e2m1"}
-MX_BITS = {"e4m3fn": 8, "e5m2": 8, "e3m2": 6, "e2m3": 6, "e2m1": 4}
 _BYTE_SHIFT = {8: 0, 6: 0, 4: 2}  # LSB of the code inside its byte container (.kind::mxf8f6f4)
 # kind -> (shape, scale_vec, allowed A/B formats)
 BLOCK_SCALED_KINDS = {
@@ -163,7 +163,7 @@ B64X8_F4 = tv_layout(64, 8, ((4, 8), (64, 1)), ((8, 2), (8, 256)), nk=True)
 
 
 def _mx_input(role: str, mp, fmt: str, container: bool) -> OperandLayout:
-    bits = MX_BITS[fmt]
+    bits = _bits(fmt)
     if not container:  # packed e2m1 (kind::mxf4*)
         return OperandLayout(role, mp, bits, mp.slots * bits // 32)
     offs = tuple(8 * s + _BYTE_SHIFT[bits] for s in range(mp.slots))
