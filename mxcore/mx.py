@@ -189,14 +189,22 @@ def _ceil_log2_ratio(a: np.ndarray, max_normal: float) -> np.ndarray:
     return k
 
 
+def _check_block(block, k: int) -> None:
+    """``block`` must be a positive integer no longer than ``max(K, MX_BLOCK)``: a longer block only
+    pads with zeros (and would allocate ``block`` elements per row)."""
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ShapeError(f"block={block!r}; pass a positive integer (OCP MX uses {MX_BLOCK})")
+    if block > max(k, MX_BLOCK):
+        raise ShapeError(f"block={block} is longer than the blocked axis ({k} elements): a block longer than "
+                         f"max(K, {MX_BLOCK}) holds only padding; pass block={MX_BLOCK} (OCP MX) or at most {max(k, MX_BLOCK)}")
+
+
 def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rounding: str = "floor") -> MXTensor:
     """Quantize ``x`` (float array) to MX format ``fmt`` with one E8M0 scale per ``block`` consecutive
     elements along ``axis`` (A [M, K]: axis=-1; B [K, N]: axis=0).  See the module doc for the rules."""
     name, spec = mx_element(fmt)
     if scale_rounding not in SCALE_ROUNDINGS:
         raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP MX v1.0) or 'rceil' (cuBLAS)")
-    if not isinstance(block, (int, np.integer)) or block < 1:
-        raise ShapeError(f"block={block!r}; MX uses blocks of {MX_BLOCK}")
     x64 = _f._as_float64(x)
     if x64.ndim == 0:
         raise ShapeError("quantize_mx takes an array of at least one dimension")
@@ -205,6 +213,7 @@ def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rou
     axis = axis % x64.ndim
     shape = x64.shape
     k = shape[axis]
+    _check_block(block, k)
     nblocks = -(-k // block)
     xt = np.moveaxis(x64, axis, -1)
     lead = xt.shape[:-1]

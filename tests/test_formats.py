@@ -453,3 +453,27 @@ def test_cli_summary_and_tables():
     assert rc == 0 and "no code table" in out
     with pytest.raises(UnknownNameError):
         _run_cli(["e9m9"])
+
+
+@pytest.mark.parametrize("name", list(F.FORMATS))
+def test_cli_overflow_row_names_the_saturation_value(name):
+    """The 'overflow' row prints the saturation value itself (448, 2^127, 1.9921875 x 2^127), never the bare
+    significand of a value written as m x 2^e (bf16/tf32/fp32 once printed '+-1.9921875')."""
+    spec = F.get(name)
+    _, out = _run_cli([name])
+    row = next(line for line in out.splitlines() if line.strip().startswith("overflow"))
+    sat = row.split("-> ", 1)[1].split(" (inf too)")[0].lstrip("+-")
+    mant, _, exp = sat.partition(" x 2^")
+    value = float(mant) * 2.0 ** int(exp) if exp else (2.0 ** int(sat[2:]) if sat.startswith("2^") else float(sat))
+    assert value == spec.max_normal
+
+
+def test_formats_module_is_split_and_small():
+    """The public module re-exports the spec table and the codecs; no mxcore module exceeds 600 lines."""
+    from pathlib import Path
+
+    import mxcore
+
+    assert F.FORMATS is mxcore._format_specs.FORMATS and F.FormatSpec is mxcore._format_specs.FormatSpec
+    for path in Path(mxcore.__file__).parent.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 600, path.name

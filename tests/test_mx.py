@@ -261,3 +261,16 @@ def test_packed_along_block_axis(name, bits):
     assert p.dtype == np.uint8 and p.shape == (64 * bits // 8, 6)
     unpack = {4: F.unpack_fp4, 6: F.unpack_fp6, 8: lambda c, n: c}[bits]
     assert np.array_equal(np.moveaxis(unpack(np.moveaxis(p, 0, -1), 64), -1, 0), t.codes)
+
+
+def test_block_longer_than_the_axis_is_refused_without_allocating():
+    x = np.ones((2, 40), np.float32)
+    with pytest.raises(ShapeError, match="block=1000000000 is longer"):
+        mx.quantize_mx(x, "mxfp8", block=10**9)
+    with pytest.raises(ShapeError, match="positive integer"):
+        mx.quantize_mx(x, "mxfp8", block=0)
+    with pytest.raises(ShapeError, match="positive integer"):
+        mx.quantize_mx(x, "mxfp8", block=True)
+    # a short axis keeps the OCP block of 32 (one partial block), and a block up to K is allowed
+    assert mx.quantize_mx(x[:, :10], "mxfp8").scales.shape == (2, 1)
+    assert mx.quantize_mx(x, "mxfp8", block=40).scales.shape == (2, 1)
