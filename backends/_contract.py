@@ -22,7 +22,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-__all__ = ["Backend", "KernelRecord", "Plan", "Target"]
+__all__ = ["FAILURE", "Backend", "KernelRecord", "Plan", "Target", "is_failure"]
+
+#: prefix of an ``is_available()`` reason that is a FAILURE, not an absence: the GPU library imports and a device
+#: is counted, but setting it up failed (a library/driver version mismatch, a broken install).  GPU tests fail
+#: with such a reason instead of skipping, and ``python -m mxcore info`` shows it.
+FAILURE = "FAILURE: "
+
+
+def is_failure(reason) -> bool:
+    """True when an ``is_available()`` reason marks a failure (see :data:`FAILURE`), not a missing GPU/library."""
+    return isinstance(reason, str) and reason.startswith(FAILURE)
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,8 @@ class Backend:
 
     # ---- identity and capability ---------------------------------------------------------------------------
     def is_available(self) -> str | None:
-        """None when usable, else the reason (never raises; imports GPU libraries lazily)."""
+        """None when usable, else the reason (never raises; imports GPU libraries lazily).  A reason starting
+        with :data:`FAILURE` means the library and a device are there but initialisation failed."""
         raise NotImplementedError
 
     def devices(self) -> list[str]:
