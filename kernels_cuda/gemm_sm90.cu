@@ -1,0 +1,385 @@
+// mxcore NVIDIA GEMM, Hopper family (sm_90a): D[M,N] = alpha0 * alpha1 * (A[M,K] @ B[K,N]), fp32 accumulation.
+//
+// One persistent, warp-specialized kernel per -D variant:
+//   * warpgroup 0 = producer: one thread issues TMA loads (cp.async.bulk.tensor.2d, 128-byte swizzle) of A and B
+//     K slices (128 bytes of K per row per stage) into an SM90_STAGES-deep shared-memory ring; each stage has a
+//     "full" mbarrier (arrive.expect_tx by the producer, completed by the copy engine's byte count) and an
+//     "empty" mbarrier (one arrive per consumer warpgroup when its wgmma have read the stage).
+//   * warpgroups 1, 2 = consumers: rows [64c, 64c + 64) of the 128 x SM90_BN block tile each, wgmma.mma_async
+//     m64nNk{16,8,32} with both operands read from shared memory through matrix descriptors; fp32 accumulators
+//     in registers; the epilogue scales by alpha0 * alpha1 and writes fp32 / fp16 / bf16 straight from registers
+//     (predicated on M, N).  setmaxnreg gives the consumers SM90_REG_CONSUMER registers, the producer
+//     SM90_REG_PRODUCER.
+//   * tiles are visited in SM90_GROUP_M-row groups (L2 reuse of B), tile = blockIdx.x, += gridDim.x.
+//
+// -D defines:
+//   SM90_ELEM      0 f16, 1 bf16, 2 tf32 (fp32 bits, pre-rounded), 3 fp8 (SM90_A_E5M2 / SM90_B_E5M2: 0 e4m3, 1 e5m2)
+//   SM90_TA/TB     1: the operand is M-major (A) / N-major (B) (16-bit only; wgmma's transpose bit); 0: K-major
+//   SM90_BN        block tile N (= the wgmma N), 64..256
+//   SM90_STAGES    ring depth
+//   SM90_PROMOTE   fp8: 1 = accumulate each stage (128 K) in a scratch accumulator and add it to the fp32 main
+//                  accumulator (DeepGEMM's promotion); 0 = one accumulator (fast accumulation)
+// Tensor maps (host): K-major operand: dims {K, rows}, box {128 bytes of K, rows of the tile};
+// M/N-major operand: dims {rows, K}, box {64 elements, BK}, the tile loaded as rows/64 boxes.
+// out_kind: 0 fp32, 1 fp16, 2 bf16.  ldc in elements.  pair_ok: C's base and ldc allow 2-element stores.
+
+#include "mx_common.cuh"
+
+#ifndef SM90_ELEM
+#define SM90_ELEM 0
+#endif
+#ifndef SM90_TA
+#define SM90_TA 0
+#endif
+#ifndef SM90_TB
+#define SM90_TB 0
+#endif
+#ifndef SM90_BN
+#define SM90_BN 256
+#endif
+#ifndef SM90_STAGES
+#define SM90_STAGES 4
+#endif
+#ifndef SM90_PROMOTE
+#define SM90_PROMOTE 1
+#endif
+#ifndef SM90_A_E5M2
+#define SM90_A_E5M2 0
+#endif
+#ifndef SM90_B_E5M2
+#define SM90_B_E5M2 0
+#endif
+#ifndef SM90_GROUP_M
+#define SM90_GROUP_M 16
+#endif
+#ifndef SM90_REG_PRODUCER
+#define SM90_REG_PRODUCER 40
+#endif
+#ifndef SM90_REG_CONSUMER
+#define SM90_REG_CONSUMER 232
+#endif
+#ifndef SM90_MN_LBO
+#define SM90_MN_LBO 8192  // M/N-major: bytes between 64-element swizzle atoms along M/N (one box)
+#endif
+
+#ifndef SM90_MN_SBO
+#define SM90_MN_SBO 1024  // M/N-major: bytes between groups of 8 K rows (8 swizzled 128-byte rows)
+#endif
+
+#define SM90_STR2(x) #x
+#define SM90_STR(x) SM90_STR2(x)
+
+#if SM90_ELEM == 0
+#define SM90_ESIZE 2
+#define SM90_WGMMA_KTYPES "k16.f32.f16.f16"
+#elif SM90_ELEM == 1
+#define SM90_ESIZE 2
+#define SM90_WGMMA_KTYPES "k16.f32.bf16.bf16"
+#elif SM90_ELEM == 2
+#define SM90_ESIZE 4
+#define SM90_WGMMA_KTYPES "k8.f32.tf32.tf32"
+#else
+#define SM90_ESIZE 1
+#if SM90_A_E5M2
+#define SM90_F8A ".e5m2"
+#else
+#define SM90_F8A ".e4m3"
+#endif
+#if SM90_B_E5M2
+#define SM90_F8B ".e5m2"
+#else
+#define SM90_F8B ".e4m3"
+#endif
+#define SM90_WGMMA_KTYPES "k32.f32" SM90_F8A SM90_F8B
+#endif
+
+#if SM90_ESIZE == 2
+// scale-d is the predicate; then imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+#define SM90_WGMMA_IMMS ", 1, 1, " SM90_STR(SM90_TA) ", " SM90_STR(SM90_TB)
+#else
+#if SM90_TA || SM90_TB
+#error "tf32 and fp8 wgmma read K-major operands only (SM90_TA = SM90_TB = 0)"
+#endif
+#define SM90_WGMMA_IMMS ", 1, 1"
+#endif
+
+#define SM90_WG_N SM90_BN
+#define SM90_BM 128                         // two consumer warpgroups of 64 rows
+#define SM90_BK (128 / SM90_ESIZE)          // K elements per stage: one 128-byte swizzle row
+#define SM90_A_BYTES (SM90_BM * 128)        // per stage
+#define SM90_B_BYTES (SM90_BN * 128)
+#define SM90_STAGE_BYTES (SM90_A_BYTES + SM90_B_BYTES)
+#define SM90_ACC (SM90_BN / 2)              // fp32 accumulator registers per consumer thread
+
+// The driver's CUtensorMap (cuda.h is not available to NVRTC): 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TmaMap {
+    u64 opaque[16];
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// one tiny wrapper per PTX instruction
+// ---------------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbarrier_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ u32 mbarrier_try_wait_parity(u32 bar, u32 parity) {
+    u32 ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    return ok;
+}
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
+    while (!mbarrier_try_wait_parity(bar, parity)) {
+    }
+}
+__device__ __forceinline__ void cp_async_bulk_tensor_2d(u32 dst, const TmaMap* map, int c0, int c1, u32 bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void prefetch_tensormap(const TmaMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+
+// Shared-memory matrix descriptor, 128-byte swizzle: start address, leading / stride byte offsets (>> 4).
+__device__ __forceinline__ u64 wgmma_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) | ((u64)((sbo & 0x3FFFF) >> 4) << 32) |
+           (1ull << 62);
+}
+
+// wgmma.mma_async m64n{SM90_WG_N}: d (+)= A(desc_a) * B(desc_b); accumulate = 0 overwrites d.  One per N below,
+// all of the same form (the accumulator list is long, so each N is written out).
+#if SM90_WG_N == 64
+__device__ __forceinline__ void wgmma_mma_async(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p"
+                 SM90_WGMMA_IMMS ";\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif
+#if SM90_WG_N == 128
+__device__ __forceinline__ void wgmma_mma_async(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p"
+                 SM90_WGMMA_IMMS ";\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif
+#if SM90_WG_N == 192
+__device__ __forceinline__ void wgmma_mma_async(float (&d)[96], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p"
+                 SM90_WGMMA_IMMS ";\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif
+#if SM90_WG_N == 256
+__device__ __forceinline__ void wgmma_mma_async(float (&d)[128], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p"
+                 SM90_WGMMA_IMMS ";\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------------------
+// tile order: groups of SM90_GROUP_M tile rows, column-major inside a group
+// ---------------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tm, int& tn) {
+    const int group_size = SM90_GROUP_M * tiles_n;
+    const int group = tile / group_size;
+    const int first = group * SM90_GROUP_M;
+    const int rows = min(tiles_m - first, SM90_GROUP_M);
+    const int in_group = tile - group * group_size;
+    tm = first + in_group % rows;
+    tn = in_group / rows;
+}
+
+__device__ __forceinline__ void store_pair(void* C, i64 off, float v0, float v1, bool two, bool pair_ok,
+                                           int out_kind) {
+    if (out_kind == 0) {
+        float* c = (float*)C + off;
+        if (two && pair_ok) {
+            *(float2*)c = make_float2(v0, v1);
+        } else {
+            c[0] = v0;
+            if (two) c[1] = v1;
+        }
+    } else {
+        u16* c = (u16*)C + off;
+        const u16 h0 = out_kind == 1 ? f32_to_f16(v0) : f32_to_bf16(v0);
+        const u16 h1 = out_kind == 1 ? f32_to_f16(v1) : f32_to_bf16(v1);
+        if (two && pair_ok) {
+            *(u32*)c = (u32)h0 | ((u32)h1 << 16);
+        } else {
+            c[0] = h0;
+            if (two) c[1] = h1;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b, void* __restrict__ C, int M,
+             int N, int K, i64 ldc, float alpha0, float alpha1, int out_kind, int pair_ok) {
+    extern __shared__ __align__(1024) u8 smem_raw[];
+    // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
+    u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
+    const u32 ring = smem_u32(smem);
+    const u32 bars = ring + SM90_STAGES * SM90_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
+    const u32 full0 = bars, empty0 = bars + 8 * SM90_STAGES;
+
+    const int wg = threadIdx.x / 128;
+    const int tiles_m = (M + SM90_BM - 1) / SM90_BM, tiles_n = (N + SM90_BN - 1) / SM90_BN;
+    const int tiles = tiles_m * tiles_n;
+    const int kblocks = (K + SM90_BK - 1) / SM90_BK;
+
+    if (threadIdx.x == 0) {
+        prefetch_tensormap(&map_a);
+        prefetch_tensormap(&map_b);
+        for (int s = 0; s < SM90_STAGES; ++s) {
+            mbarrier_init(full0 + 8 * s, 1);
+            mbarrier_init(empty0 + 8 * s, 2);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        setmaxnreg_dec<SM90_REG_PRODUCER>();
+        if (threadIdx.x == 0) {
+            int s = 0;
+            u32 phase = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                tile_coords(tile, tiles_m, tiles_n, tm, tn);
+                const int m0 = tm * SM90_BM, n0 = tn * SM90_BN;
+                for (int kb = 0; kb < kblocks; ++kb) {
+                    mbarrier_wait(empty0 + 8 * s, phase ^ 1);
+                    const u32 full = full0 + 8 * s;
+                    mbarrier_arrive_expect_tx(full, SM90_STAGE_BYTES);
+                    const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
+                    const int k0 = kb * SM90_BK;
+#if SM90_TA
+                    for (int c = 0; c < SM90_BM / 64; ++c)
+                        cp_async_bulk_tensor_2d(sa + c * SM90_BK * 128, &map_a, m0 + 64 * c, k0, full);
+#else
+                    cp_async_bulk_tensor_2d(sa, &map_a, k0, m0, full);
+#endif
+#if SM90_TB
+                    for (int c = 0; c < SM90_BN / 64; ++c)
+                        cp_async_bulk_tensor_2d(sb + c * SM90_BK * 128, &map_b, n0 + 64 * c, k0, full);
+#else
+                    cp_async_bulk_tensor_2d(sb, &map_b, k0, n0, full);
+#endif
+                    if (++s == SM90_STAGES) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<SM90_REG_CONSUMER>();
+        const int c = wg - 1;                   // consumer index: rows [64c, 64c + 64) of the tile
+        const int t = threadIdx.x - 128 * wg;   // thread in the warpgroup
+        const int warp = t / 32, lane = t % 32;
+        const float alpha = alpha0 * alpha1;
+        int s = 0;
+        u32 phase = 0;
+        float acc[SM90_ACC];
+#if SM90_ELEM == 3 && SM90_PROMOTE
+        float part[SM90_ACC];
+#endif
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int tm, tn;
+            tile_coords(tile, tiles_m, tiles_n, tm, tn);
+#if SM90_ELEM == 3 && SM90_PROMOTE
+#pragma unroll
+            for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
+#endif
+#if !(SM90_ELEM == 3 && SM90_PROMOTE)
+            int prev = -1;
+#endif
+            for (int kb = 0; kb < kblocks; ++kb) {
+                mbarrier_wait(full0 + 8 * s, phase);
+                const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {  // 4 wgmma of 32 bytes of K each
+#if SM90_TA
+                    const u64 da = wgmma_desc(sa + c * SM90_BK * 128 + kk * (32 / SM90_ESIZE) * 128, SM90_MN_LBO, SM90_MN_SBO);
+#else
+                    const u64 da = wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024);
+#endif
+#if SM90_TB
+                    const u64 db = wgmma_desc(sb + kk * (32 / SM90_ESIZE) * 128, SM90_MN_LBO, SM90_MN_SBO);
+#else
+                    const u64 db = wgmma_desc(sb + kk * 32, 16, 1024);
+#endif
+#if SM90_ELEM == 3 && SM90_PROMOTE
+                    wgmma_mma_async(part, da, db, kk > 0);
+#else
+                    wgmma_mma_async(acc, da, db, (kb > 0) || (kk > 0));
+#endif
+                }
+                wgmma_commit_group();
+#if SM90_ELEM == 3 && SM90_PROMOTE
+                wgmma_wait_group<0>();
+                if (t == 0) mbarrier_arrive(empty0 + 8 * s);
+#pragma unroll
+                for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
+#else
+                wgmma_wait_group<1>();  // the previous stage's wgmma are done: hand its buffers back
+                if (prev >= 0 && t == 0) mbarrier_arrive(empty0 + 8 * prev);
+                prev = s;
+#endif
+                if (++s == SM90_STAGES) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            }
+#if !(SM90_ELEM == 3 && SM90_PROMOTE)
+            wgmma_wait_group<0>();
+            if (t == 0) mbarrier_arrive(empty0 + 8 * prev);
+#endif
+            // epilogue: accumulator j of n8 block b: row 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1)
+            const int row0 = tm * SM90_BM + 64 * c + 16 * warp + lane / 4;
+            const int col0 = tn * SM90_BN + 2 * (lane % 4);
+#pragma unroll
+            for (int b = 0; b < SM90_BN / 8; ++b) {
+                const int col = col0 + 8 * b;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = row0 + 8 * h;
+                    if (row < M && col < N)
+                        store_pair(C, (i64)row * ldc + col, alpha * acc[4 * b + 2 * h], alpha * acc[4 * b + 2 * h + 1],
+                                   col + 1 < N, pair_ok, out_kind);
+                }
+            }
+        }
+    }
+}
