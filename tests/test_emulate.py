@@ -225,3 +225,28 @@ def test_sm120_mxf4_two_scale_blocks():
     assert (emulate.gather(lay, "d", d) == 32 * 1 * 2 + 32 * 4 * 1).all()
     words = emulate.pack(lay, "scale_a", emulate.scatter(lay, "scale_a", sa))
     assert words[2, 0] == (127 << 16 | 129 << 24) and words[0, 0] == 0  # lane 2 = row 0 (thread-id-a 1)
+
+
+@pytest.mark.parametrize("fmt,x,want", [
+    ("bf16", 1 + 2.0 ** -8 + 2.0 ** -30, 1 + 2.0 ** -7),    # just above a bf16 midpoint: rounds up, once
+    ("tf32", 1 + 2.0 ** -11 + 2.0 ** -30, 1 + 2.0 ** -10),
+    ("fp16", 1 + 2.0 ** -11 + 2.0 ** -30, 1 + 2.0 ** -10),
+    ("fp32", 1 + 2.0 ** -24 + 2.0 ** -40, 1 + 2.0 ** -23),
+])
+def test_value_registers_round_float64_once(fmt, x, want):
+    """Through float32 first, the value would land on the midpoint and round to even (down)."""
+    got = emulate.decode_regs(fmt, np.array([x, -x]))
+    assert got.tolist() == [want, -want]
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "tf32", "fp16", "bf16"])
+def test_value_registers_keep_ieee_specials(fmt):
+    got = emulate.decode_regs(fmt, np.array([np.inf, -np.inf, np.nan, 2.0 ** 130]))
+    assert got[0] == np.inf and got[1] == -np.inf and np.isnan(got[2]) and got[3] == np.inf
+
+
+def test_pack_rounds_bf16_once():
+    lay = layouts.get("m16n8k16.bf16")
+    regs = np.full((lay.lanes, lay.a.slots), 1 + 2.0 ** -8 + 2.0 ** -30)
+    words = emulate.pack(lay, "a", regs)
+    assert (words == 0x3F813F81).all()  # bf16 1.0078125 = 0x3F81 in both halves
