@@ -1,10 +1,15 @@
-"""``python -m mxcore COMMAND``: info, demo, formats, layout, kernels, bench."""
+"""``python -m mxcore COMMAND``: info, demo, formats, layout, kernels, bench.
+
+Every command reports a failure the same way: one line on stderr (``mxcore CMD: error: ...``, spelled with the
+command line's options, e.g. ``--backend auto``) and exit status 2; no traceback for a mistake in the request.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -24,9 +29,9 @@ DEMO_DTYPES = ["fp32", "tf32", "fp16", "bf16", "fp8", "e5m2", "e4m3fnuz", "e5m2f
 
 def _cmd_info(argv) -> int:
     argparse.ArgumentParser(prog="mxcore info", description="backends, devices, archs and versions").parse_args(argv)
-    from . import info
+    import mxcore  # through the package's lazy attribute: importing the submodule by name would shadow mxcore.info
 
-    info()
+    print(mxcore.info())
     return 0
 
 
@@ -79,12 +84,19 @@ def _cmd_kernels(argv) -> int:
     p.add_argument("--arch", required=True, help="sm_80, sm_89, sm_90 (nvidia) or gfx942, gfx950 (amd)")
     p.add_argument("--emit", required=True, metavar="DIR", help="folder for binaries and manifest.json")
     args = p.parse_args(argv)
-    from .backends import get
+    from .backends import KernelRecord, get
+    from .dtypes import check_arch
 
-    backend = get("cuda" if args.vendor == "nvidia" else "hip")
+    arch = check_arch(args.arch, args.vendor)
     out = Path(args.emit)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = backend.emit_kernels(args.arch, out)
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--emit {args.emit}: exists and is not a folder; name a new or existing folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"--emit {args.emit}: cannot create the folder ({exc.strerror})") from None
+    backend = get("cuda" if args.vendor == "nvidia" else "hip")
+    rows = [r.as_dict() if isinstance(r, KernelRecord) else dict(r) for r in backend.emit_kernels(arch, out)]
     (out / "manifest.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     keys = [k for k in ("kernel", "dtype", "tile", "registers", "vgpr", "agpr", "shared_bytes", "lds_bytes") if
             any(k in r for r in rows)]
@@ -102,6 +114,29 @@ _LOCAL = {
 }
 
 
+class CLIError(Exception):
+    """A command-line request that cannot be carried out (printed as one line, exit status 2)."""
+
+
+# Python keyword spellings in library messages -> the command line's options
+_OPTIONS = ("backend", "dtype", "out_dtype", "arch")
+
+
+def command_line_spelling(message: str) -> str:
+    """``pass backend='auto'`` -> ``pass --backend auto``: library messages as a command-line user types them."""
+    pattern = r"\b(" + "|".join(_OPTIONS) + r")=(?:'([^']*)'|\"([^\"]*)\")"
+    return re.sub(pattern, lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2) or m.group(3) or ''}".rstrip(),
+                  message)
+
+
+def _compile_line(exc) -> str:
+    """One line for a failed compile: the message and the log's first error line (not the whole log)."""
+    head = exc.args[0] if exc.args else "kernel compile failed"
+    errors = [ln.strip() for ln in (exc.log or "").splitlines() if "error" in ln.lower()]
+    where = f" for {exc.arch}" if exc.arch else ""
+    return f"{head}{where}" + (f": {errors[0]}" if errors else "")
+
+
 def _usage() -> str:
     lines = ["usage: python -m mxcore COMMAND [options]", "", "commands:"]
     for name, (_, text) in {**_LOCAL, **_DELEGATED}.items():
@@ -116,7 +151,7 @@ def main(argv=None) -> int:
         print(_usage())
         return 0
     cmd, rest = argv[0], argv[1:]
-    from .errors import MXCoreError
+    from .errors import KernelCompileError, MXCoreError
 
     try:
         if cmd in _LOCAL:
@@ -124,7 +159,13 @@ def main(argv=None) -> int:
         if cmd in _DELEGATED:
             module = importlib.import_module(_DELEGATED[cmd][0])
             return int(module._cli(rest) or 0)
+    except KernelCompileError as exc:
+        print(f"mxcore {cmd}: error: {_compile_line(exc)}", file=sys.stderr)
+        return 2
     except MXCoreError as exc:
+        print(f"mxcore {cmd}: error: {command_line_spelling(str(exc))}", file=sys.stderr)
+        return 2
+    except CLIError as exc:
         print(f"mxcore {cmd}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `python -m mxcore formats --table | head`

@@ -54,6 +54,7 @@ __all__ = [
     "bits",
     "canonical_operand",
     "canonical_out_dtype",
+    "check_arch",
     "dtype_name",
     "element_format",
     "holds_codes",
@@ -147,6 +148,35 @@ def layout_arch(arch: str | None) -> str | None:
 
 def _norm_arch(arch) -> str | None:
     return None if arch is None else str(arch).strip().lower()
+
+
+def check_arch(arch, vendor: str | None = None) -> str:
+    """``arch`` normalised (lower case) when some matrix instruction of the layout records runs on it (and it
+    belongs to ``vendor`` when given), else UnsupportedError naming what mxcore needs: NVIDIA sm_80 or newer
+    (the oldest mma.sync record), AMD CDNA3 (gfx940-gfx942) or CDNA4 (gfx950)."""
+    import re
+
+    from . import layouts
+    from .errors import LayoutError
+
+    key = _norm_arch(arch) or ""
+    nv_archs = sorted({a for r in layouts.records("nvidia") for a in r.archs}, key=lambda a: (len(a), a))
+    nv = sorted(int(a[3:].rstrip("af")) for a in nv_archs)
+    amd = sorted({a for r in layouts.records("amd") for a in r.archs} | FNUZ_ARCHS)
+    kind = "nvidia" if key.startswith("sm_") else "amd" if key.startswith("gfx") else None
+    if vendor is not None and kind is not None and kind != vendor:
+        raise UnsupportedError(f"arch {arch!r} is an {kind} arch, not {vendor}; "
+                               + (f"use sm_{nv[0]} or newer" if vendor == "nvidia" else f"use one of {', '.join(amd)}"))
+    m = re.fullmatch(r"sm_(\d+)[af]?", key)
+    if m and int(m.group(1)) < nv[0]:
+        raise UnsupportedError(f"arch {arch!r}: mxcore needs sm_{nv[0]} or newer on NVIDIA (its mma.sync records "
+                               "and kernels start there)")
+    try:
+        layouts.names(arch=key)
+    except (UnknownNameError, LayoutError):
+        raise UnsupportedError(f"unknown arch {arch!r}; mxcore runs on NVIDIA sm_{nv[0]} or newer (records for "
+                               f"{', '.join(nv_archs)}) and AMD {', '.join(amd)}") from None
+    return key
 
 
 def dtype_name(obj) -> str:

@@ -27,6 +27,16 @@ def test_info():
     assert "reference: usable" in out and "cuda" in out and "hip" in out
 
 
+def test_info_returns_and_does_not_print(capsys):
+    import mxcore
+
+    report = mxcore.info()
+    assert capsys.readouterr().out == ""  # the library returns; the CLI prints
+    assert [s.name for s in report.backends] == ["cuda", "hip", "reference"]
+    assert report.packages["numpy"] != "not installed"
+    assert str(report).startswith(f"mxcore {mxcore.__version__} on Python") and "reference: usable" in str(report)
+
+
 def test_demo_on_reference():
     out = run("demo", "--backend", "reference", "--size", "64").stdout
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.strip()}
@@ -44,15 +54,64 @@ def test_formats_table():
 
 
 def test_layout_text():
+    """The A picture of m16n8k16.f16: row 0 holds lanes 0-3 (a0, a1) then again lanes 0-3 (a4, a5), PTX ISA."""
     out = run("layout", "m16n8k16.f16", "--operand", "A").stdout
-    assert "T0" in out or "0" in out
+    row0 = next(line.split() for line in out.splitlines() if line.split()[:1] == ["0"] and "T0:v0.0" in line)
+    assert row0[1:] == [f"T{t}:v{r}.{h}" for r in (0, 2) for t in range(4) for h in (0, 1)]
+
+
+def error_line(*args):
+    """Run a failing command: exit status 2 and exactly one line on stderr (no traceback)."""
+    res = run(*args, ok=False)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    return lines[0]
+
+
+def test_layout_out_into_missing_folder(tmp_path):
+    line = error_line("layout", "m16n8k16.f16", "--out", str(tmp_path / "missing" / "a.svg"))
+    assert "does not exist" in line and "missing" in line
+
+
+def test_kernels_emit_onto_a_file(tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    assert "not a folder" in error_line("kernels", "--vendor", "nvidia", "--arch", "sm_80", "--emit", str(f))
+
+
+@pytest.mark.parametrize("vendor,arch,says", [("nvidia", "sm_75", "needs sm_80 or newer"),
+                                              ("nvidia", "gfx942", "amd arch, not nvidia"),
+                                              ("amd", "gfx900", "unknown arch 'gfx900'")])
+def test_kernels_checks_the_arch_first(tmp_path, vendor, arch, says):
+    assert says in error_line("kernels", "--vendor", vendor, "--arch", arch, "--emit", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # nothing compiled or written
+
+
+def test_errors_use_command_line_spelling():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "MXCORE_BACKEND"}
+    res = subprocess.run([sys.executable, "-m", "mxcore", "demo", "--backend", "hip", "--size", "8"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    if res.returncode == 0:
+        pytest.skip("the hip backend is usable here")
+    line = res.stderr.strip()
+    assert res.returncode == 2 and len(line.splitlines()) == 1, res.stderr
+    assert "--backend auto" in line and "backend='" not in line
+
+
+def test_command_line_spelling():
+    from mxcore.cli import command_line_spelling
+
+    assert command_line_spelling("pass backend='auto' or dtype=\"fp16\"") == "pass --backend auto or --dtype fp16"
+    assert command_line_spelling("out_dtype='float16'") == "--out-dtype float16"
 
 
 def test_unknown_command_and_bad_names():
     res = run("frobnicate", ok=False)
     assert res.returncode == 2 and "unknown command" in res.stderr
     res = run("formats", "e9m9", ok=False)
-    assert res.returncode != 0
+    assert res.returncode == 2 and "e9m9" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_kernels_emit_nvidia(tmp_path):

@@ -272,14 +272,19 @@ def _cli(argv) -> int:
         if out_fmt is not None:
             data = _render.render(lay, args.operand, out_fmt)
             mode = "wb" if isinstance(data, bytes) else "w"
-            with open(args.out, mode) as fh:
-                fh.write(data)
+            try:
+                with open(args.out, mode) as fh:
+                    fh.write(data)
+            except OSError as exc:
+                folder = os.path.dirname(os.path.abspath(args.out))
+                why = f"folder {folder} does not exist" if not os.path.isdir(folder) else exc.strerror
+                raise LayoutError(f"--out {args.out}: cannot write the file ({why})") from None
             print(f"wrote {args.out}")
         else:
             print(lay)
             print()
             print(_render.render(lay, args.operand, "text"))
     except (MXCoreError, ValueError) as exc:
-        print(f"mxcore layout: {exc}", file=sys.stderr)
+        print(f"mxcore layout: error: {exc}", file=sys.stderr)
         return 2
     return 0
