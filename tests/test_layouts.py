@@ -31,7 +31,6 @@ def lid(lay):
 # ------------------------------------------------------------------ oracles: element -> (lane, slot)
 def ptx_oracle(lay, role):
     """{(row, col): (lane, slot)} from the PTX ISA fragment descriptions."""
-    out = {}
     shape = lay.name.split(".")[3]
     ta = lay.name.split(".")[7]
     if lay.scaled:  # sm_120a block_scale: A/B as the m16n8k32 / m16n8k64 fragments, scales below
