@@ -1,5 +1,5 @@
-"""The vendor GEMM through torch.matmul (cuBLAS on CUDA builds, hipBLASLt on ROCm builds): one benchmark baseline
-shared by the cuda and hip backends."""
+"""The vendor GEMM through torch, the benchmark baselines shared by the cuda and hip backends: ``torch.matmul``
+(cuBLAS on CUDA builds, hipBLASLt on ROCm builds) for float dtypes, ``torch._scaled_mm`` (cuBLASLt) for fp8."""
 
 from __future__ import annotations
 
@@ -25,5 +25,24 @@ def torch_matmul(torch, dtype: str, m: int, n: int, k: int, sets: int = 3):
             return torch.matmul(a, b)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
+
+    return run
+
+
+def torch_scaled_mm(torch, m: int, n: int, k: int, sets: int = 3):
+    """A callable running ``torch._scaled_mm`` (cuBLASLt fp8 e4m3, unit scales, bf16 out) on one of ``sets``
+    rotating input pairs (B column-major, as cuBLASLt wants); None when this torch has no ``_scaled_mm``."""
+    fn = getattr(torch, "_scaled_mm", None)
+    if fn is None:
+        return None
+    one = torch.ones((), device="cuda")
+    pairs = [(torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn),
+              torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()) for _ in range(sets)]
+    turn = [0]
+
+    def run():
+        a, b = pairs[turn[0] % sets]
+        turn[0] += 1
+        return fn(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
     return run

@@ -3,11 +3,13 @@
 // caller allocates zeroed buffers).  One rounding from the exact input value, as mxcore.reference does.
 //
 // Both kernels work on 32x32 tiles through shared memory, so reads are coalesced along whichever source axis is
-// contiguous and writes along the destination row.  Launch: block (32, 8), grid (ceil(cols/32), ceil(rows/32)).
+// contiguous and writes along the destination row.  Launch: block (32, 8), grid (ceil(cols/32), ceil(rows/32))
+// (mx_prep_float: times the batch in z).
 //
 // mx_prep_float: src kind 0 f64, 1 f32, 2 f16, 3 bf16 (bits)  ->  dst kind
 //     0 f16 bits, 1 bf16 bits, 2 tf32 (fp32 storage, RNE to 10 mantissa bits),
-//     3 the tf32 residual rne_tf32(x - rne_tf32(x)) (the "small" half of the 3xTF32 split; x rounded to fp32 first)
+//     3 the tf32 residual rne_tf32(x - rne_tf32(x)) (the "small" half of the 3xTF32 split; x rounded to fp32 first;
+//       0 where rne_tf32(x) is inf or NaN)
 // mx_prep_codes: uint8 element codes (fp8 / fp6 / fp4, one per byte) with an optional E8M0 scale per 32 columns
 //     -> dst kind 0 f16 bits, 1 bf16 bits (decoded value * 2^(scale - exp_bias)), or 4: the code byte itself.
 // Exactness: every fp8/fp6/fp4 value times a power of two is exact in bf16 while the product stays in bf16's
@@ -59,7 +61,9 @@ __device__ __forceinline__ u32 encode_dst(double v, int dst_kind) {
     const float x = (float)v;
     const u32 big = f32_bits_to_tf32(__float_as_uint(x));
     if (dst_kind == 2) return big;
-    // 3: residual of the 3xTF32 split of the fp32 value (x - big is exact in fp32)
+    // 3: residual of the 3xTF32 split of the fp32 value (x - big is exact in fp32); 0 when big is inf or NaN (or
+    // x rounded up to inf), so that big + small carries inf and NaN as IEEE arithmetic does (inf - inf is NaN)
+    if ((big & 0x7f800000u) == 0x7f800000u) return 0u;
     return f32_bits_to_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 
@@ -96,19 +100,20 @@ __device__ __forceinline__ void store_dst(void* dst, int dst_kind, i64 idx, u32 
         ((u32*)dst)[idx] = bits;
 }
 
-// dst[i * ld + col_off + j] = encode(src[i * s_r + j * s_c]) for i < rows, j < cols.  src_row_fast: the source is
-// contiguous along i (read with threadIdx.x along i).
+// dst[z * d_b + i * ld + col_off + j] = encode(src[z * s_b + i * s_r + j * s_c]) for i < rows, j < cols and batch
+// element z = blockIdx.z.  src_row_fast: the source is contiguous along i (read with threadIdx.x along i).
 extern "C" __global__ void __launch_bounds__(256)
 mx_prep_float(const void* __restrict__ src, int src_kind, int rows, int cols, i64 s_r, i64 s_c, int src_row_fast,
-              void* __restrict__ dst, int dst_kind, i64 ld, i64 col_off) {
+              void* __restrict__ dst, int dst_kind, i64 ld, i64 col_off, i64 s_b, i64 d_b) {
     __shared__ u32 tile[32][33];
     const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
+    const i64 zs = blockIdx.z * s_b, zd = blockIdx.z * d_b;
     const int tx = threadIdx.x, ty = threadIdx.y;
     for (int r = ty; r < 32; r += 8) {
         const int i = src_row_fast ? i0 + tx : i0 + r;
         const int j = src_row_fast ? j0 + r : j0 + tx;
         if (i < rows && j < cols) {
-            const i64 idx = i * s_r + j * s_c;
+            const i64 idx = zs + i * s_r + j * s_c;
             u32 bits;
             if (!fast_float(src, src_kind, idx, dst_kind, bits)) bits = encode_dst(load_float(src, src_kind, idx), dst_kind);
             if (src_row_fast) tile[tx][r] = bits; else tile[r][tx] = bits;
@@ -117,7 +122,7 @@ mx_prep_float(const void* __restrict__ src, int src_kind, int rows, int cols, i6
     __syncthreads();
     for (int r = ty; r < 32; r += 8) {
         const int i = i0 + r, j = j0 + tx;
-        if (i < rows && j < cols) store_dst(dst, dst_kind, i * ld + col_off + j, tile[r][tx]);
+        if (i < rows && j < cols) store_dst(dst, dst_kind, zd + i * ld + col_off + j, tile[r][tx]);
     }
 }
 

@@ -12,17 +12,16 @@ names: cuBLAS / cuBLASLt through torch on NVIDIA, hipBLASLt through a ROCm torch
 mxcore TFLOP/s (kernel alone, and with the device preparation added), baseline TFLOP/s, the ratio, and the
 fraction of the register-only issue ceiling of the matrix instruction the kernel uses (measured once per
 instruction).  TFLOP/s counts 2*M*N*K.  ``--loop-ceilings`` also times the kernel's own main loop with parts
-removed (backends whose plans have ``gemm_diagnostic``; the CUDA kernels): "smem" (operands resident in shared
+removed (plans that list ``diagnostics``: the CUDA kernels): "smem" (operands resident in shared
 memory, no global loads in the loop), "mma" (ldmatrix + mma alone, no barriers either) and "feed" (the
 global->shared copies, waits and barriers alone) — what each part of the kernel allows by itself, in TFLOP/s
 of the same problem.
 
-Vendor-neutral: everything device-specific goes through the selected backend —
-``plan(a, b, mdt)`` (a plan with ``gemm()``, ``prep()``, ``variant``, optional ``clone()`` / ``close()``),
-``timer()`` (a callable that runs a function between two device events and returns the elapsed seconds),
-optional ``bench_operands(a, b, dtype)`` (host float32 operands -> what the backend takes in place),
-``force_tile``, ``vendor_baseline(dtype, m, n, k)``, ``instruction_ceiling(dtype)`` and
-``ceiling_key(dtype)`` (which dtypes share one instruction, hence one ceiling measurement).
+Vendor-neutral: the backend is used only through the contract of ``backends/_contract.py`` —
+``plan(a, b, mdt, tile=...)`` (``gemm()``, ``prep()``, ``clone()``, ``close()``, ``variant``, ``diagnostics`` /
+``gemm_diagnostic(name)``), ``timer()``, ``bench_operands(a, b, dtype)``, ``tiles(dtype)``,
+``vendor_baseline(dtype, m, n, k)``, ``instruction_ceiling(dtype)`` and ``ceiling_key(dtype)`` (which dtypes share
+one instruction, hence one ceiling measurement).
 """
 
 from __future__ import annotations
@@ -55,26 +54,16 @@ def _host_inputs(rng, m: int, n: int, k: int, b_colmajor: bool):
     return a, (np.asfortranarray(b) if b_colmajor else b)
 
 
-def _timer(be):
-    if not hasattr(be, "timer"):
-        raise SystemExit(f"backend {be.name!r} has no benchmark support (needs timer())")
-    return be.timer()
-
-
 def _close(plans) -> None:
     """Release every plan's device memory now (HIP plans hold raw allocations until closed)."""
     for p in plans:
-        close = getattr(p, "close", None)
-        if close is not None:
-            close()
+        p.close()
     plans.clear()
 
 
 def _ceiling(be, dtype: str, cache: dict):
-    """(mnemonic, TFLOP/s) of the instruction ``dtype`` runs on, measured once per backend ``ceiling_key``."""
-    if not hasattr(be, "instruction_ceiling"):
-        return None
-    key = be.ceiling_key(dtype) if hasattr(be, "ceiling_key") else dtype
+    """(mnemonic, TFLOP/s) of the instruction ``dtype`` runs on (or None), measured once per ``ceiling_key``."""
+    key = be.ceiling_key(dtype)
     if key not in cache:
         cache[key] = be.instruction_ceiling(dtype)
     return cache[key]
@@ -82,66 +71,61 @@ def _ceiling(be, dtype: str, cache: dict):
 
 def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, seed: int = 0, progress=print,
         tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None, loop_ceilings: bool = False):
-    """Benchmark ``dtypes`` x ``shapes`` x ``tiles``; returns one dict per case.  ``backend``: an already built
-    backend object (tests pass a fake one); otherwise ``backend_name`` goes through the registry."""
+    """Benchmark ``dtypes`` x ``shapes`` x ``tiles`` (None: the backend's choice; ``("all",)``: every tile of
+    ``backend.tiles(dtype)``); returns one dict per case.  ``backend``: an already built backend object (tests
+    pass a fake one); otherwise ``backend_name`` goes through the registry."""
     from mxcore import dtypes as _dt
+
+    from mxcore.backends import Backend
 
     if backend is None:
         from mxcore.backends import select
 
         backend = select(backend_name)
     be = backend
-    if not hasattr(be, "plan"):
-        raise SystemExit(f"backend {be.name!r} has no benchmark support (needs plan())")
-    measure = _timer(be)
+    if not isinstance(be, Backend):
+        raise SystemExit(f"{type(be).__name__} is not an mxcore backend (subclass backends._contract.Backend)")
+    measure = be.timer()
     rng = np.random.default_rng(seed)
     rows = []
     ceilings: dict = {}
-    cases = [(d, s, t) for d in dtypes for s in shapes for t in tiles]
+    cases = [(d, s, t) for d in dtypes for s in shapes for t in (be.tiles(d) if tuple(tiles) == ("all",) else tiles)]
     t_start = time.time()
-    try:
-        for idx, (dtype, (m, n, k), tile) in enumerate(cases, 1):
-            progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)",
-                     flush=True)
-            be.force_tile = tile
-            rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(dtype, be.target().arch), repeats, sets,
-                              b_colmajor, baseline, ceilings, loop_ceilings))
-            progress("    " + _fmt(rows[-1]), flush=True)
-    finally:
-        be.force_tile = None
+    for idx, (dtype, (m, n, k), tile) in enumerate(cases, 1):
+        progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)",
+                 flush=True)
+        rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(dtype, be.target().arch), repeats, sets,
+                          b_colmajor, baseline, ceilings, loop_ceilings, tile))
+        progress("    " + _fmt(rows[-1]), flush=True)
     return rows
 
 
 def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, baseline, ceilings,
-          loop_ceilings=False) -> dict:
-    a, b = _host_inputs(rng, m, n, k, b_colmajor)
-    if hasattr(be, "bench_operands"):
-        a, b = be.bench_operands(a, b, dtype)
+          loop_ceilings=False, tile=None) -> dict:
+    opts = {} if tile is None else {"tile": tile}
+    a, b = be.bench_operands(*_host_inputs(rng, m, n, k, b_colmajor), dtype)
     plans = []
     try:
-        plans.append(be.plan(a, b, mdt))
+        plans.append(be.plan(a, b, mdt, **opts))
         del a, b
-        for _ in range(sets - 1):  # further input sets: device copies when the plan can clone, else fresh inputs
-            if hasattr(plans[0], "clone"):
+        for _ in range(sets - 1):  # further input sets: device copies of the first, else fresh inputs
+            try:
                 plans.append(plans[0].clone())
-            else:
-                x, y = _host_inputs(rng, m, n, k, b_colmajor)
-                if hasattr(be, "bench_operands"):
-                    x, y = be.bench_operands(x, y, dtype)
-                plans.append(be.plan(x, y, mdt))
-        t_gemm = time_callable(measure, _rotating(plans, "gemm"), repeats)
-        t_prep = time_callable(measure, _rotating(plans, "prep"), max(3, repeats // 4))
-        variant = getattr(plans[0], "variant", None)
-        tile = getattr(variant, "name", "") if variant is not None else ""
+            except NotImplementedError:
+                x, y = be.bench_operands(*_host_inputs(rng, m, n, k, b_colmajor), dtype)
+                plans.append(be.plan(x, y, mdt, **opts))
+        t_gemm = time_callable(measure, _rotating(plans, lambda p: p.gemm()), repeats)
+        t_prep = time_callable(measure, _rotating(plans, lambda p: p.prep()), max(3, repeats // 4))
+        variant = plans[0].variant
         loops = _loop_ceilings(measure, plans, repeats) if loop_ceilings else {}
     finally:
         _close(plans)
     flops = 2.0 * m * n * k
-    row = {"dtype": dtype, "m": m, "n": n, "k": k, "tile": tile,
+    row = {"dtype": dtype, "m": m, "n": n, "k": k, "tile": variant,
            "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
            "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
     row.update({f"loop_{name}_tflops": flops / t / 1e12 for name, t in loops.items()})
-    base = be.vendor_baseline(dtype, m, n, k) if baseline and hasattr(be, "vendor_baseline") else None
+    base = be.vendor_baseline(dtype, m, n, k) if baseline else None
     if base is not None:
         label, fn = base
         t_base = time_callable(measure, fn, repeats)
@@ -156,27 +140,25 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
     return row
 
 
-def _rotating(plans, method: str, *args):
-    """A callable that runs ``plan.<method>(*args)`` on the next plan (input set) at each call."""
+def _rotating(plans, call):
+    """A callable that runs ``call(plan)`` on the next plan (input set) at each call."""
     turn = [0]
 
-    def call():
+    def run():
         turn[0] += 1
-        return getattr(plans[turn[0] % len(plans)], method)(*args)
+        return call(plans[turn[0] % len(plans)])
 
-    return call
+    return run
 
 
 def _loop_ceilings(measure, plans, repeats) -> dict:
-    """{diagnostic name: median seconds} for the plans' ``gemm_diagnostic`` kernels (input sets rotated); {}
-    when the backend has none or the case cannot run them (e.g. split K)."""
+    """{diagnostic name: median seconds} for the plans' loop diagnostics (input sets rotated); {} when the plan
+    has none (e.g. split K) or cannot run them."""
     from mxcore.errors import UnsupportedError
 
-    if not hasattr(plans[0], "gemm_diagnostic"):
-        return {}
     try:
-        return {name: time_callable(measure, _rotating(plans, "gemm_diagnostic", name), repeats)
-                for name in plans[0].DIAGNOSTICS}
+        return {name: time_callable(measure, _rotating(plans, lambda p, x=name: p.gemm_diagnostic(x)), repeats)
+                for name in plans[0].diagnostics}
     except UnsupportedError:
         return {}
 
@@ -223,7 +205,8 @@ def _cli(argv) -> int:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--sets", type=int, default=3, help="input sets rotated between launches")
     p.add_argument("--json", default=None, help="write the rows as JSON to this file")
-    p.add_argument("--tile", default="", help="force tile configurations (comma list; tuning)")
+    p.add_argument("--tile", default="", help="force tile configurations (comma list, or 'all': every tile the "
+                   "backend has for the dtype; tuning)")
     p.add_argument("--b-colmajor", action="store_true", help="B column-major (K contiguous) instead of row-major")
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
     p.add_argument("--loop-ceilings", action="store_true",

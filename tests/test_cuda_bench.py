@@ -1,5 +1,6 @@
-"""mxcore.bench's loop on a fake backend (no GPU): timing through backend.timer(), plans closed after every
-case, one ceiling measurement per backend ceiling_key, the vendor baseline and the printed table."""
+"""mxcore.bench's loop on a fake backend that implements the backend contract (no GPU): timing through
+backend.timer(), tiles through plan(tile=...), plans closed after every case, one ceiling measurement per
+backend ceiling_key, the vendor baseline, loop diagnostics through Plan.diagnostics and the printed table."""
 
 from __future__ import annotations
 
@@ -7,18 +8,14 @@ import numpy as np
 import pytest
 
 from mxcore import bench
+from mxcore.backends import Backend, Plan, Target
 
 
-class _Variant:
-    def __init__(self, name):
-        self.name = name
-
-
-class _Plan:
-    def __init__(self, be, a, b):
+class _Plan(Plan):
+    def __init__(self, be, a, b, tile):
         self.be, self.shape = be, (a.shape[0], b.shape[1], a.shape[1])
-        self.variant = _Variant(f"fake_{be.force_tile or 'auto'}")
-        self.closed = False
+        self.variant = f"fake_{tile or 'auto'}"
+        self.tile, self.closed = tile, False
         be.plans.append(self)
 
     def gemm(self):
@@ -36,27 +33,28 @@ class _Plan:
 
 class _ClonablePlan(_Plan):
     def clone(self):
-        return type(self)(self.be, np.empty((self.shape[0], self.shape[2])), np.empty((self.shape[2], self.shape[1])))
+        return type(self)(self.be, np.empty((self.shape[0], self.shape[2])), np.empty((self.shape[2], self.shape[1])),
+                          self.tile)
 
 
-class FakeBackend:
+class FakeBackend(Backend):
     name = "fake"
     vendor = "fake"
 
     def __init__(self, clonable: bool):
         self.plan_cls = _ClonablePlan if clonable else _Plan
-        self.force_tile = None
         self.plans, self.clock, self.launches = [], 0.0, 0
         self.ceiling_calls: list = []
 
     def target(self):
-        from mxcore.backends import Target
-
         return Target("nvidia", "sm_90", 32)
 
-    def plan(self, a, b, mdt):
-        assert a.dtype == np.float32 and a.shape[1] == b.shape[0]
-        return self.plan_cls(self, a, b)
+    def tiles(self, dtype):
+        return ("t1", "t2")
+
+    def plan(self, a, b, mdt, *, tile=None, **options):
+        assert a.dtype == np.float32 and a.shape[1] == b.shape[0] and not options
+        return self.plan_cls(self, a, b, tile)
 
     def timer(self):
         def measure(fn):
@@ -88,7 +86,6 @@ def test_bench_loop_on_fake_backend(clonable):
                      backend=be, progress=lambda *a, **k: lines.append(a[0]))
     assert len(rows) == 6 and len(be.plans) == 18  # 3 dtypes x 2 tiles x 3 input sets
     assert all(p.closed for p in be.plans)
-    assert be.force_tile is None
     assert be.ceiling_calls == ["fp16", "bf16"]  # mxfp4 shares bf16's instruction: measured once
     flops = 2.0 * 64 * 32 * 128
     for r in rows:
@@ -117,59 +114,37 @@ def test_bench_plans_closed_when_a_case_fails():
     with pytest.raises(RuntimeError, match="device lost"):
         bench.run("fake", ["fp16"], [(16, 16, 16)], repeats=2, sets=2, backend=be, progress=lambda *a, **k: None)
     assert be.plans and all(p.closed for p in be.plans)
-    assert be.force_tile is None
 
 
-def test_bench_needs_a_timer():
-    obj = type("NoTimer", (), {"name": "nt", "plan": lambda self, *a: None, "force_tile": None})()
-    with pytest.raises(SystemExit, match="timer"):
+def test_bench_needs_a_contract_backend():
+    obj = type("NotABackend", (), {"name": "nt", "plan": lambda self, *a: None})()
+    with pytest.raises(SystemExit, match="not an mxcore backend"):
         bench.run("nt", ["fp16"], [(16, 16, 16)], backend=obj, progress=lambda *a, **k: None)
 
 
-def test_hip_timer_brackets_the_call_with_hip_events(monkeypatch):
-    """HipBackend.timer() (bench's AMD timer): create two events, record around fn, wait, read, destroy."""
-    from mxcore.backends import hip as hipmod
+def test_bench_every_tile_and_the_contract_defaults():
+    """``tiles=("all",)`` runs every tile of backend.tiles(dtype); a backend without the optional hooks (no
+    baseline, no ceiling, plans without clone()) still benchmarks through the contract's defaults."""
+    be = FakeBackend(False)
+    rows = bench.run("fake", ["fp16"], [(32, 32, 32)], repeats=2, sets=2, tiles=("all",), backend=be,
+                     progress=lambda *a, **k: None)
+    assert [r["tile"] for r in rows] == ["fake_t1", "fake_t2"] and {p.tile for p in be.plans} == {"t1", "t2"}
 
-    calls = []
+    class Bare(Backend):
+        name = "bare"
 
-    class _Hip:
-        def hipEventCreate(self):
-            calls.append("create")
-            return (0, len(calls))
+        def target(self):
+            return Target("cpu", None, 1)
 
-        def hipEventRecord(self, ev, stream):
-            calls.append(("record", stream))
-            return (0,)
+        def plan(self, a, b, mdt, **options):
+            return _Plan(be, a, b, None)
 
-        def hipEventSynchronize(self, ev):
-            calls.append("sync")
-            return (0,)
-
-        def hipEventElapsedTime(self, start, stop):
-            calls.append("elapsed")
-            return (0, 2.5)  # milliseconds
-
-        def hipEventDestroy(self, ev):
-            calls.append("destroy")
-            return (0,)
-
-    class _Rt:
-        hip = _Hip()
-
-        @staticmethod
-        def check(result, what):
-            return result[1] if len(result) > 1 else None
-
-    be = hipmod.HipBackend()
-    monkeypatch.setattr(be, "_runtime", lambda: _Rt())
-    measure = be.timer()
-    assert measure(lambda: calls.append("fn")) == pytest.approx(2.5e-3)
-    assert calls == ["create", "create", ("record", None), "fn", ("record", None), "sync", "elapsed", "destroy",
-                     "destroy"]
+    rows = bench.run("bare", ["fp16"], [(8, 8, 8)], repeats=2, sets=2, backend=Bare(), progress=lambda *a, **k: None)
+    assert "baseline" not in rows[0] and "ceiling_tflops" not in rows[0] and rows[0]["mxcore_ms"] >= 0
 
 
 class _DiagPlan(_ClonablePlan):
-    DIAGNOSTICS = {"smem": 1, "mma": 2, "feed": 3}
+    diagnostics = ("smem", "mma", "feed")
     COST = {"smem": 1.6e-3, "mma": 1.5e-3, "feed": 1.8e-3}
 
     def gemm_diagnostic(self, name):

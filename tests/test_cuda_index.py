@@ -1,10 +1,11 @@
 """The CUDA GEMM kernel's fragment index arithmetic, checked against mxcore.layouts (no GPU needed).
 
-The kernel gets its ldmatrix lane addresses and accumulator coordinates from
-``backends/cuda.py::FRAGMENT_FORMULAS`` (emitted as -D macros).  Here those formulas are composed with the
-layout database's ldmatrix movement records (which lane supplies which row address, where each element lands)
-and must reproduce the mma records' A/B/C ``coords`` exactly, for every element size and majorness the kernel
-uses.  A layout bug in the kernel's addressing cannot pass this test.
+The kernel gets its ldmatrix lane addresses, the split of B's ldmatrix.x4 into two n8 blocks, the fp8 -> f16
+register split and the accumulator coordinates from ``backends/cuda/variants.py::FRAGMENT_FORMULAS`` (emitted as
+-D macros; the kernel source uses only those macros).  Here the same formulas are composed with the layout
+database's ldmatrix movement records (which lane supplies which row address, where each element lands) and must
+reproduce the mma records' A/B/C ``coords`` exactly, for every element size and majorness the kernel uses.  A
+layout bug in the kernel's addressing cannot pass this test.
 """
 
 from __future__ import annotations
@@ -68,12 +69,14 @@ def test_b_fragment_matches_layout(elem, kmajor):
     rec = layouts.get(el.record)
     got = _ldmatrix_result("b", kmajor, el.esize)
     per_reg = 4 // el.esize
-    # the x4 loads two n8 blocks: ldmatrix register j -> block j >> 1, mma register j & 1
+    # the x4 loads two n8 blocks: ldmatrix register j -> (block, mma register), the kernel's MX_LDSM_B_* formulas
+    split = {tuple(int(cuda.eval_formula(e, j=j)) for e in cuda.FRAGMENT_FORMULAS["ldsm_b_split"]): j for j in range(4)}
+    assert sorted(split) == [(0, 0), (0, 1), (1, 0), (1, 1)], "the x4 split must be a bijection"
     for block in range(2):
         for lane in range(32):
             for slot in range(rec.b.map.slots):
                 mreg, pos = divmod(slot, per_reg)
-                tile_row, along = got[(lane, 2 * block + mreg, pos)]
+                tile_row, along = got[(lane, split[(block, mreg)], pos)]
                 n16, k = (tile_row, along) if kmajor else (along, tile_row)
                 assert n16 // 8 == block, (lane, slot, block)
                 assert (k, n16 % 8) == tuple(rec.b.coords[lane, slot]), (lane, slot, block)
@@ -108,6 +111,32 @@ def test_options_carry_formulas_and_mnemonic():
     assert "MX_C_COL(lane,i)" in text and "-DMX_A_KMAJOR=0" in opts
 
 
+def test_kernel_takes_every_index_from_the_formula_macros():
+    """gemm_options defines every formula's macros, and the kernel block uses each of them (no index arithmetic
+    re-typed in the kernel: the B split and the cvt split are read through the macros)."""
+    from mxcore.kernels import kernel_source
+
+    v = cuda.Variant("e4m3.e4m3.f16", True, True, "128x128k128s3")
+    defined = {o[2:].split("(")[0].split("=")[0] for o in cuda.gemm_options(v) if o.startswith("-D")}
+    text = kernel_source("nvidia", cuda.GEMM_FILE)
+    for name in ("MX_LDSM_A_ROW", "MX_LDSM_B_CHUNK", "MX_LDSM_B_BLOCK", "MX_LDSM_B_REG", "MX_CVT_A_REG", "MX_CVT_A_HI",
+                 "MX_CVT_B_REG", "MX_CVT_B_HI", "MX_C_ROW", "MX_C_COL"):
+        assert name in defined and f"{name}(" in text, name
+
+
+def test_wrong_cvt_split_is_caught(monkeypatch):
+    bad = dict(cuda.FRAGMENT_FORMULAS)
+    bad["cvt_b"] = ("(h + 1) & 1", "j")  # B takes the other K half than A
+    monkeypatch.setattr(cuda, "FRAGMENT_FORMULAS", bad)
+    global CVT_B
+    saved, CVT_B = CVT_B, _cvt("cvt_b", 2)
+    try:
+        with pytest.raises(AssertionError):
+            test_fp8_to_f16_fragment_conversion_permutes_k_consistently("e4m3.e4m3")
+    finally:
+        CVT_B = saved
+
+
 def test_a_wrong_formula_is_caught(monkeypatch):
     bad = dict(cuda.FRAGMENT_FORMULAS)
     bad["ldsm_a_kmajor"] = ("lane & 15", "(lane >> 3) & 1")  # the x4 matrices in the wrong order
@@ -134,11 +163,15 @@ def test_tile_choice():
         assert set(cuda.element_tiles(e)) <= set(cuda.TILES) and cuda.element_tiles(e)[-2:] == ("64x64", "32x64")
 
 
-# gemm.cu MX_F8_CVT: an fp8 mma step (m16n8k32 fragments, as ldmatrix loads them) runs as two f16 m16n8k16 mma.
-# f16 mma h takes A registers {lo(a[2h]), lo(a[2h+1]), hi(a[2h]), hi(a[2h+1])} and B registers {lo(b[h]),
-# hi(b[h])}, where lo/hi are the low/high byte pairs of a 32-bit fp8 register converted to f16x2.
-CVT_A = [[(2 * h, 0), (2 * h + 1, 0), (2 * h, 1), (2 * h + 1, 1)] for h in range(2)]  # (fp8 register, hi)
-CVT_B = [[(h, 0), (h, 1)] for h in range(2)]
+# gemm_block.cuh MX_F8_CVT: an fp8 mma step (m16n8k32 fragments, as ldmatrix loads them) runs as two f16 m16n8k16
+# mma.  Register j of f16 mma h comes from (fp8 register, byte pair) given by the kernel's MX_CVT_* formulas.
+def _cvt(key, regs):
+    reg, hi = cuda.FRAGMENT_FORMULAS[key]
+    return [[(int(cuda.eval_formula(reg, h=h, j=j)), int(cuda.eval_formula(hi, h=h, j=j))) for j in range(regs)]
+            for h in range(2)]
+
+
+CVT_A, CVT_B = _cvt("cvt_a", 4), _cvt("cvt_b", 2)  # [h][j] -> (fp8 register, hi)
 
 
 @pytest.mark.parametrize("pair", ["e4m3.e4m3", "e5m2.e4m3"])
@@ -184,6 +217,6 @@ def test_kernel_source_inlines_local_includes(tmp_path, monkeypatch):
     assert '// (#include "h.cuh": inlined above)' in text and not any(
         line.strip().startswith('#include "') for line in text.splitlines())
     monkeypatch.undo()
-    for name in ("gemm.cu", "gemm_prep.cu"):
+    for name in ("gemm.cu", "gemm_diag.cu", "gemm_prep.cu"):
         real = kernels.kernel_source("nvidia", name)
         assert real.count("typedef unsigned int u32;") == 1 and "f32_to_bf16(float v)" in real

@@ -1,0 +1,311 @@
+"""``CudaBackend``: mxcore's NVIDIA backend behind the contract of ``backends/_contract.py``.
+
+How each dtype runs (all accumulate in fp32 on tensor cores; staging details in stage.py):
+
+=============  ===============================================================================================
+fp16, bf16     inputs rounded once (RNE) to the dtype; ``m16n8k16``.  Operands already in the dtype with one
+               unit stride and 16-byte alignment are read in place (ldmatrix for K-contiguous, ldmatrix.trans
+               for M/N-contiguous); anything else is copied once by ``mx_prep_float``.
+tf32           inputs rounded to tf32 with RNE, then ``m16n8k8``; the hardware reads the pre-rounded bits.
+fp32           3xTF32: x = big + small, big = rne_tf32(x), small = rne_tf32(x - big) (0 where big is inf or NaN);
+               big·big + big·small + small·big in one fp32 accumulator over K' = 3K.  Dropped: small·small and
+               the residual's rounding: ≤ 2^-20 relative per product; |err| ≤ (K+2)·2^-23·Σ|ab| + 2^-20·Σ|ab|.
+fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales applied in the epilogue.  sm_89 /
+               sm_120: native ``m16n8k32`` on K-major fp8 bytes.  sm_90: the same bytes through cp.async and
+               ldmatrix, each mma step's fragments converted once to f16 in registers and multiplied by two f16
+               ``m16n8k16``.  ``fp8_path="decode"`` decodes whole operands to f16 and runs the f16 kernel.
+MX             mxfp8/mxfp6/mxfp4 and mixed pairs: each element decoded with its block scale folded in,
+               value·2^(scale - smax), to bf16 (exact while a tensor's block scales span ≤ ~117-133 binades;
+               blocks further below the largest are rounded once), bf16 mma, epilogue times 2^(smax - 127).
+=============  ===============================================================================================
+
+Accuracy (tested): |out - ref| ≤ (K + 2)·2^-23·(|A|@|B|) (+ the output rounding); on exactly representable
+inputs the result equals ``mxcore.reference`` bit for bit.
+
+Inputs and results: CuPy arrays and torch CUDA tensors are used on their own device (``cupy.cuda.Device(i)``) and
+stream (torch's current stream for torch tensors, CuPy's otherwise); the result is the same kind of array (CuPy
+has no bfloat16: a bf16 result for CuPy inputs is a ``uint16`` array of bf16 bits).  numpy inputs are rounded or
+quantized on the host, uploaded, and the result comes back as numpy.  3-D operands ``(B, M, K) @ (B, K, N)`` or
+``(B, M, K) @ (K, N)`` run as one launch (a shared weight with a contiguous A folds the batch into M).
+
+Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
+``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
+slices).
+"""
+
+from __future__ import annotations
+
+from mxcore.arrays import array_kind
+from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
+
+from .._contract import Backend, Target
+from .compile import KernelCache
+from .device import as_cupy, device_info, resolve_ordinal, stream_for
+from .families import family_for
+from .plan import STORE, CudaPlan
+from .stage import Stager
+from .variants import TILES, ceiling_element, native_fp8, sm_of
+
+__all__ = ["CudaBackend"]
+
+_FP8_PATHS = ("native", "convert", "decode")
+
+
+class CudaBackend(Backend):
+    """mxcore's NVIDIA backend (see the module docstring)."""
+
+    name = "cuda"
+    vendor = "nvidia"
+    options = ("tile", "family", "fp8_path", "split_k")
+
+    def __init__(self):
+        self.unavailable_cause = None
+        self.kernels = KernelCache()
+        self._reason = None
+
+    # ---- availability ---------------------------------------------------------------------------------------
+    def is_available(self) -> str | None:
+        if self._reason is None:
+            try:
+                import cupy
+
+                if cupy.cuda.runtime.getDeviceCount() < 1:
+                    raise RuntimeError("no CUDA device")
+                self._reason = ""
+            except Exception as exc:  # noqa: BLE001 (ImportError, CUDARuntimeError, ...: never raise here)
+                self.unavailable_cause = exc
+                self._reason = f"CuPy with an NVIDIA GPU is needed ({type(exc).__name__}: {exc})"
+        return self._reason or None
+
+    def _cupy(self):
+        reason = self.is_available()
+        if reason:
+            raise BackendUnavailableError(f"cuda backend: {reason}") from self.unavailable_cause
+        import cupy
+
+        return cupy
+
+    def _device(self, ordinal: int | None = None):
+        cp = self._cupy()
+        return device_info(cp, int(cp.cuda.runtime.getDevice()) if ordinal is None else ordinal)
+
+    def devices(self) -> list[str]:
+        if self.is_available():
+            return []
+        cp = self._cupy()
+        return [f"{d.name} ({d.arch})" for d in (device_info(cp, i) for i in range(cp.cuda.runtime.getDeviceCount()))]
+
+    def target(self) -> Target:
+        if self.is_available():
+            return Target("nvidia", None, 32)
+        return Target("nvidia", self._device().arch, 32)
+
+    # ---- dtypes ---------------------------------------------------------------------------------------------
+    def supported_dtypes(self, arch: str | None = None) -> list[str]:
+        if arch is None:
+            arch = self.target().arch
+            if arch is None:
+                return []
+        sm = sm_of(arch)
+        if sm < 80:
+            return []
+        out = ["fp32", "tf32", "fp16", "bf16", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"]
+        if sm >= 89:
+            out[4:4] = ["e4m3fn", "e5m2"]
+        return out
+
+    def supports(self, mdt) -> str | None:
+        reason = self.is_available()
+        if reason:
+            return reason
+        dev = self._device()
+        ok = self.supported_dtypes(dev.arch)
+        if not ok:
+            return (f"{dev.name} ({dev.arch}) is below sm_80; mxcore's NVIDIA kernels need mma.sync/ldmatrix/cp.async "
+                    "(Ampere or newer). Use backend='reference'")
+        for od in (mdt.a, mdt.b):
+            if od.name not in ok:
+                if od.kind == "fp8" and not od.name.endswith("fnuz"):
+                    return f"{dev.name} ({dev.arch}) has no fp8 tensor cores (they start at sm_89); it can run {', '.join(ok)}"
+                return f"{od.name} is not supported on {dev.name} ({dev.arch}); it can run {', '.join(ok)}"
+        return None
+
+    def tiles(self, dtype: str) -> tuple:
+        return tuple(TILES)
+
+    # ---- running --------------------------------------------------------------------------------------------
+    def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
+             tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
+             split_k: int = 0) -> CudaPlan:
+        """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
+        C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16)."""
+        from mxcore import dtypes as _dt
+
+        cp = self._cupy()
+        out_dtype = _dt.canonical_out_dtype(out_dtype)
+        ordinal = resolve_ordinal(cp, a, b)
+        dev = device_info(cp, ordinal)
+        sa, sb = tuple(int(s) for s in a.shape), tuple(int(s) for s in b.shape)
+        if len(sa) not in (2, 3) or len(sb) not in (2, 3) or sa[-1] != sb[-2] or (
+                len(sa) == 3 and len(sb) == 3 and sa[0] != sb[0]):
+            raise ShapeError(f"cuda backend multiplies (M, K) @ (K, N), (B, M, K) @ (B, K, N) or (B, M, K) @ (K, N); "
+                             f"got {sa} and {sb}")
+        batch = sa[0] if len(sa) == 3 else (sb[0] if len(sb) == 3 else None)
+        m, k, n = sa[-2], sa[-1], sb[-1]
+        family_for(dev.arch, mdt, (batch or 1, m, n, k), family)
+        path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
+        if path not in _FP8_PATHS:
+            raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")
+        with cp.cuda.Device(ordinal):
+            stream = stream_for(cp, a, b)
+            with stream:
+                stager = Stager(cp, ordinal, self.kernels, dev.sms)
+                fold = None
+                if batch is not None and len(sb) == 2 and mdt.kind == "float" and _foldable(a):
+                    fold, a, m = (batch, m, n), _fold(a), batch * m  # shared weight: the batch stacks along M
+                    batch = None
+                if batch is not None and mdt.kind != "float":
+                    raise UnsupportedError("batched fp8/MX operands: pass 2-D operands per batch element (the "
+                                           "quantized batched path is not in this backend yet)")
+                if mdt.kind == "float":
+                    def prep():
+                        return stager.stage_float(a, "a", mdt.a), stager.stage_float(b, "b", mdt.b)
+                else:
+                    prep = self._quantized_prep(stager, a, b, mdt, scale_rounding, path)
+                da, db = prep()
+                shape = (m, n) if batch is None else (batch, m, n)
+                store = getattr(cp, STORE[out_dtype])
+                if out is None:
+                    out = cp.empty(shape, dtype=store)
+                elif tuple(out.shape) != shape or out.dtype != store or not out.flags.c_contiguous:
+                    raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
+        like = _result_like(cp, out_dtype, a, b)
+        return CudaPlan(self, cp, dev, stream, da, db, out, m, n, batch, out_dtype, prep, like, tile=tile,
+                        fp8_convert=path == "convert", split=split_k, fold=fold)
+
+    def _quantized_prep(self, stager, a, b, mdt, scale_rounding, path):
+        """fp8/MX operands: quantized objects as they are (codes/scales on any device), float data quantized on
+        the host by mxcore.operands.prepare; returns the staging callable."""
+        from mxcore.arrays import to_numpy
+        from mxcore.operands import prepare
+
+        kinds = [array_kind(x) for x in (a, b)]
+        host = [x if kd in ("mx", "numpy") else to_numpy(x) for x, kd in zip((a, b), kinds)]
+        opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
+        src = [x if kd == "mx" else None for x, kd in zip((a, b), kinds)]
+
+        def prep():
+            return (stager.stage_quantized(opa, "a", path, src[0]), stager.stage_quantized(opb, "b", path, src[1]))
+
+        return prep
+
+    def matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None, **options):
+        """``a @ b`` on the operands' GPU (see :meth:`plan` for ``out`` and the options)."""
+        p = self.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, out=out, **options)
+        p.gemm()
+        return p.result()
+
+    # ---- benchmark hooks ------------------------------------------------------------------------------------
+    def timer(self):
+        from .bench import timer
+
+        return timer(self._cupy())
+
+    def ceiling_key(self, dtype: str) -> str:
+        return ceiling_element(dtype, self._device().arch)
+
+    def bench_operands(self, a, b, dtype: str):
+        """Host float32 operands -> device arrays the kernel reads in place: fp16 CuPy arrays for fp16, torch bf16
+        tensors for bf16 (CuPy has no bf16; without torch, float32 CuPy arrays are prepped), float32 CuPy arrays
+        otherwise.  Memory order (C or Fortran) is kept."""
+        cp = self._cupy()
+        a, b = (cp.asfortranarray(cp.asarray(x)) if x.flags.f_contiguous and not x.flags.c_contiguous
+                else cp.asarray(x) for x in (a, b))
+        if dtype == "fp16":
+            return a.astype(cp.float16), b.astype(cp.float16)
+        if dtype == "bf16":
+            try:
+                import torch
+            except ImportError:
+                return a, b
+            return torch.from_dlpack(a).to(torch.bfloat16), torch.from_dlpack(b).to(torch.bfloat16)
+        return a, b
+
+    def instruction_ceiling(self, dtype: str):
+        from .bench import instruction_ceiling
+
+        cp = self._cupy()
+        return instruction_ceiling(self, cp, self._device(), dtype)
+
+    def vendor_baseline(self, dtype: str, m: int, n: int, k: int):
+        from .bench import vendor_baseline
+
+        return vendor_baseline(dtype, m, n, k)
+
+    # ---- offline --------------------------------------------------------------------------------------------
+    def emit_kernels(self, arch: str, out_dir, *, workers: int | None = None):
+        from .emit import emit_kernels
+
+        return emit_kernels(arch, out_dir, workers=workers)
+
+
+def _strides(x) -> tuple:
+    """Strides in elements of a CuPy array or torch tensor."""
+    if array_kind(x) == "torch":
+        return tuple(x.stride())
+    return tuple(s // x.itemsize for s in x.strides)
+
+
+def _foldable(a) -> bool:
+    """A (B, M, K) operand whose rows stack into one (B*M, K) view."""
+    kind = array_kind(a)
+    if kind not in ("cupy", "torch", "numpy"):
+        return False
+    s = _strides(a) if kind != "numpy" else tuple(x // a.itemsize for x in a.strides)
+    return s[0] == a.shape[1] * s[1]
+
+
+def _fold(a):
+    return a.reshape(a.shape[0] * a.shape[1], a.shape[2])
+
+
+def _result_like(cp, out_dtype: str, a, b):
+    """A function turning the CuPy output into the caller's kind of array: CuPy for CuPy inputs, torch for torch
+    CUDA inputs (same device, through DLPack), numpy otherwise."""
+    for x in (a, b):
+        kind = array_kind(x)
+        if kind == "mx":
+            x, kind = x.codes, array_kind(x.codes)
+        if kind == "cupy":
+            return lambda out: out
+        if kind == "torch" and x.device.type == "cuda":
+            import torch
+
+            device = x.device
+
+            def to_torch(out):
+                with torch.cuda.device(device):
+                    t = torch.from_dlpack(out.view(cp.int16) if out_dtype == "bfloat16" else out)
+                return t.view(torch.bfloat16) if out_dtype == "bfloat16" else t
+
+            return to_torch
+        if kind == "torch":
+            import torch
+
+            def to_torch_cpu(out):
+                host = cp.asnumpy(out.view(cp.int16) if out_dtype == "bfloat16" else out)
+                t = torch.from_numpy(host)
+                return t.view(torch.bfloat16) if out_dtype == "bfloat16" else t
+
+            return to_torch_cpu
+
+    def to_host(out):
+        host = cp.asnumpy(out)
+        if out_dtype == "bfloat16":
+            import ml_dtypes
+
+            return host.view(ml_dtypes.bfloat16)
+        return host
+
+    return to_host
+

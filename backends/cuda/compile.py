@@ -1,0 +1,55 @@
+"""Kernel sources and compiled kernels: NVRTC through CuPy's ``RawKernel`` (CuPy caches the binaries on disk,
+keyed on the source text and options), one in-memory handle cache per (device, kernel).
+
+Sources (``kernels_cuda/``, read through :func:`mxcore.kernels.kernel_source`, which inlines local headers):
+
+* ``gemm.cu`` — the mma.sync GEMM (``mx_gemm``); its block lives in ``gemm_block.cuh``.
+* ``gemm_diag.cu`` — the benchmark's loop diagnostics (``mx_gemm_diag``, same block, parts of the loop removed).
+* ``gemm_prep.cu`` — operand preparation, decoding, the byte transpose and the split-K reduction.
+* ``gemm_ceiling.cu`` — a register-only mma loop (the benchmark's instruction ceiling).
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["CEILING_FILE", "DIAG_FILE", "GEMM_FILE", "PREP_FILE", "PREP_KERNELS", "KernelCache", "source"]
+
+GEMM_FILE, DIAG_FILE, PREP_FILE, CEILING_FILE = "gemm.cu", "gemm_diag.cu", "gemm_prep.cu", "gemm_ceiling.cu"
+PREP_KERNELS = ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce", "mx_decode_codes", "mx_transpose_bytes")
+
+
+@functools.lru_cache(maxsize=None)
+def source(filename: str) -> str:
+    """The text of a kernel source with its local headers inlined (read once per process)."""
+    from mxcore.kernels import kernel_source
+
+    return kernel_source("nvidia", filename)
+
+
+class KernelCache:
+    """Compiled kernel handles per (device ordinal, key).  ``get`` compiles on first use (on the current device,
+    which the caller has selected) and raises the kernel's dynamic shared memory limit when it needs more than
+    the 48 KB default."""
+
+    def __init__(self):
+        self._kernels: dict = {}
+
+    def get(self, cp, ordinal: int, key, filename: str, name: str, options, smem: int = 0):
+        k = self._kernels.get((ordinal, key))
+        if k is None:
+            k = cp.RawKernel(source(filename), name, options=tuple(options))
+            if smem > 48 * 1024:
+                k.max_dynamic_shared_size_bytes = smem
+            self._kernels[(ordinal, key)] = k
+        return k
+
+    def prep(self, cp, ordinal: int, name: str):
+        return self.get(cp, ordinal, ("prep", name), PREP_FILE, name, ("-std=c++17",))
+
+    def constant(self, ordinal: int, key, make):
+        """A cached device constant (e.g. a decode table): ``make()`` runs once per (device, key)."""
+        full = (ordinal, ("const", key))
+        if full not in self._kernels:
+            self._kernels[full] = make()
+        return self._kernels[full]

@@ -1,0 +1,116 @@
+"""Where a call runs: the device ordinal of its operands, that device's properties (read once per process), the
+stream (torch's current stream for torch tensors, CuPy's for the rest), and device arrays as CuPy views.
+
+Nothing here queries the driver per call beyond selecting the device: :func:`device_info` caches each
+ordinal's properties (``cudaGetDeviceProperties`` costs ~1 ms)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mxcore.arrays import array_kind
+from mxcore.errors import UnsupportedError
+
+__all__ = ["DeviceInfo", "as_cupy", "device_info", "ordinal_of", "resolve_ordinal", "stream_for"]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    ordinal: int
+    name: str
+    arch: str
+    sms: int
+    props: dict  # the figures occupancy estimates need (regsPerMultiprocessor, sharedMemPerMultiprocessor, ...)
+
+
+_INFO: dict = {}
+_PROP_KEYS = ("regsPerMultiprocessor", "sharedMemPerMultiprocessor", "reservedSharedMemPerBlock",
+              "maxThreadsPerMultiProcessor", "sharedMemPerBlockOptin")
+
+
+def device_info(cp, ordinal: int) -> DeviceInfo:
+    info = _INFO.get(ordinal)
+    if info is None:
+        p = cp.cuda.runtime.getDeviceProperties(ordinal)
+        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+        info = DeviceInfo(ordinal, name, f"sm_{p['major']}{p['minor']}", int(p["multiProcessorCount"]),
+                          {k: int(p[k]) for k in _PROP_KEYS if k in p})
+        _INFO[ordinal] = info
+    return info
+
+
+def ordinal_of(x) -> int | None:
+    """The CUDA device ordinal ``x`` lives on (CuPy array, torch CUDA tensor, or a quantized tensor whose codes
+    are one); None for host data."""
+    kind = array_kind(x)
+    if kind == "cupy":
+        return int(x.device.id)
+    if kind == "torch":
+        return int(x.device.index) if x.device.type == "cuda" else None
+    if kind == "mx":
+        return ordinal_of(x.codes)
+    return None
+
+
+def resolve_ordinal(cp, a, b) -> int:
+    """The device both operands live on (host operands follow the other one, or CuPy's current device)."""
+    oa, ob = ordinal_of(a), ordinal_of(b)
+    if oa is not None and ob is not None and oa != ob:
+        raise UnsupportedError(f"operand a is on CUDA device {oa} and operand b on CUDA device {ob}; move both to one "
+                               f"device first (e.g. b.to(a.device) in torch, cupy.asarray(b) under "
+                               f"cupy.cuda.Device({oa}))")
+    if oa is not None:
+        return oa
+    if ob is not None:
+        return ob
+    return int(cp.cuda.runtime.getDevice())
+
+
+def _torch_operand(a, b):
+    for x in (a, b):
+        t = x.codes if array_kind(x) == "mx" else x
+        if array_kind(t) == "torch" and t.device.type == "cuda":
+            return t
+    return None
+
+
+def stream_for(cp, a, b):
+    """The stream to run on (call under the operands' device): torch's current stream of that device when an
+    operand is a torch CUDA tensor (ordering with the caller's torch work), else CuPy's current stream."""
+    t = _torch_operand(a, b)
+    if t is None:
+        return cp.cuda.get_current_stream()
+    import torch
+
+    handle = torch.cuda.current_stream(t.device).cuda_stream
+    return cp.cuda.ExternalStream(handle, t.device.index)
+
+
+def as_cupy(cp, x):
+    """A CuPy view of device array ``x`` (CuPy as is; torch CUDA tensors through DLPack on their own device, with
+    bfloat16 as uint16 bits); host data is uploaded."""
+    kind = array_kind(x)
+    if kind == "cupy":
+        return x
+    if kind == "torch" and x.device.type == "cuda":
+        import torch
+
+        t = x.detach()
+        bf16 = t.dtype == torch.bfloat16
+        if bf16:
+            t = t.view(torch.int16)
+        with torch.cuda.device(t.device):  # torch exports only tensors of its current device
+            arr = cp.from_dlpack(t)
+        return arr.view(cp.uint16) if bf16 else arr
+    if kind == "torch":
+        from mxcore.arrays import to_numpy
+
+        x = to_numpy(x)
+    import numpy as np
+
+    host = np.asarray(x)
+    if host.dtype.name == "bfloat16":
+        host = host.view(np.uint16)
+    elif host.dtype.name.startswith("float8"):
+        host = host.view(np.uint8)
+    return cp.asarray(host)

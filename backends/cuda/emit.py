@@ -1,0 +1,86 @@
+"""Offline compilation (no GPU): every kernel the backend can launch on an arch, compiled by NVRTC from the pip
+wheels (``backends/nvrtc_tools.py``), written as cubin + PTX, described by one :class:`KernelRecord` each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._contract import KernelRecord
+from .compile import CEILING_FILE, DIAG_FILE, GEMM_FILE, PREP_FILE, PREP_KERNELS, source
+from .variants import ELEMENTS, Variant, all_variants, gemm_options, sm_of
+
+__all__ = ["compile_all", "compile_jobs", "emit_kernels"]
+
+_DTYPE_OF_ELEM = {"f16": "fp16", "bf16": "bf16 (and MX decoded)", "tf32": "tf32, fp32 (3xTF32)"}
+DIAG_NAMES = {"smem": 1, "mma": 2, "feed": 3}
+
+
+def _dtype_label(v: Variant) -> str:
+    if v.element.cvt:
+        return f"fp8 {' x '.join(v.elem.split('.')[:2])} (fragments converted to f16)"
+    return _DTYPE_OF_ELEM.get(v.elem, f"fp8 {v.elem.replace('.', ' x ')}")
+
+
+def compile_jobs(arch: str) -> list[dict]:
+    """Every kernel the backend can launch on ``arch``: GEMM variants, prep kernels, ceiling loops, and the loop
+    diagnostics of one variant (they share the GEMM's block)."""
+    from mxcore import layouts
+
+    jobs = []
+    variants = all_variants(arch)
+    for v in variants:
+        jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": _dtype_label(v), "tile": v.tile,
+                     "options": gemm_options(v), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
+                     "ldmatrix": True, "cp_async": True,
+                     "mma": "QMMA" if v.element.esize == 1 and not v.element.cvt else "HMMA"})
+    v = next(x for x in variants if x.elem == "f16" and x.tile == "128x128" and x.a_kmajor and x.b_kmajor)
+    for name, code in DIAG_NAMES.items():
+        jobs.append({"file": DIAG_FILE, "kernel": "mx_gemm_diag", "stem": f"diag_{name}_{v.name}", "dtype": "fp16",
+                     "tile": v.tile, "options": gemm_options(v) + [f"-DMX_DIAG={code}"], "smem": v.smem_bytes,
+                     "threads": v.threads, "variant": v})
+    for kname in PREP_KERNELS:
+        jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
+                     "smem": 0, "threads": 256})
+    sm = sm_of(arch)
+    for e, el in ELEMENTS.items():
+        if sm < el.min_sm or (el.esize == 1 and e != "e4m3.e4m3"):
+            continue
+        rec = layouts.get(el.record)
+        jobs.append({"file": CEILING_FILE, "kernel": "mx_mma_ceiling", "stem": f"ceiling_{e.replace('.', '_')}",
+                     "dtype": e, "options": ["-std=c++17", f'-DMX_MMA_OP="{rec.ptx}"', "-DMX_CHAINS=8"],
+                     "smem": 0, "threads": 256})
+    return jobs
+
+
+def compile_all(jobs: list[dict], *, arch: str, workers: int | None = None):
+    """Compile ``jobs`` (from :func:`compile_jobs`) for ``arch`` in a thread pool; yields (job, CudaBinary) in
+    order."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..nvrtc_tools import compile_cuda
+
+    def one(job):
+        return compile_cuda(source(job["file"]), name=job["stem"], arch=arch, options=job["options"])
+
+    workers = workers or max(1, min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        yield from zip(jobs, pool.map(one, jobs))
+
+
+def emit_kernels(arch: str, out_dir, *, workers: int | None = None) -> list[KernelRecord]:
+    """Compile every kernel for ``arch``; write ``<stem>.cubin`` and ``<stem>.ptx`` under ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for job, binary in compile_all(compile_jobs(arch), arch=arch, workers=workers):
+        cubin_path, _ = binary.write(out_dir, job["stem"])
+        res = binary.resources.get(job["kernel"], next(iter(binary.resources.values()), {}))
+        rows.append(KernelRecord(
+            kernel=job["kernel"], variant=job["stem"], dtype=job["dtype"], arch=arch, file=cubin_path.name,
+            tile=job.get("tile", ""), registers=res.get("registers", 0),
+            shared_bytes=job.get("smem", 0) + res.get("shared_bytes", 0), local_bytes=res.get("local_bytes", 0),
+            spill_stores=res.get("spill_stores", 0), spill_loads=res.get("spill_loads", 0),
+            threads=job.get("threads", 0), options=tuple(job["options"]),
+            extra={"ptx": cubin_path.with_suffix(".ptx").name}))
+    return rows

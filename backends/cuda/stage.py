@@ -1,0 +1,314 @@
+"""Operand staging: a user's operand -> the buffer the GEMM kernel reads (:class:`DevOperand`).
+
+Float dtypes (fp16/bf16/tf32/fp32) with device inputs are staged on the device only: a 16-bit operand already in
+the dtype with one unit stride, a 16-byte aligned base and leading dimension is read in place (either
+majorness); anything else is rounded once (RNE) by ``mx_prep_float`` into a K-major padded buffer; fp32 is split
+3xTF32 (x = big + small, A' = [big | big | small], B' = [big ; small ; big] over K' = 3K).  Host float inputs are
+rounded by ``mxcore.operands`` (the oracle's own rounding) and uploaded.
+
+fp8 / MX operands arrive quantized (:class:`~mxcore.mx.ScaledTensor` / :class:`~mxcore.mx.MXTensor` whose codes
+and scales may be numpy, CuPy or torch CUDA arrays) or as float data quantized on the host by
+``mxcore.operands.prepare``.  fp8 codes are read as bytes (K-major: in place, or transposed by
+``mx_transpose_bytes``, or padded by ``mx_prep_codes``), or decoded to f16 (``fp8_path="decode"``).  MX codes
+are decoded with the block scale folded in, value * 2^(scale - smax), to bf16 (``mx_decode_codes`` in the
+operand's own layout, else the transposing ``mx_prep_codes``); the epilogue multiplies by 2^(smax - 127).  smax,
+the largest finite scale code, is one device reduction and one scalar read, cached on the quantized object
+together with the staged buffer (quantize once, multiply many times).
+
+Batched operands (3-D) are staged into one buffer with a batch stride (0 for an operand shared by the batch).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from mxcore.arrays import array_kind
+from mxcore.errors import UnsupportedError
+
+from .device import as_cupy
+
+__all__ = ["DevOperand", "Stager"]
+
+_SRC_KIND = {"float64": 0, "float32": 1, "float16": 2, "bf16": 3}
+_DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4}
+_SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
+MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
+
+
+@dataclass
+class DevOperand:
+    """An operand as the GEMM kernel reads it: ``buf`` (kept alive) at ``ld`` elements per row, K-major or not,
+    element ``elem`` ("f16" | "bf16" | "tf32" | "e4m3" | "e5m2"), values times 2^exp, K as the kernel sees it
+    (3xTF32 triples it), batch stride in elements (0: shared by every batch element)."""
+
+    buf: object
+    ld: int
+    kmajor: bool
+    elem: str
+    exp: int = 0
+    k: int = 0
+    bstride: int = 0
+
+    def copy(self) -> "DevOperand":
+        return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride)
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _pow2_exponent(scale: float) -> int:
+    mant, e = math.frexp(float(scale))
+    if mant != 0.5:
+        raise UnsupportedError(f"per-tensor scale {scale!r} is not a power of two")
+    return e - 1
+
+
+def _logical(arr, role: str):
+    """(batch, rows, cols, s_b, s_r, s_c) with rows = m (A) or n (B), cols = k, strides in elements."""
+    es = arr.itemsize
+    st = [s // es for s in arr.strides]
+    if arr.ndim == 2:
+        b, sb, (d0, d1), (s0, s1) = 1, 0, arr.shape, st
+    else:
+        b, sb, d0, d1, s0, s1 = arr.shape[0], st[0], arr.shape[1], arr.shape[2], st[1], st[2]
+    if role == "a":
+        return b, d0, d1, sb, s0, s1
+    return b, d1, d0, sb, s1, s0
+
+
+# staged quantized operands cached on the quantized object: {object: {(ordinal, role, path): DevOperand}}
+_STAGED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class Stager:
+    """Staging on one device (``ordinal``) with its kernel cache; call under that device and stream."""
+
+    def __init__(self, cp, ordinal: int, kernels, sms: int):
+        self.cp, self.ordinal, self.kernels, self.sms = cp, ordinal, kernels, sms
+
+    def _prep(self, name: str):
+        return self.kernels.prep(self.cp, self.ordinal, name)
+
+    # ---- float dtypes ---------------------------------------------------------------------------------------
+    def float_source(self, x, role: str, od):
+        """(CuPy array, source kind) of a float operand: device arrays as they are, host arrays rounded once by
+        mxcore.operands and uploaded."""
+        cp = self.cp
+        kind = array_kind(x)
+        on_device = kind == "cupy" or (kind == "torch" and x.device.type == "cuda")
+        if not on_device:
+            from mxcore import dtypes as _dt
+            from mxcore.arrays import to_numpy
+            from mxcore.operands import prepare_one
+
+            host = to_numpy(x)
+            if host.ndim == 3:
+                vals = np.stack([prepare_one(h, _dt.OperandDType(od.name, od.element, od.kind), role).values
+                                 for h in host]) if len(host) else host.astype(np.float32)
+            else:
+                vals = prepare_one(host, _dt.OperandDType(od.name, od.element, od.kind), role).values
+            if vals.dtype.name == "bfloat16":
+                return cp.asarray(vals.view(np.uint16)), "bf16"
+            return cp.asarray(vals), vals.dtype.name
+        if kind == "torch":
+            import torch
+
+            if x.dtype == torch.bfloat16:
+                return as_cupy(cp, x), "bf16"
+        arr = as_cupy(cp, x)
+        if arr.dtype.name not in ("float64", "float32", "float16"):
+            raise UnsupportedError(f"device input of dtype {arr.dtype.name}: pass float16/float32/float64 (or torch "
+                                   "bfloat16)")
+        return arr, arr.dtype.name
+
+    def _direct16(self, arr, role: str) -> DevOperand | None:
+        """Use a 16-bit device array in place when the kernel can read it: a unit stride along K (K-major) or
+        along M/N (M/N-major), the other stride a positive multiple of 8 elements, a 16-byte aligned base, and a
+        batch stride that keeps every batch element aligned (or 0)."""
+        nb, rows, cols, s_b, s_r, s_c = _logical(arr, role)
+        if arr.data.ptr % 16 or (nb > 1 and (s_b < 0 or s_b % 8)):
+            return None
+        if (s_c == 1 or cols == 1) and (rows == 1 or (s_r > 0 and s_r % 8 == 0)):  # K-major
+            return DevOperand(arr, s_r if rows > 1 else _round_up(cols, 8), True, "", 0, cols, s_b if nb > 1 else 0)
+        if (s_r == 1 or rows == 1) and (cols == 1 or (s_c > 0 and s_c % 8 == 0)):  # M/N-major
+            return DevOperand(arr, s_c if cols > 1 else _round_up(rows, 8), False, "", 0, cols, s_b if nb > 1 else 0)
+        return None
+
+    def _prep_float(self, arr, kind: str, role: str, dst: str, out=None, col_off: int = 0, ld: int | None = None):
+        cp = self.cp
+        nb, rows, cols, s_b, s_r, s_c = _logical(arr, role)
+        esize = 2 if dst in ("f16", "bf16") else 4
+        if out is None:
+            ld = _round_up(cols, 16 // esize)
+            out = cp.empty((nb, rows, ld), dtype=cp.uint16 if esize == 2 else cp.uint32)
+        grid = (-(-cols // 32), -(-rows // 32), nb)
+        row_fast = int(s_r == 1 and s_c != 1)
+        self._prep("mx_prep_float")(grid, (32, 8), (
+            arr, np.int32(_SRC_KIND[kind]), np.int32(rows), np.int32(cols), np.int64(s_r), np.int64(s_c),
+            np.int32(row_fast), out, np.int32(_DST_KIND[dst]), np.int64(ld), np.int64(col_off), np.int64(s_b),
+            np.int64(rows * ld)))
+        return out, ld
+
+    def stage_float(self, x, role: str, od) -> DevOperand:
+        arr, kind = self.float_source(x, role, od)
+        name = od.name
+        nb, rows, cols = _logical(arr, role)[:3]
+        bstride = lambda ld: rows * ld if arr.ndim == 3 else 0  # noqa: E731
+        if name in ("fp16", "bf16"):
+            want = "f16" if name == "fp16" else "bf16"
+            if kind == {"f16": "float16", "bf16": "bf16"}[want]:
+                d = self._direct16(arr, role)
+                if d is not None:
+                    d.elem = want
+                    return d
+            buf, ld = self._prep_float(arr, kind, role, want)
+            return DevOperand(buf, ld, True, want, 0, cols, bstride(ld))
+        if name == "tf32":
+            buf, ld = self._prep_float(arr, kind, role, "tf32")
+            return DevOperand(buf, ld, True, "tf32", 0, cols, bstride(ld))
+        # fp32: 3xTF32 as one tf32 GEMM over K' = 3 Kp
+        kp = _round_up(cols, 4)
+        out = self.cp.zeros((nb, rows, 3 * kp), dtype=self.cp.uint32)
+        parts = ("tf32", "tf32", "tf32_small") if role == "a" else ("tf32", "tf32_small", "tf32")
+        for i, dst in enumerate(parts):
+            self._prep_float(arr, kind, role, dst, out=out, col_off=i * kp, ld=3 * kp)
+        return DevOperand(out, 3 * kp, True, "tf32", 0, 3 * kp, bstride(3 * kp))
+
+    # ---- quantized dtypes -----------------------------------------------------------------------------------
+    def stage_quantized(self, op, role: str, path: str, src=None) -> DevOperand:
+        """Stage a prepared fp8/MX operand (``mxcore.operands.Operand``; 2-D).  ``src``: the user's quantized
+        object (MXTensor / ScaledTensor), on which the staged buffer is cached."""
+        key = (self.ordinal, role, path)
+        cache = _STAGED.get(src) if src is not None else None
+        if cache is not None and key in cache:
+            return cache[key]
+        d = self._stage_quantized(op, role, path)
+        if src is not None:
+            try:
+                _STAGED.setdefault(src, {})[key] = d
+            except TypeError:  # not weak-referenceable: no cache
+                pass
+        return d
+
+    def _stage_quantized(self, op, role: str, path: str) -> DevOperand:
+        from mxcore import dtypes as _dt
+
+        cp = self.cp
+        od = op.dtype
+        cols = op.shape[1] if role == "a" else op.shape[0]
+        codes = as_cupy(cp, op.codes)
+        if od.kind == "fp8":
+            exp = _pow2_exponent(op.tensor_scale)
+            short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}[od.name]
+            if path != "decode":
+                buf, ld = self._stage_bytes(codes, role, od.element)
+                return DevOperand(buf, ld, True, short, exp, cols)
+            fast = self._decode_in_place(codes, role, od.element, "f16", None, 127, exp, cols)
+            if fast is not None:
+                return fast
+            buf, ld = self._prep_codes(codes, role, od.element, "f16")
+            return DevOperand(buf, ld, True, "f16", exp, cols)
+        if op.mx.block != MX_BLOCK_KERNEL:
+            raise UnsupportedError(f"operand {role} is an MXTensor with blocks of {op.mx.block}; the CUDA kernels "
+                                   f"read OCP MX blocks of {MX_BLOCK_KERNEL} along K: quantize with block=32")
+        scales = as_cupy(cp, op.mx.scales)
+        # the largest finite scale code (127 when there is none): one device reduction, one scalar read
+        top = int(cp.where(scales != 0xFF, scales.astype(cp.int16), -1).max()) if scales.size else -1
+        smax = top if top >= 0 else 127
+        element = _dt.MX_ELEMENT[od.name]
+        fast = self._decode_in_place(codes, role, element, "bf16", scales, smax, smax - 127, cols)
+        if fast is not None:
+            return fast
+        buf, ld = self._prep_codes(codes, role, element, "bf16", scales=scales, exp_bias=smax)
+        return DevOperand(buf, ld, True, "bf16", smax - 127, cols)
+
+    def _prep_codes(self, codes, role: str, element: str, dst: str, scales=None, exp_bias: int = 127):
+        from mxcore import formats
+
+        cp = self.cp
+        spec = formats.get(element)
+        codes_d = cp.ascontiguousarray(codes)
+        _, rows, cols, _, s_r, s_c = _logical(codes_d, role)
+        esize = {"f16": 2, "bf16": 2, "byte": 1}[dst]
+        ld = _round_up(cols, 16 // esize)
+        out = cp.empty((rows, ld), dtype=cp.uint16 if esize == 2 else cp.uint8)
+        if scales is not None:
+            sc = cp.ascontiguousarray(scales)
+            ss0, ss1 = sc.strides  # itemsize 1
+            ss_r, ss_c = (ss0, ss1) if role == "a" else (ss1, ss0)
+        else:
+            sc, ss_r, ss_c = 0, 0, 0
+        grid = (-(-cols // 32), -(-rows // 32))
+        self._prep("mx_prep_codes")(grid, (32, 8), (
+            codes_d, np.int32(rows), np.int32(cols), np.int64(s_r), np.int64(s_c), np.int32(int(s_r == 1 and s_c != 1)),
+            sc, np.int64(ss_r), np.int64(ss_c), np.int32(exp_bias), np.int32(spec.ebits), np.int32(spec.mbits),
+            np.int32(spec.bias), np.int32(_SPECIAL.get(spec.specials, 0)), out, np.int32(_DST_KIND[dst]),
+            np.int64(ld), np.int64(0)))
+        return out, ld
+
+    def _stage_bytes(self, codes, role: str, element: str):
+        """fp8 codes as the fp8 kernels read them: K-major rows, 16-byte aligned, ld a multiple of 16 bytes.
+        Codes already K-major (A in C order, B in Fortran order) are used in place; the other order is
+        transposed by ``mx_transpose_bytes`` when both dimensions are multiples of 64; anything else (padding,
+        other strides) goes through ``mx_prep_codes``."""
+        cp = self.cp
+        if codes.ndim == 2 and codes.data.ptr % 16 == 0:
+            kmajor = codes if role == "a" else codes.T  # logical rows = M or N, columns = K
+            if kmajor.flags.c_contiguous and kmajor.shape[1] % 16 == 0:
+                return kmajor, kmajor.shape[1]
+            src = kmajor.T  # C order: K x (M or N)
+            if src.flags.c_contiguous and src.shape[0] % 64 == 0 and src.shape[1] % 64 == 0:
+                rows, cols = src.shape
+                out = cp.empty((cols, rows), dtype=cp.uint8)
+                self._prep("mx_transpose_bytes")((cols // 64, rows // 64), (256,), (
+                    src, np.int32(rows), np.int32(cols), np.int64(cols), out, np.int64(rows)))
+                return out, rows
+        return self._prep_codes(codes, role, element, "byte")
+
+    def _code_table(self, element: str, dst: str, scaled: bool):
+        """256 x uint32 decode table: destination bits of each code, or (scaled) its exact fp32 value."""
+        def make():
+            from mxcore import formats
+
+            spec = formats.get(element)
+            vals = formats.decode(np.arange(1 << spec.bits, dtype=np.uint8), element).astype(np.float32)
+            if scaled:
+                bits = vals.view(np.uint32)
+            elif dst == "f16":
+                bits = vals.astype(np.float16).view(np.uint16).astype(np.uint32)
+            else:
+                import ml_dtypes
+
+                bits = vals.astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+            table = np.zeros(256, dtype=np.uint32)
+            table[: bits.size] = bits
+            return self.cp.asarray(table)
+
+        return self.kernels.constant(self.ordinal, ("table", element, dst, scaled), make)
+
+    def _decode_in_place(self, codes, role: str, element: str, dst: str, scales, exp_bias: int, exp: int,
+                         cols: int) -> DevOperand | None:
+        """Decode codes elementwise in their own layout (A stays K-major, B stays N-major: the 16-bit kernel
+        reads both); None when the contiguous dimension is not a multiple of 8 (the transposing path pads)."""
+        cp = self.cp
+        codes_d = cp.ascontiguousarray(codes)
+        rows_, cols_ = codes_d.shape
+        if cols_ % 8 or codes_d.data.ptr % 8:
+            return None
+        out = cp.empty((rows_, cols_), dtype=cp.uint16)
+        table = self._code_table(element, dst, scales is not None)
+        if scales is not None:
+            sc = cp.ascontiguousarray(scales)
+            bi, bj, s_i, s_j = (1, 32, sc.shape[1], 1) if role == "a" else (32, 1, sc.shape[1], 1)
+        else:
+            sc, bi, bj, s_i, s_j = 0, 1, 1, 0, 0
+        grid = (max(1, min(-(-(rows_ * cols_ // 8) // 256), 16 * self.sms)),)
+        self._prep("mx_decode_codes")(grid, (256,), (
+            codes_d, np.int32(rows_), np.int32(cols_), table, sc, np.int32(bi), np.int32(bj), np.int64(s_i),
+            np.int64(s_j), np.int32(exp_bias), np.int32(_DST_KIND[dst]), out))
+        return DevOperand(out, cols_, role == "a", dst, exp, cols)
