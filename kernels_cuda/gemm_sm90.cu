@@ -17,6 +17,8 @@
 //   SM90_TA/TB     1: the operand is M-major (A) / N-major (B) (16-bit only; wgmma's transpose bit); 0: K-major
 //   SM90_BN        block tile N (= the wgmma N), 64..256
 //   SM90_STAGES    ring depth
+//   SM90_CLUSTER  1, or 2: two blocks (tile rows 2p, 2p + 1, same tile column) per cluster; each loads half of
+//                 the B tile and multicasts it to both; a stage is refilled once both blocks' consumers freed it
 //   SM90_PROMOTE   fp8: 1 = accumulate each stage (128 K) in a scratch accumulator and add it to the fp32 main
 //                  accumulator (DeepGEMM's promotion); 0 = one accumulator (fast accumulation)
 // Tensor maps (host): K-major operand: dims {K, rows}, box {128 bytes of K, rows of the tile};
@@ -48,6 +50,9 @@
 #endif
 #ifndef SM90_B_E5M2
 #define SM90_B_E5M2 0
+#endif
+#ifndef SM90_CLUSTER
+#define SM90_CLUSTER 1  // 2: clusters of 2 blocks along M share the B tile through TMA multicast
 #endif
 #ifndef SM90_GROUP_M
 #define SM90_GROUP_M 16
@@ -147,6 +152,27 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d(u32 dst, const TmaMap* m
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
+__device__ __forceinline__ void cp_async_bulk_tensor_2d_multicast(u32 dst, const TmaMap* map, int c0, int c1, u32 bar,
+                                                                   u16 mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+__device__ __forceinline__ u32 mapa(u32 addr, u32 cta) {  // the same shared-memory offset in block `cta` of the cluster
+    u32 out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(cta));
+    return out;
+}
+__device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+__device__ __forceinline__ u32 cluster_ctarank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void barrier_cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void barrier_cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 __device__ __forceinline__ void prefetch_tensormap(const TmaMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
 }
@@ -210,10 +236,11 @@ __device__ __forceinline__ void wgmma_mma_async(float (&d)[128], u64 desc_a, u64
 // tile order: groups of SM90_GROUP_M tile rows, column-major inside a group
 // ---------------------------------------------------------------------------------------------------------------
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tm, int& tn) {
-    const int group_size = SM90_GROUP_M * tiles_n;
+    constexpr int G = SM90_GROUP_M / SM90_CLUSTER > 0 ? SM90_GROUP_M / SM90_CLUSTER : 1;
+    const int group_size = G * tiles_n;
     const int group = tile / group_size;
-    const int first = group * SM90_GROUP_M;
-    const int rows = min(tiles_m - first, SM90_GROUP_M);
+    const int first = group * G;
+    const int rows = min(tiles_m - first, G);
     const int in_group = tile - group * group_size;
     tm = first + in_group % rows;
     tn = in_group / rows;
@@ -242,7 +269,23 @@ __device__ __forceinline__ void store_pair(void* C, i64 off, float v0, float v1,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1)
+// A consumer warpgroup has read stage buffers: tell the producer(s) that may refill them (called by every thread
+// of the warpgroup; lane 0 of warp r signals block r of the cluster).
+__device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
+#if SM90_CLUSTER == 1
+    if (t == 0) mbarrier_arrive(empty_bar);
+#else
+    if (t % 32 == 0 && t / 32 < SM90_CLUSTER) mbarrier_arrive_cluster(mapa(empty_bar, t / 32));
+#endif
+}
+
+#if SM90_CLUSTER > 1
+#define SM90_CLUSTER_ATTR __cluster_dims__(SM90_CLUSTER, 1, 1)
+#else
+#define SM90_CLUSTER_ATTR
+#endif
+
+extern "C" __global__ void __launch_bounds__(384, 1) SM90_CLUSTER_ATTR
 mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b, void* __restrict__ C, int M,
              int N, int K, i64 ldc, float alpha0, float alpha1, int out_kind, int pair_ok) {
     extern __shared__ __align__(1024) u8 smem_raw[];
@@ -254,7 +297,15 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 
     const int wg = threadIdx.x / 128;
     const int tiles_m = (M + SM90_BM - 1) / SM90_BM, tiles_n = (N + SM90_BN - 1) / SM90_BN;
-    const int tiles = tiles_m * tiles_n;
+    // work units: tiles, or with clusters tile pairs (rows 2p + rank); every block of a cluster runs the same units
+#if SM90_CLUSTER > 1
+    const u32 rank = cluster_ctarank();
+#else
+    const u32 rank = 0;
+#endif
+    const int units_m = (tiles_m + SM90_CLUSTER - 1) / SM90_CLUSTER;
+    const int units = units_m * tiles_n;
+    const int unit0 = blockIdx.x / SM90_CLUSTER, unit_step = gridDim.x / SM90_CLUSTER;
     const int kblocks = (K + SM90_BK - 1) / SM90_BK;
 
     if (threadIdx.x == 0) {
@@ -262,20 +313,26 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         prefetch_tensormap(&map_b);
         for (int s = 0; s < SM90_STAGES; ++s) {
             mbarrier_init(full0 + 8 * s, 1);
-            mbarrier_init(empty0 + 8 * s, 2);
+            mbarrier_init(empty0 + 8 * s, 2 * SM90_CLUSTER);
         }
         fence_mbarrier_init();
     }
+#if SM90_CLUSTER > 1
+    barrier_cluster_arrive();  // every block's barriers exist before any multicast or remote arrive
+    barrier_cluster_wait();
+#else
     __syncthreads();
+#endif
 
     if (wg == 0) {
         setmaxnreg_dec<SM90_REG_PRODUCER>();
         if (threadIdx.x == 0) {
             int s = 0;
             u32 phase = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            for (int u = unit0; u < units; u += unit_step) {
                 int tm, tn;
-                tile_coords(tile, tiles_m, tiles_n, tm, tn);
+                tile_coords(u, units_m, tiles_n, tm, tn);
+                tm = tm * SM90_CLUSTER + rank;
                 const int m0 = tm * SM90_BM, n0 = tn * SM90_BN;
                 for (int kb = 0; kb < kblocks; ++kb) {
                     mbarrier_wait(empty0 + 8 * s, phase ^ 1);
@@ -289,7 +346,15 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #else
                     cp_async_bulk_tensor_2d(sa, &map_a, k0, m0, full);
 #endif
-#if SM90_TB
+#if SM90_CLUSTER > 1 && SM90_TB
+                    for (int c = rank; c < SM90_BN / 64; c += SM90_CLUSTER)
+                        cp_async_bulk_tensor_2d_multicast(sb + c * SM90_BK * 128, &map_b, n0 + 64 * c, k0, full,
+                                                          (1 << SM90_CLUSTER) - 1);
+#elif SM90_CLUSTER > 1
+                    cp_async_bulk_tensor_2d_multicast(sb + rank * (SM90_BN / SM90_CLUSTER) * 128, &map_b, k0,
+                                                      n0 + rank * (SM90_BN / SM90_CLUSTER), full,
+                                                      (1 << SM90_CLUSTER) - 1);
+#elif SM90_TB
                     for (int c = 0; c < SM90_BN / 64; ++c)
                         cp_async_bulk_tensor_2d(sb + c * SM90_BK * 128, &map_b, n0 + 64 * c, k0, full);
 #else
@@ -314,9 +379,10 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #if SM90_ELEM == 3 && SM90_PROMOTE
         float part[SM90_ACC];
 #endif
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        for (int u = unit0; u < units; u += unit_step) {
             int tm, tn;
-            tile_coords(tile, tiles_m, tiles_n, tm, tn);
+            tile_coords(u, units_m, tiles_n, tm, tn);
+            tm = tm * SM90_CLUSTER + rank;
 #if SM90_ELEM == 3 && SM90_PROMOTE
 #pragma unroll
             for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
@@ -349,12 +415,12 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 wgmma_commit_group();
 #if SM90_ELEM == 3 && SM90_PROMOTE
                 wgmma_wait_group<0>();
-                if (t == 0) mbarrier_arrive(empty0 + 8 * s);
+                release_stage(empty0 + 8 * s, t);
 #pragma unroll
                 for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
 #else
                 wgmma_wait_group<1>();  // the previous stage's wgmma are done: hand its buffers back
-                if (prev >= 0 && t == 0) mbarrier_arrive(empty0 + 8 * prev);
+                if (prev >= 0) release_stage(empty0 + 8 * prev, t);
                 prev = s;
 #endif
                 if (++s == SM90_STAGES) {
@@ -364,7 +430,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             }
 #if !(SM90_ELEM == 3 && SM90_PROMOTE)
             wgmma_wait_group<0>();
-            if (t == 0) mbarrier_arrive(empty0 + 8 * prev);
+            release_stage(empty0 + 8 * prev, t);
 #endif
             // epilogue: accumulator j of n8 block b: row 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1)
             const int row0 = tm * SM90_BM + 64 * c + 16 * warp + lane / 4;
@@ -382,4 +448,8 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             }
         }
     }
+#if SM90_CLUSTER > 1
+    barrier_cluster_arrive();  // no block leaves while its peer may still multicast into it or arrive on it
+    barrier_cluster_wait();
+#endif
 }
