@@ -74,7 +74,7 @@ def test_device_matmul_and_errors(wheels, runtime_lib, tmp_path):
 
     # the launches: one kernel, arguments packed at the metadata's offsets with the operands' strides
     (m, k), (_, n) = out["a_shape"], out["b_shape"]
-    row, col = _gemm_launches(out)
+    row, col, mx = _gemm_launches(out)
     for launch in (row, col):
         assert launch["name"].endswith("_f16") and launch["block"] == [256, 1, 1]
         assert launch["packed_bytes"] == launch["layout"][-1][1] + launch["layout"][-1][2]
@@ -84,6 +84,11 @@ def test_device_matmul_and_errors(wheels, runtime_lib, tmp_path):
         assert len({args["a"], args["b"], args["d"]}) == 3
     assert [row["args"][s] for s in ("sam", "sak", "sbk", "sbn")] == [k, 1, n, 1]
     assert [col["args"][s] for s in ("sam", "sak", "sbk", "sbn")] == [1, m, 1, k]
+
+    # MX: both scale pointers passed (device memory, checked by the hook), results bit-exact
+    np.testing.assert_array_equal(np.array(out["mx"], np.float32), np.array(out["mx_want"], np.float32))
+    assert mx["args"]["sa"] and mx["args"]["sb"] and mx["args"]["k"] == 96
+    assert len({mx["args"][p] for p in ("a", "b", "d", "sa", "sb")}) == 5
 
     # each launch came from a hiprtc compile through the stand-in (fresh code-object cache)
     compiled = [line.split()[1] for line in out["log"] if line.startswith("hiprtc ")]
@@ -110,6 +115,9 @@ def test_grid_split_and_batches(wheels, runtime_lib, tmp_path):
     pieces = [(launch["args"]["m_tile0"], launch["grid"][1]) for launch in tall]
     assert [start for start, _ in pieces] == list(np.cumsum([0] + [rows for _, rows in pieces[:-1]]))
     assert sum(rows for _, rows in pieces) == -(-300 // bm), "the pieces cover M's tiles once each"
+    np.testing.assert_array_equal(np.array(out["fp8"], np.float32), np.array(out["fp8_want"], np.float32))
+    (fp8,) = [launch for launch in launches if launch["args"]["m"] == 24]
+    assert fp8["name"].endswith("_fp8_fp8") and fp8["args"]["out_scale"] != 1.0
     (batched,) = [launch for launch in launches if launch["args"]["m"] == 20]
     assert batched["grid"][2] == 2 and batched["args"]["sab"] == 20 * 33 and batched["args"]["sdb"] == 20 * 24
 

@@ -184,6 +184,14 @@ def scenario_main(out: dict) -> None:
     out["matmul_colmajor"] = mxcore.matmul(np.asfortranarray(a), np.asfortranarray(b), "fp16", backend="hip").tolist()
     out["want"] = want.tolist()
     out["a_shape"], out["b_shape"] = a.shape, b.shape
+    # MX block scales (two scale pointers, a mixed pair): gfx950's f8f6f4 kernel
+    from mxcore.mx import quantize_mx
+
+    xa, xb = _exact(rng, (40, 96), (96, 24))
+    xa *= np.exp2(np.repeat(rng.integers(-3, 4, (40, 3)), 32, axis=1))  # a different scale per 32-K block
+    qa, qb = quantize_mx(xa, "mxfp4", axis=1), quantize_mx(xb, "mxfp6_e3m2", axis=0)
+    out["mx"] = mxcore.matmul(qa, qb, ("mxfp4", "mxfp6_e3m2"), backend="hip").tolist()
+    out["mx_want"] = reference_matmul(qa, qb, ("mxfp4", "mxfp6_e3m2")).tolist()
     out["elapsed"] = be.timer()(lambda: None)
     try:
         be.runtime().function("this is not C++ __global__", "mx_broken", ())
@@ -208,6 +216,10 @@ def scenario_split(out: dict) -> None:
     ab, bb = _exact(rng, (2, 20, 33), (2, 33, 24))
     out["batched"] = mxcore.matmul(ab, bb, "fp16", backend="hip").tolist()
     out["batched_want"] = [reference_matmul(ab[i], bb[i], "fp16", arch=arch).tolist() for i in range(2)]
+    fa, fb = _exact(rng, (24, 64), (64, 16))
+    fa *= 1024.0  # beyond e4m3fnuz's 240: a per-tensor scale, applied by the kernel's out_scale argument
+    out["fp8"] = mxcore.matmul(fa, fb, "fp8", backend="hip").tolist()
+    out["fp8_want"] = reference_matmul(fa, fb, "fp8", arch=arch).tolist()
 
 
 def scenario_absent_or_failed(out: dict) -> None:
