@@ -9,7 +9,7 @@
 // mx_prep_float: src kind 0 f64, 1 f32, 2 f16, 3 bf16 (bits)  ->  dst kind
 //     0 f16 bits, 1 bf16 bits, 2 tf32 (fp32 storage, RNE to 10 mantissa bits),
 //     3 the tf32 residual rne_tf32(x - rne_tf32(x)) (the "small" half of the 3xTF32 split; x rounded to fp32 first;
-//       0 where rne_tf32(x) is inf or NaN)
+//       0 where rne_tf32(x) is inf or NaN), 5 rne_tf32(x) where finite, else 0 (the big half of the cross terms)
 // mx_prep_codes: uint8 element codes (fp8 / fp6 / fp4, one per byte) with an optional E8M0 scale per 32 columns
 //     -> dst kind 0 f16 bits, 1 bf16 bits (decoded value * 2^(scale - exp_bias)), or 4: the code byte itself.
 // Exactness: every fp8/fp6/fp4 value times a power of two is exact in bf16 while the product stays in bf16's
@@ -61,9 +61,13 @@ __device__ __forceinline__ u32 encode_dst(double v, int dst_kind) {
     const float x = (float)v;
     const u32 big = f32_bits_to_tf32(__float_as_uint(x));
     if (dst_kind == 2) return big;
-    // 3: residual of the 3xTF32 split of the fp32 value (x - big is exact in fp32); 0 when big is inf or NaN (or
-    // x rounded up to inf), so that big + small carries inf and NaN as IEEE arithmetic does (inf - inf is NaN)
-    if ((big & 0x7f800000u) == 0x7f800000u) return 0u;
+    // 3xTF32 parts where big is inf or NaN: the residual (3) and the big part of the cross terms (5) are 0, so the
+    // sum big_a*big_b + big_a'*small_b + small_a*big_b' carries inf and NaN as IEEE x*y does (never inf*0 or
+    // inf - inf from a split that does not exist)
+    const bool special = (big & 0x7f800000u) == 0x7f800000u;
+    if (dst_kind == 5) return special ? 0u : big;
+    // 3: residual of the 3xTF32 split of the fp32 value (x - big is exact in fp32)
+    if (special) return 0u;
     return f32_bits_to_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 

@@ -9,6 +9,9 @@
   inputs, compared with a float64 product computed on the GPU.
 * Every launchable tile, forced split K, the native fp8 kernel (forced on sm_90), torch/numpy/float64 inputs,
   fp16/bf16 outputs, in-place fp16 operands with K tails, misaligned bases and non-unit strides.
+* inf and NaN propagate as the reference (IEEE for the float dtypes) for every dtype; batched operands run as one
+  launch; device float inputs never touch the host; device properties are read once, not per call; the
+  operands' device ordinal is honoured; quantized operands with device codes are staged once and reused.
 Every launch writes into an output buffer poisoned with NaN first.  About 2.5 minutes on an H100.
 """
 
@@ -67,12 +70,12 @@ def _poisoned(cp, m, n, out_dtype):
     return out
 
 
-def _run(backend, a, b, dtype, out_dtype="float32"):
+def _run(backend, a, b, dtype, out_dtype="float32", **options):
     import cupy as cp
 
     mdt = _dt.resolve(dtype, "sm_90")
     out = _poisoned(cp, a.shape[0], b.shape[1], out_dtype)
-    res = backend.matmul(a, b, mdt, out_dtype=out_dtype, out=out)
+    res = backend.matmul(a, b, mdt, out_dtype=out_dtype, out=out, **options)
     assert res is out or isinstance(res, np.ndarray)
     host = cp.asnumpy(out)
     if out_dtype == "bfloat16":
@@ -182,34 +185,31 @@ def test_every_fp8_path_on_any_fp8_arch(backend, rng, path):
 
     if int(cp.cuda.Device().compute_capability) < 89:
         pytest.skip("fp8 mma needs sm_89+")
-    backend.fp8_path = path
-    try:
-        for (m, k, n) in ((100, 200, 70), (129, 4100, 257), (64, 192, 128)):  # the last: in-place A, fast B transpose
-            a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
-            for dtype in ("e4m3fn", ("e5m2", "e4m3fn"), ("e4m3fn", "e5m2"), "e5m2"):
-                got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
-                np.testing.assert_array_equal(got, reference_matmul(a, b, dtype))
-    finally:
-        backend.fp8_path = None
+    for (m, k, n) in ((100, 200, 70), (129, 4100, 257), (64, 192, 128)):  # the last: in-place A, fast B transpose
+        a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+        for dtype in ("e4m3fn", ("e5m2", "e4m3fn"), ("e4m3fn", "e5m2"), "e5m2"):
+            got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
+                       fp8_path=path)
+            np.testing.assert_array_equal(got, reference_matmul(a, b, dtype))
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "tf32", "e4m3fn", "mxfp4"])
 def test_loop_diagnostics_launch_and_leave_gemm_intact(backend, rng, dtype):
-    """The benchmark's loop diagnostics (gemm.cu MX_DIAG) run on the plan's own operands; a gemm() afterwards is
+    """The benchmark's loop diagnostics (gemm_diag.cu) run on the plan's own operands; a gemm() afterwards is
     exact again (the diagnostics write no product)."""
     import cupy as cp
 
     a, b = _exact(rng, (256, 96)), _exact(rng, (96, 384))  # short K: one K slice (no split K) for every dtype
     p = backend.plan(cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), _dt.resolve(dtype, "sm_90"))
-    with p.stream:
-        p.gemm()
-        want = cp.asnumpy(p.out).copy()
-        for name in p.DIAGNOSTICS:
-            p.gemm_diagnostic(name)
-        cp.cuda.get_current_stream().synchronize()
-        p.out.fill(cp.nan)
-        p.gemm()
-    np.testing.assert_array_equal(cp.asnumpy(p.out), want)
+    assert p.diagnostics == ("smem", "mma", "feed")
+    p.gemm()
+    want = cp.asnumpy(p.result()).copy()
+    for name in p.diagnostics:
+        p.gemm_diagnostic(name)
+    cp.cuda.get_current_stream().synchronize()
+    p.result().fill(cp.nan)
+    p.gemm()
+    np.testing.assert_array_equal(cp.asnumpy(p.result()), want)
     np.testing.assert_array_equal(want, reference_matmul(a, b, dtype))
 
 
@@ -218,36 +218,36 @@ def test_transpose_bytes_kernel(backend):
     / transposed / fallback choice of _stage_bytes."""
     import cupy as cp
 
-    k = backend._prep_kernel("mx_transpose_bytes")
+    from mxcore.backends.cuda.stage import Stager
+
+    dev = cp.cuda.Device().id
+    k = backend.kernels.prep(cp, dev, "mx_transpose_bytes")
     for rows, cols in ((64, 64), (192, 320), (4096, 128)):
         src = cp.random.randint(0, 256, (rows, cols), dtype=cp.uint8)
         out = cp.full((cols, rows), 0xAB, dtype=cp.uint8)
         k((cols // 64, rows // 64), (256,), (src, np.int32(rows), np.int32(cols), np.int64(cols), out, np.int64(rows)))
         assert bool((out == src.T).all()), (rows, cols)
+    stager = Stager(cp, dev, backend.kernels, 132)
     a = cp.random.randint(0, 256, (128, 192), dtype=cp.uint8)
-    buf, ld = backend._stage_bytes(cp, a, "a", "e4m3")
+    buf, ld = stager._stage_bytes(a, "a", "e4m3")
     assert buf.data.ptr == a.data.ptr and ld == 192  # K-major already: used in place
-    buf, ld = backend._stage_bytes(cp, a, "b", "e4m3")  # B is K x N = 128 x 192: transposed
+    buf, ld = stager._stage_bytes(a, "b", "e4m3")  # B is K x N = 128 x 192: transposed
     assert ld == 128 and bool((buf[:, :128] == a.T).all())
     odd = cp.random.randint(0, 256, (100, 70), dtype=cp.uint8)
-    buf, ld = backend._stage_bytes(cp, odd, "b", "e4m3")  # fallback: padded copy
+    buf, ld = stager._stage_bytes(odd, "b", "e4m3")  # fallback: padded copy
     assert ld % 16 == 0 and bool((buf[:, :100] == odd.T).all())
 
 
-@pytest.mark.parametrize("tile", ["128x128", "64x64", "32x64", "128x256db", "128x128db", "128x256", "128x128k128s3",
-                                  "256x128k64s4", *(t for t in cuda.EXTRA_TILES if cuda.TILES[t].mbar)])
+@pytest.mark.parametrize("tile", list(cuda.TILES))
 def test_every_tile(backend, rng, tile):
     import cupy as cp
 
     a, b = _exact(rng, (304, 520)), _exact(rng, (520, 400))
-    backend.force_tile = tile
-    try:
-        for major in MAJORS:
-            got = _run(backend, _layout(cp, a.astype(np.float16), major[0]), _layout(cp, b.astype(np.float16), major[1]),
-                       "fp16")
-            np.testing.assert_array_equal(got, reference_matmul(a, b, "fp16"))
-    finally:
-        backend.force_tile = None
+    assert tile in backend.tiles("fp16")
+    for major in MAJORS:
+        got = _run(backend, _layout(cp, a.astype(np.float16), major[0]), _layout(cp, b.astype(np.float16), major[1]),
+                   "fp16", tile=tile)
+        np.testing.assert_array_equal(got, reference_matmul(a, b, "fp16"))
 
 
 BIG = [((4096, 4096, 4096), "fp16"), ((4096, 4096, 4096), "bf16"), ((16, 8192, 8192), "fp16"),
@@ -281,16 +281,12 @@ def test_split_k_bit_exact(backend, rng, dtype, splits):
     """Split K (partial products in fp32 slices, summed in order) on exact inputs, incl. a K tail."""
     import cupy as cp
 
-    backend.force_split = splits
-    try:
-        for m, n, k in ((17, 33, 650), (100, 70, 4097)):
-            a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
-            for out_dtype in ("float32", "bfloat16"):
-                got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
-                           out_dtype)
-                np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, out_dtype=out_dtype))
-    finally:
-        backend.force_split = 0
+    for m, n, k in ((17, 33, 650), (100, 70, 4097)):
+        a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+        for out_dtype in ("float32", "bfloat16"):
+            got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
+                       out_dtype, split_k=splits)
+            np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, out_dtype=out_dtype))
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "fp32"])
@@ -309,3 +305,184 @@ def test_float64_device_inputs_round_once(backend, rng, dtype):
     else:
         bound = (300 + 2) * 2.0**-23 * (np.abs(a64) @ np.abs(b64))
     assert (np.abs(got - a64 @ b64) <= bound).all()
+
+
+def _specials(rng, m, k, n):
+    """Random exact operands with inf, -inf and NaN in A and B and a zero column meeting an inf (inf * 0)."""
+    a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+    a[0, 0], a[1, 5], a[2, 3] = np.inf, -np.inf, np.nan
+    b[0, 1], b[7, 2], b[9, 4] = 0.0, np.inf, -np.inf
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=_id)
+def test_inf_and_nan_propagate_like_the_reference(backend, rng, dtype):
+    """inf and NaN in the inputs give what the reference gives (for fp16/bf16/tf32/fp32: IEEE x*y sums, e.g.
+    [[inf, 1]] @ [[1], [1]] = inf, not the NaN of a 3xTF32 split of inf)."""
+    import cupy as cp
+
+    a, b = _specials(rng, 6, 64, 5)
+    want = reference_matmul(a, b, dtype)
+    for out_dtype in ("float32", "bfloat16"):
+        got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype, out_dtype)
+        np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, out_dtype=out_dtype).astype(np.float64))
+    if _dt.resolve(dtype, "sm_90").kind == "float":
+        with np.errstate(invalid="ignore"):
+            ieee = a @ b
+        np.testing.assert_array_equal(np.isnan(want), np.isnan(ieee))
+        np.testing.assert_array_equal(want[np.isinf(ieee)], ieee[np.isinf(ieee)])
+    one = _run(backend, cp.asarray(np.array([[np.inf, 1.0]], np.float32)), cp.asarray(np.ones((2, 1), np.float32)),
+               dtype)
+    np.testing.assert_array_equal(one, reference_matmul(np.array([[np.inf, 1.0]]), np.ones((2, 1)), dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_batched_runs_as_one_launch(backend, rng, dtype):
+    """(B, M, K) @ (B, K, N), (B, M, K) @ (K, N) (shared weight: folded into M when A is contiguous, else a zero
+    batch stride), (M, K) @ (B, K, N), transposed batches and B = 0: one GEMM launch, equal to the reference per
+    batch element."""
+    import cupy as cp
+
+    storage = np.float16 if dtype == "fp16" else np.float32
+    mdt = _dt.resolve(dtype, "sm_90")
+    nb, m, k, n = 3, 70, 96, 50
+    a3, b3, b2 = _exact(rng, (nb, m, k)), _exact(rng, (nb, k, n)), _exact(rng, (k, n))
+    a_t = cp.asarray(_exact(rng, (nb, k, m)).astype(storage)).transpose(0, 2, 1)  # M-contiguous batches
+    cases = [(cp.asarray(a3.astype(storage)), cp.asarray(b3.astype(storage)), None),
+             (cp.asarray(a3.astype(storage)), cp.asarray(b2.astype(storage)), "folded"),
+             (a_t, cp.asarray(b2.astype(storage)), None),
+             (cp.asarray(a3[0].astype(storage)), cp.asarray(b3.astype(storage)), None)]
+    for da, db, how in cases:
+        p = backend.plan(da, db, mdt)
+        if how == "folded":
+            assert p.batch is None and p.m == nb * m  # one 2-D GEMM over the stacked rows
+        else:
+            assert p.batch == nb and p._grid[1] == nb  # the batch is the grid's y dimension: one launch
+        p.gemm()
+        got = cp.asnumpy(p.result())
+        assert got.shape == (nb, m, n)
+        ha, hb = cp.asnumpy(da).astype(np.float64), cp.asnumpy(db).astype(np.float64)
+        for i in range(nb):
+            want = reference_matmul(ha[i] if ha.ndim == 3 else ha, hb[i] if hb.ndim == 3 else hb, dtype)
+            np.testing.assert_array_equal(got[i], want)
+    p = backend.plan(cp.zeros((0, m, k), storage), cp.zeros((0, k, n), storage), mdt)
+    p.gemm()
+    assert p.result().shape == (0, m, n)
+
+
+def test_batched_split_k(backend, rng):
+    import cupy as cp
+
+    a3, b3 = _exact(rng, (2, 17, 650)), _exact(rng, (2, 650, 33))
+    p = backend.plan(cp.asarray(a3.astype(np.float32)), cp.asarray(b3.astype(np.float32)), _dt.resolve("tf32"),
+                     split_k=3)
+    assert p._grid[1:] == (2, 3)
+    p.gemm()
+    got = cp.asnumpy(p.result())
+    for i in range(2):
+        np.testing.assert_array_equal(got[i], reference_matmul(a3[i], b3[i], "tf32"))
+
+
+def test_device_float_inputs_never_touch_the_host(backend, rng, monkeypatch):
+    """fp16/bf16/tf32/fp32 with CuPy or torch CUDA inputs: staging and result stay on the device (any host copy
+    would go through cupy.asnumpy / ndarray.get / torch's .cpu(), all made to fail here)."""
+    import cupy as cp
+
+    torch = pytest.importorskip("torch")
+    a, b = _exact(rng, (40, 72)), _exact(rng, (72, 24))
+    dev_inputs = {"cupy": (cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32))),
+                  "torch": (torch.tensor(a, dtype=torch.float32, device="cuda"),
+                            torch.tensor(b, dtype=torch.float32, device="cuda"))}
+    expected = {d: reference_matmul(a, b, d) for d in FLOAT_DTYPES}
+
+    def no_host(*args, **kwargs):
+        raise AssertionError("device->host copy on the device path")
+
+    results = {}
+    with monkeypatch.context() as mp:
+        mp.setattr(cp, "asnumpy", no_host)
+        mp.setattr(cp.ndarray, "get", no_host)
+        mp.setattr(torch.Tensor, "cpu", no_host)
+        mp.setattr(torch.Tensor, "numpy", no_host)
+        for kind, (x, y) in dev_inputs.items():
+            for d in FLOAT_DTYPES:
+                mdt = _dt.resolve(d, "sm_90")
+                results[kind, d] = backend.matmul(x, y, mdt)
+    for (kind, d), r in results.items():
+        host = cp.asnumpy(r) if kind == "cupy" else r.cpu().numpy()
+        np.testing.assert_array_equal(host, expected[d])
+
+
+def test_no_device_property_queries_per_call(backend, rng, monkeypatch):
+    """Device properties are read once per device; warm calls query none (each costs ~1 ms)."""
+    import cupy as cp
+
+    a, b = cp.asarray(_exact(rng, (64, 64)).astype(np.float16)), cp.asarray(_exact(rng, (64, 64)).astype(np.float16))
+    mdt = _dt.resolve("fp16")
+    backend.matmul(a, b, mdt)
+    calls = []
+    real = cp.cuda.runtime.getDeviceProperties
+    monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda i: calls.append(i) or real(i))
+    for _ in range(5):
+        backend.matmul(a, b, mdt)
+    assert backend.supports(mdt) is None and backend.target().arch.startswith("sm_")
+    assert calls == []
+
+
+def test_quantized_operands_with_device_codes_are_staged_once(backend, rng):
+    """MXTensor / ScaledTensor whose codes and scales are CuPy arrays: used as they are, staged once and reused
+    (quantize once, multiply many times); an MXTensor with blocks other than 32 is refused."""
+    import cupy as cp
+
+    from mxcore import mx
+    from mxcore.backends.cuda import stage
+    from mxcore.errors import UnsupportedError
+
+    a, b = _exact(rng, (64, 96)), _exact(rng, (96, 48))
+    ta, tb = mx.quantize_mx(a, "mxfp8", axis=1), mx.quantize_mx(b, "mxfp4", axis=0)
+    for t in (ta, tb):  # device codes and scales (what the device quantizer returns)
+        object.__setattr__(t, "codes", cp.asarray(t.codes))
+        object.__setattr__(t, "scales", cp.asarray(t.scales))
+    mdt = _dt.resolve(("mxfp8", "mxfp4"), "sm_90")
+    first = cp.asnumpy(backend.matmul(ta, tb, mdt))
+    staged = dict(stage._STAGED[ta])
+    second = cp.asnumpy(backend.matmul(ta, tb, mdt))
+    assert all(stage._STAGED[ta][k] is v for k, v in staged.items())
+    np.testing.assert_array_equal(first, reference_matmul(a, b, ("mxfp8", "mxfp4")))
+    np.testing.assert_array_equal(second, first)
+    sa = mx.quantize_tensor(a, "e4m3fn")
+    object.__setattr__(sa, "codes", cp.asarray(sa.codes))
+    if int(cp.cuda.Device().compute_capability) >= 89:
+        got = backend.matmul(sa, cp.asarray(b.astype(np.float32)), _dt.resolve("e4m3fn"))
+        np.testing.assert_array_equal(cp.asnumpy(got), reference_matmul(a, b, "e4m3fn"))
+    t16 = mx.quantize_mx(a, "mxfp8", axis=1, block=16)
+    with pytest.raises(UnsupportedError, match="blocks of 16"):
+        backend.matmul(t16, tb, mdt)
+
+
+def test_device_ordinal_and_stream(backend, rng):
+    """Operands on device 1 run there and come back there (CuPy and torch); operands on two devices are refused
+    naming both.  Needs two GPUs."""
+    import cupy as cp
+
+    from mxcore.errors import UnsupportedError
+
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    a, b = _exact(rng, (33, 40)), _exact(rng, (40, 21))
+    mdt = _dt.resolve("fp16")
+    with cp.cuda.Device(1):
+        a1, b1 = cp.asarray(a.astype(np.float16)), cp.asarray(b.astype(np.float16))
+    got = backend.matmul(a1, b1, mdt)
+    assert got.device.id == 1
+    np.testing.assert_array_equal(cp.asnumpy(got), reference_matmul(a, b, "fp16"))
+    with cp.cuda.Device(0):
+        b0 = cp.asarray(b.astype(np.float16))
+    with pytest.raises(UnsupportedError, match="device 1.*device 0"):
+        backend.matmul(a1, b0, mdt)
+    torch = pytest.importorskip("torch")
+    ta = torch.tensor(a, dtype=torch.bfloat16, device="cuda:1")
+    tb = torch.tensor(b, dtype=torch.bfloat16, device="cuda:1")
+    got = backend.matmul(ta, tb, _dt.resolve("bf16"))
+    assert got.device == ta.device
+    np.testing.assert_array_equal(got.float().cpu().numpy(), reference_matmul(a, b, "bf16"))

@@ -7,8 +7,9 @@ fp16, bf16     inputs rounded once (RNE) to the dtype; ``m16n8k16``.  Operands a
                unit stride and 16-byte alignment are read in place (ldmatrix for K-contiguous, ldmatrix.trans
                for M/N-contiguous); anything else is copied once by ``mx_prep_float``.
 tf32           inputs rounded to tf32 with RNE, then ``m16n8k8``; the hardware reads the pre-rounded bits.
-fp32           3xTF32: x = big + small, big = rne_tf32(x), small = rne_tf32(x - big) (0 where big is inf or NaN);
-               big·big + big·small + small·big in one fp32 accumulator over K' = 3K.  Dropped: small·small and
+fp32           3xTF32: x = big + small, big = rne_tf32(x), small = rne_tf32(x - big); big·big + big'·small +
+               small·big' in one fp32 accumulator over K' = 3K, where small and big' (big in the cross terms) are
+               0 where big is inf or NaN, so that inf and NaN propagate as in IEEE x·y.  Dropped: small·small and
                the residual's rounding: ≤ 2^-20 relative per product; |err| ≤ (K+2)·2^-23·Σ|ab| + 2^-20·Σ|ab|.
 fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales applied in the epilogue.  sm_89 /
                sm_120: native ``m16n8k32`` on K-major fp8 bytes.  sm_90: the same bytes through cp.async and
@@ -40,7 +41,7 @@ from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 
 from .._contract import Backend, Target
 from .compile import KernelCache
-from .device import as_cupy, device_info, resolve_ordinal, stream_for
+from .device import device_info, resolve_ordinal, stream_for
 from .families import family_for
 from .plan import STORE, CudaPlan
 from .stage import Stager
@@ -56,7 +57,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     vendor = "nvidia"
-    options = ("tile", "family", "fp8_path", "split_k")
+    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate")
 
     def __init__(self):
         self.unavailable_cause = None
@@ -136,7 +137,7 @@ class CudaBackend(Backend):
     # ---- running --------------------------------------------------------------------------------------------
     def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
              tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
-             split_k: int = 0) -> CudaPlan:
+             split_k: int = 0, fp8_accumulate: str = "promote") -> CudaPlan:
         """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
         C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16)."""
         from mxcore import dtypes as _dt
@@ -152,7 +153,7 @@ class CudaBackend(Backend):
                              f"got {sa} and {sb}")
         batch = sa[0] if len(sa) == 3 else (sb[0] if len(sb) == 3 else None)
         m, k, n = sa[-2], sa[-1], sb[-1]
-        family_for(dev.arch, mdt, (batch or 1, m, n, k), family)
+        fam = family_for(dev.arch, mdt, (batch or 1, m, n, k), family)
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
         if path not in _FP8_PATHS:
             raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")
@@ -180,6 +181,11 @@ class CudaBackend(Backend):
                 elif tuple(out.shape) != shape or out.dtype != store or not out.flags.c_contiguous:
                     raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
         like = _result_like(cp, out_dtype, a, b)
+        if fam == "wgmma":  # the sm_90a family (sm90.py): same staging and output, its own launch
+            from .sm90 import Sm90Plan
+
+            return Sm90Plan(self, cp, dev, stream, da, db, out, m, n, batch, out_dtype, prep, like, tile=tile,
+                            fold=fold, fp8_accumulate=fp8_accumulate)
         return CudaPlan(self, cp, dev, stream, da, db, out, m, n, batch, out_dtype, prep, like, tile=tile,
                         fp8_convert=path == "convert", split=split_k, fold=fold)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from mxcore.errors import UnsupportedError
 
+from .sm90 import wgmma_reason
+
 __all__ = ["FAMILIES", "family_for"]
 
 #: family name -> what it needs (for messages)
-FAMILIES = {"mma_sync": "sm_80 or newer"}
+FAMILIES = {"mma_sync": "sm_80 or newer", "wgmma": "sm_90 (sm_90a kernels: H100/H200/GH200)"}
 _KNOWN = ("mma_sync", "wgmma")
 
 
@@ -23,5 +25,7 @@ def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> st
             raise UnsupportedError(f"family={option!r}; choose one of {', '.join(_KNOWN)} (or None: the rule)")
         if option not in FAMILIES:
             raise UnsupportedError(f"family {option!r} is not available in this build; have: {', '.join(FAMILIES)}")
+        if option == "wgmma" and wgmma_reason(arch) is not None:
+            raise UnsupportedError(f"family='wgmma': {wgmma_reason(arch)}; use family='mma_sync'")
         return option
-    return "mma_sync"
+    return "wgmma" if wgmma_reason(arch, mdt, shape) is None else "mma_sync"

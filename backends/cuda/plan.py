@@ -94,7 +94,9 @@ class CudaPlan(Plan):
     def gemm(self) -> None:
         cp, m, n = self.cp, self.m, self.n
         with cp.cuda.Device(self.dev.ordinal), self.stream:
-            if self.da.k == 0:
+            if self.out.size == 0:
+                return
+            if self.da.k == 0:  # the empty sum
                 self.out.fill(0)
                 return
             v, out = self.variant_, self.out

@@ -34,7 +34,7 @@ from .device import as_cupy
 __all__ = ["DevOperand", "Stager"]
 
 _SRC_KIND = {"float64": 0, "float32": 1, "float16": 2, "bf16": 3}
-_DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4}
+_DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4, "tf32_finite": 5}
 _SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
 MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
 
@@ -147,6 +147,8 @@ class Stager:
             ld = _round_up(cols, 16 // esize)
             out = cp.empty((nb, rows, ld), dtype=cp.uint16 if esize == 2 else cp.uint32)
         grid = (-(-cols // 32), -(-rows // 32), nb)
+        if 0 in grid:  # nothing to copy (empty batch, M, N or K): a grid dimension of 0 is not launchable
+            return out, ld
         row_fast = int(s_r == 1 and s_c != 1)
         self._prep("mx_prep_float")(grid, (32, 8), (
             arr, np.int32(_SRC_KIND[kind]), np.int32(rows), np.int32(cols), np.int64(s_r), np.int64(s_c),
@@ -171,10 +173,11 @@ class Stager:
         if name == "tf32":
             buf, ld = self._prep_float(arr, kind, role, "tf32")
             return DevOperand(buf, ld, True, "tf32", 0, cols, bstride(ld))
-        # fp32: 3xTF32 as one tf32 GEMM over K' = 3 Kp
+        # fp32: 3xTF32 as one tf32 GEMM over K' = 3 Kp: A' = [big | big' | small], B' = [big ; small ; big'] where
+        # big' is big with inf/NaN replaced by 0 (IEEE inf and NaN: gemm_prep.cu encode_dst)
         kp = _round_up(cols, 4)
         out = self.cp.zeros((nb, rows, 3 * kp), dtype=self.cp.uint32)
-        parts = ("tf32", "tf32", "tf32_small") if role == "a" else ("tf32", "tf32_small", "tf32")
+        parts = ("tf32", "tf32_finite", "tf32_small") if role == "a" else ("tf32", "tf32_small", "tf32_finite")
         for i, dst in enumerate(parts):
             self._prep_float(arr, kind, role, dst, out=out, col_off=i * kp, ld=3 * kp)
         return DevOperand(out, 3 * kp, True, "tf32", 0, 3 * kp, bstride(3 * kp))
@@ -244,6 +247,8 @@ class Stager:
         else:
             sc, ss_r, ss_c = 0, 0, 0
         grid = (-(-cols // 32), -(-rows // 32))
+        if 0 in grid:
+            return out, ld
         self._prep("mx_prep_codes")(grid, (32, 8), (
             codes_d, np.int32(rows), np.int32(cols), np.int64(s_r), np.int64(s_c), np.int32(int(s_r == 1 and s_c != 1)),
             sc, np.int64(ss_r), np.int64(ss_c), np.int32(exp_bias), np.int32(spec.ebits), np.int32(spec.mbits),
@@ -262,7 +267,7 @@ class Stager:
             if kmajor.flags.c_contiguous and kmajor.shape[1] % 16 == 0:
                 return kmajor, kmajor.shape[1]
             src = kmajor.T  # C order: K x (M or N)
-            if src.flags.c_contiguous and src.shape[0] % 64 == 0 and src.shape[1] % 64 == 0:
+            if src.size and src.flags.c_contiguous and src.shape[0] % 64 == 0 and src.shape[1] % 64 == 0:
                 rows, cols = src.shape
                 out = cp.empty((cols, rows), dtype=cp.uint8)
                 self._prep("mx_transpose_bytes")((cols // 64, rows // 64), (256,), (
@@ -298,7 +303,7 @@ class Stager:
         cp = self.cp
         codes_d = cp.ascontiguousarray(codes)
         rows_, cols_ = codes_d.shape
-        if cols_ % 8 or codes_d.data.ptr % 8:
+        if cols_ % 8 or codes_d.data.ptr % 8 or not codes_d.size:
             return None
         out = cp.empty((rows_, cols_), dtype=cp.uint16)
         table = self._code_table(element, dst, scales is not None)

@@ -1,0 +1,82 @@
+"""The CUDA backend's host-side rules, without a GPU: which device a call runs on (operands on two devices are a
+typed error naming both), the kernel family rule and its option, the split-K rule and the tile rule for batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from mxcore import dtypes as _dt
+from mxcore.backends import Backend, Plan, cuda
+from mxcore.backends.cuda import device, families, plan
+from mxcore.errors import UnsupportedError
+
+
+class _Dev:
+    def __init__(self, kind, index):
+        self.type, self.index, self.id = kind, index, index
+
+
+def _cupy_like(ordinal):
+    cls = type("ndarray", (), {"__module__": "cupy._core.core"})
+    x = cls()
+    x.device = _Dev("cuda", ordinal)
+    return x
+
+
+def _torch_like(kind, index):
+    cls = type("Tensor", (), {"__module__": "torch"})
+    x = cls()
+    x.device = _Dev(kind, index)
+    return x
+
+
+class _FakeCupy:
+    class cuda:
+        class runtime:
+            @staticmethod
+            def getDevice():
+                return 3
+
+
+def test_operand_device_resolution():
+    import numpy as np
+
+    cp = _FakeCupy()
+    assert device.resolve_ordinal(cp, _cupy_like(1), _cupy_like(1)) == 1
+    assert device.resolve_ordinal(cp, _torch_like("cuda", 2), np.ones(2)) == 2  # host data follows the device
+    assert device.resolve_ordinal(cp, np.ones(2), np.ones(2)) == 3  # all host: CuPy's current device
+    assert device.resolve_ordinal(cp, _torch_like("cpu", None), _cupy_like(0)) == 0
+    with pytest.raises(UnsupportedError, match="device 1 and operand b on CUDA device 0"):
+        device.resolve_ordinal(cp, _cupy_like(1), _torch_like("cuda", 0))
+
+
+def test_family_rule_and_option():
+    mdt = _dt.resolve("fp16", "sm_90")
+    assert families.family_for("sm_90", mdt, (1, 4096, 4096, 4096)) == "mma_sync"
+    assert families.family_for("sm_80", mdt, None, "mma_sync") == "mma_sync"
+    with pytest.raises(UnsupportedError, match="family='tensor'"):
+        families.family_for("sm_90", mdt, None, "tensor")
+    if "wgmma" not in families.FAMILIES:
+        with pytest.raises(UnsupportedError, match="not available"):
+            families.family_for("sm_90", mdt, None, "wgmma")
+
+
+def test_split_k_rule():
+    assert plan.split_k(132, 132, 8192, 32) == (1, 8192)  # the tiles fill the GPU
+    assert plan.split_k(132, 4, 64, 32) == (1, 64)  # K too short
+    splits, per = plan.split_k(132, 4, 8192, 32)
+    assert splits > 1 and per % 32 == 0 and splits * per >= 8192 > (splits - 1) * per
+    assert plan.split_k(132, 132, 650, 32, force=3)[0] == 3
+
+
+def test_tile_rule_counts_the_batch():
+    assert cuda.choose_tile(512, 512, 132, "f16") == "64x64"  # 16 blocks of 128x128
+    assert cuda.choose_tile(512, 512, 132, "f16", batch=16) == "128x128"  # 256 blocks with the batch
+
+
+def test_backend_and_plan_follow_the_contract():
+    assert issubclass(cuda.CudaBackend, Backend) and issubclass(cuda.CudaPlan, Plan)
+    be = cuda.CudaBackend()
+    assert set(be.tiles("fp16")) == set(cuda.TILES) and "tile" in be.options
+    assert be.supported_dtypes("sm_80")[:4] == ["fp32", "tf32", "fp16", "bf16"]
+    assert "e4m3fn" in be.supported_dtypes("sm_89") and be.supported_dtypes("sm_75") == []
