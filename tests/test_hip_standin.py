@@ -139,3 +139,25 @@ def test_no_rocm_runtime_is_an_absence(wheels, tmp_path):
     _, out = _run("no_runtime", wheels, None, tmp_path)
     assert out["reason"].startswith("no ROCm runtime") and not out["failure"], out["reason"]
     assert "libamdhip64.so" in out["reason"]
+
+
+def _amd_gpu_tests(wheels, lib, tmp_path, select, **env):
+    """Run tests/test_hip_gpu.py's ``amd_gpu`` tests matching ``select`` under the stand-in (plugin hook)."""
+    import subprocess
+    import sys
+
+    _, folder = wheels
+    full = standin.environment(folder, lib, tmp_path / "amd_gpu", **env)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "standin_hip.plugin", "-p", "no:cacheprovider", "-m",
+           "amd_gpu", "-k", select, str(standin.TESTS / "test_hip_gpu.py")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=standin.TESTS.parent, check=False,
+                          timeout=900)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_amd_gpu_tests_run_on_the_standin(wheels, runtime_lib, tmp_path):
+    """The hardware tests themselves, through hip-python and the stand-in: they run and pass, none skips."""
+    rc, output = _amd_gpu_tests(wheels, runtime_lib, tmp_path,
+                                "exact_every_dtype and shape0 or fp8_encoding_mismatch or mx_tensors_and_mixed")
+    summary = output.strip().splitlines()[-1]
+    assert rc == 0 and "3 passed" in summary and "skipped" not in summary, output[-4000:]

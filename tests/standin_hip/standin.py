@@ -99,9 +99,9 @@ def install_wheels(convention: str) -> tuple[Path | None, str]:
     return final, ""
 
 
-def run_scenario(name: str, wheels: Path, lib: Path | None, work: Path, **env) -> dict:
-    """Run ``scenario.py name`` against ``wheels`` and the stand-in in ``lib`` (None: no HIP runtime at all);
-    ``env``: extra MXSTANDIN_* settings.  Returns the scenario's result dict plus the stand-in's log lines."""
+def environment(wheels: Path, lib: Path | None, work: Path, **env) -> dict:
+    """The environment of a subprocess that imports the hip-python in ``wheels`` and whose HIP runtime is the
+    stand-in in ``lib`` (None: no HIP runtime at all); ``env``: extra MXSTANDIN_* settings."""
     from mxcore.kernels import kernel_source
 
     work.mkdir(parents=True, exist_ok=True)
@@ -126,6 +126,14 @@ def run_scenario(name: str, wheels: Path, lib: Path | None, work: Path, **env) -
     else:
         full["ROCM_PATH"] = str(work / "no-rocm")  # an empty tree: hip-python 10 must not find /opt/rocm either
     full.update({k: str(v) for k, v in env.items()})
+    return full
+
+
+def run_scenario(name: str, wheels: Path, lib: Path | None, work: Path, **env) -> dict:
+    """Run ``scenario.py name`` in :func:`environment`.  Returns the scenario's result dict plus the stand-in's
+    log lines."""
+    full = environment(wheels, lib, work, **env)
+    log = Path(full["MXSTANDIN_LOG"])
     proc = subprocess.run([sys.executable, str(HERE / "scenario.py"), name], capture_output=True, text=True,
                           env=full, check=False, timeout=900)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("STANDIN_RESULT ")]
