@@ -153,7 +153,8 @@ class CudaBackend(Backend):
                              f"got {sa} and {sb}")
         batch = sa[0] if len(sa) == 3 else (sb[0] if len(sb) == 3 else None)
         m, k, n = sa[-2], sa[-1], sb[-1]
-        fam = family_for(dev.arch, mdt, (batch or 1, m, n, k), family)
+        mma_sync_only = tile in TILES or split_k or fp8_path is not None  # options of the mma.sync kernel
+        fam = family_for(dev.arch, mdt, (batch or 1, m, n, k), family or ("mma_sync" if mma_sync_only else None))
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
         if path not in _FP8_PATHS:
             raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")

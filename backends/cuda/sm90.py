@@ -1,0 +1,290 @@
+"""The Hopper (sm_90a) kernel family: ``kernels_cuda/gemm_sm90.cu`` (wgmma + TMA + warp specialization).
+
+One persistent kernel, specialised by ``-D`` defines (:meth:`Sm90Variant.options`): a producer warpgroup issues
+TMA loads (128-byte swizzle, zero fill past M/N/K) into a multi-stage ring of full/empty mbarriers; two consumer
+warpgroups run ``wgmma.mma_async`` m64nNk{16,8,32} from shared memory and write fp32/fp16/bf16 straight from
+their accumulators, scaled by the per-tensor power-of-two factors.  Optional clusters of two blocks along M share
+the B tile through TMA multicast.
+
+* Elements: f16, bf16 (all four majorness combinations through wgmma's transpose bits), tf32 (K-major; fp32 runs
+  its 3xTF32 split through it, K' = 3K), fp8 e4m3/e5m2 and mixed pairs (K-major bytes) with fp32 promotion of the
+  accumulator every 128 K (one ring stage) by default, or fast accumulation (``fp8_accumulate="fast"``).
+* Operands come from :class:`~.stage.Stager` unchanged (:class:`~.stage.DevOperand`: 16-byte aligned base, row
+  pitch a multiple of 16 bytes, which is what TMA needs); this module encodes the two tensor maps per plan
+  (``cuTensorMapEncodeTiled`` through the driver library, ctypes) and passes them by value.
+* :func:`wgmma_reason` is this family's part of the family rule (``families.family_for``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from mxcore.errors import UnsupportedError
+
+from .plan import CudaPlan
+from .variants import ELEMENTS
+
+__all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
+           "choose_sm90", "tensor_map", "wgmma_reason"]
+
+SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
+BM = 128  # two consumer warpgroups of 64 rows
+THREADS = 384  # producer + two consumers
+STAGE_K_BYTES = 128  # K bytes per row per stage: one 128-byte swizzle row
+_ELEM_CODE = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 3, "e5m2": 3}
+_FP8 = ("e4m3", "e5m2")
+_OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+#: block tiles: name -> (BN, stages, cluster size along M).  128x256 (cluster of 2) is the 16-bit/tf32/fast-fp8
+#: default; promoted fp8 keeps two accumulators (main + per-128-K scratch), so its N is 192 (NOTES_SM90.md).
+SM90_TILES = {
+    "128x256c2": (256, 4, 2),
+    "128x256": (256, 4, 1),
+    "128x192": (192, 5, 1),
+    "128x192c2": (192, 5, 2),
+    "128x128": (128, 6, 1),
+}
+
+
+@dataclass(frozen=True)
+class Sm90Variant:
+    """One compiled form of gemm_sm90.cu.  ``elem``/``b_elem``: the operands' element names (mma.sync's
+    ``variants.ELEMENTS`` spelling: f16, bf16, tf32, e4m3, e5m2); ``promote``: fp8 promotion every 128 K."""
+
+    elem: str
+    b_elem: str
+    a_kmajor: bool
+    b_kmajor: bool
+    tile: str
+    promote: bool = True
+    group_m: int = 16
+
+    def __post_init__(self):
+        if self.elem not in _ELEM_CODE or self.b_elem not in _ELEM_CODE:
+            raise UnsupportedError(f"the wgmma family reads f16, bf16, tf32, e4m3, e5m2; got {self.elem}/{self.b_elem}")
+        if (self.elem in _FP8) != (self.b_elem in _FP8) or (self.elem not in _FP8 and self.elem != self.b_elem):
+            raise UnsupportedError(f"wgmma multiplies equal 16-bit/tf32 elements or two fp8 elements, not "
+                                   f"{self.elem} x {self.b_elem}")
+        if self.esize != 2 and not (self.a_kmajor and self.b_kmajor):
+            raise UnsupportedError(f"wgmma reads {self.elem} operands K-major only (transpose bits are 16-bit only)")
+        if self.tile not in SM90_TILES:
+            raise UnsupportedError(f"tile {self.tile!r} is not a wgmma tile; choose one of {', '.join(SM90_TILES)}")
+
+    @property
+    def esize(self) -> int:
+        return ELEMENTS[self.elem].esize if self.elem in ELEMENTS else 1
+
+    @property
+    def bn(self) -> int:
+        return SM90_TILES[self.tile][0]
+
+    @property
+    def stages(self) -> int:
+        return SM90_TILES[self.tile][1]
+
+    @property
+    def cluster(self) -> int:
+        return SM90_TILES[self.tile][2]
+
+    @property
+    def bk(self) -> int:
+        """K elements per ring stage."""
+        return STAGE_K_BYTES // self.esize
+
+    @property
+    def threads(self) -> int:
+        return THREADS
+
+    @property
+    def smem_bytes(self) -> int:
+        """Ring + 2 mbarriers per stage + 1 KB for aligning the ring to the 128-byte swizzle's 1024-byte period."""
+        return self.stages * (BM + self.bn) * STAGE_K_BYTES + 16 * self.stages + 1024
+
+    @property
+    def name(self) -> str:
+        e = self.elem if self.elem == self.b_elem else f"{self.elem}_{self.b_elem}"
+        acc = "" if self.elem not in _FP8 else ("_promote" if self.promote else "_fast")
+        return f"sm90_{e}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}_{self.tile}{acc}"
+
+    def options(self) -> list[str]:
+        o = ["--gpu-architecture=sm_90a", "-std=c++17", f"-DSM90_ELEM={_ELEM_CODE[self.elem]}",
+             f"-DSM90_TA={int(not self.a_kmajor)}", f"-DSM90_TB={int(not self.b_kmajor)}", f"-DSM90_BN={self.bn}",
+             f"-DSM90_STAGES={self.stages}", f"-DSM90_CLUSTER={self.cluster}", f"-DSM90_GROUP_M={self.group_m}"]
+        if self.elem in _FP8:
+            o += [f"-DSM90_PROMOTE={int(self.promote)}", f"-DSM90_A_E5M2={int(self.elem == 'e5m2')}",
+                  f"-DSM90_B_E5M2={int(self.b_elem == 'e5m2')}"]
+        return o
+
+
+def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote: bool = True,
+                tile: str | None = None) -> Sm90Variant:
+    """The default variant of an element pair (measured on an H200: NOTES_SM90.md)."""
+    if tile is None:
+        tile = "128x192" if (elem in _FP8 and promote) else "128x256c2"
+    return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile, promote)
+
+
+def all_sm90_variants() -> list[Sm90Variant]:
+    """Every variant the chooser can return (the CI compile checks and the kernel manifest)."""
+    out = []
+    for e in ("f16", "bf16"):
+        for ak in (True, False):
+            for bk in (True, False):
+                out.append(choose_sm90(e, e, ak, bk))
+    out.append(choose_sm90("tf32", "tf32", True, True))
+    for a in _FP8:
+        for b in _FP8:
+            for promote in (True, False):
+                out.append(choose_sm90(a, b, True, True, promote))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the family rule (this family's part; families.family_for asks it)
+# ------------------------------------------------------------------------------------------------------------
+def wgmma_reason(arch: str, mdt=None, shape=None, sms: int = 132) -> str | None:
+    """None when the wgmma family should run ``mdt`` for ``shape`` = (batch, m, n, k) on ``arch``, else why not.
+    sm_90 only (wgmma is sm_90a); one matrix (batches stay on mma.sync's grid.y); enough 128x256 tiles to give
+    every SM one (fewer — decode shapes — go to mma.sync, which splits K)."""
+    if arch != "sm_90":
+        return f"wgmma needs sm_90 (H100/H200/GH200), not {arch}"
+    if shape is not None:
+        batch, m, n, _k = shape
+        if batch and batch > 1:
+            return "batched problems run on mma.sync (the wgmma kernel has no batch dimension yet)"
+        if -(-m // BM) * -(-n // 256) < sms // 2:
+            return f"{m}x{n} has fewer than {sms // 2} 128x256 tiles: mma.sync with split K fills the GPU better"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# driver: tensor maps and cluster occupancy (libcuda through ctypes; CuPy does not wrap either)
+# ------------------------------------------------------------------------------------------------------------
+_TMA_DTYPE = {1: 0, 2: 1, 4: 2}  # CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32: bytes are copied, not converted
+_SWIZZLE_128B, _L2_PROMOTION_256B = 3, 3
+
+
+@functools.lru_cache(maxsize=1)
+def _driver():
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise UnsupportedError(f"the wgmma family needs the CUDA driver library (libcuda.so.1): {exc}") from None
+
+
+def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner: int, box_outer: int) -> np.ndarray:
+    """A 2-D tiled ``CUtensorMap`` (128-byte swizzle, zeros out of bounds) as a size-1 'V128' numpy array, which
+    CuPy passes by value to a ``const __grid_constant__`` kernel parameter.  ``inner``/``outer``: the global
+    extents (elements; inner contiguous), ``ld``: elements between outer rows."""
+    if ptr % 16 or (ld * esize) % 16:
+        raise UnsupportedError(f"TMA needs a 16-byte aligned base and row pitch (base {ptr:#x}, pitch {ld}x{esize} B)")
+    fn = _driver().cuTensorMapEncodeTiled
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    raw = (ctypes.c_uint8 * 192)()
+    addr = (ctypes.addressof(raw) + 63) & ~63  # the map must be 64-byte aligned
+    err = fn(addr, _TMA_DTYPE[esize], 2, ptr, (ctypes.c_uint64 * 2)(inner, outer), (ctypes.c_uint64 * 1)(ld * esize),
+             (ctypes.c_uint32 * 2)(box_inner, box_outer), (ctypes.c_uint32 * 2)(1, 1), 0, _SWIZZLE_128B,
+             _L2_PROMOTION_256B, 0)
+    if err != 0:
+        raise UnsupportedError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {inner}x{outer} operand "
+                               f"(pitch {ld}, box {box_inner}x{box_outer})")
+    out = np.zeros(1, dtype="V128")
+    out.view(np.uint8)[:] = np.frombuffer(ctypes.string_at(addr, 128), dtype=np.uint8)
+    return out
+
+
+def operand_map(v: Sm90Variant, op, rows: int, tile_rows: int) -> np.ndarray:
+    """The map of a staged operand (rows = M for A, N for B): K-major boxes are (128 bytes of K) x tile_rows;
+    M/N-major boxes are 64 elements (128 bytes) x BK, loaded tile_rows / 64 times."""
+    esize = v.esize
+    if op.kmajor:
+        return tensor_map(op.buf.data.ptr, esize, op.k, rows, op.ld, v.bk, tile_rows)
+    return tensor_map(op.buf.data.ptr, esize, rows, op.k, op.ld, STAGE_K_BYTES // esize, v.bk)
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+def max_active_clusters(kernel, v: Sm90Variant) -> int:
+    """cuOccupancyMaxActiveClusters of a kernel with compile-time cluster dims (0 when the query fails)."""
+    fn = _driver().cuOccupancyMaxActiveClusters
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_LaunchConfig)]
+    cfg = _LaunchConfig((ctypes.c_uint * 3)(v.cluster, 1, 1), (ctypes.c_uint * 3)(THREADS, 1, 1), v.smem_bytes,
+                        None, None, 0)
+    n = ctypes.c_int(0)
+    func = getattr(kernel, "kernel", kernel).ptr  # cupy RawKernel -> Function -> CUfunction
+    return n.value if fn(ctypes.byref(n), ctypes.c_void_p(func), ctypes.byref(cfg)) == 0 else 0
+
+
+_CLUSTERS: dict = {}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the plan
+# ------------------------------------------------------------------------------------------------------------
+class Sm90Plan(CudaPlan):
+    """:class:`~.plan.CudaPlan` with the wgmma kernel bound instead of mma.sync (same staging, output, result).
+    ``tile``: one of :data:`SM90_TILES`; ``fp8_accumulate``: "promote" (default) or "fast"."""
+
+    def __init__(self, *args, fp8_accumulate: str = "promote", **kwargs):
+        if fp8_accumulate not in ("promote", "fast"):
+            raise UnsupportedError(f"fp8_accumulate must be 'promote' or 'fast', not {fp8_accumulate!r}")
+        self._promote = fp8_accumulate == "promote"
+        super().__init__(*args, **kwargs)
+
+    def _bind(self) -> None:
+        a, b, m, n = self.da, self.db, self.m, self.n
+        if (self.batch or 1) > 1 or a.bstride or b.bstride:
+            raise UnsupportedError("the wgmma kernel multiplies one matrix; batches run on family='mma_sync'")
+        v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile)
+        self.variant_ = v
+        self.variant = f"{v.name} (wgmma)"
+        self.diagnostics = ()
+        self._splits = 1
+        e = a.exp + b.exp
+        self._alpha = (np.float32(2.0 ** (e // 2)), np.float32(2.0 ** (e - e // 2)))
+        self._kernel = self.backend.kernels.get(self.cp, self.dev.ordinal, ("sm90", v), SM90_FILE, SM90_KERNEL,
+                                                v.options(), v.smem_bytes)
+        self._maps()
+        key = (self.dev.ordinal, v)
+        if key not in _CLUSTERS:
+            _CLUSTERS[key] = max_active_clusters(self._kernel, v) if v.cluster > 1 else self.dev.sms
+        resident = _CLUSTERS[key] or self.dev.sms // v.cluster
+        units = -(-m // (BM * v.cluster)) * -(-n // v.bn)
+        self._grid = (max(1, min(units, resident)) * v.cluster,)
+
+    def _maps(self) -> None:
+        v = self.variant_
+        if self.da.k == 0 or self.out.size == 0:
+            self._map_a = self._map_b = None
+            return
+        self._map_a = operand_map(v, self.da, self.m, BM)
+        self._map_b = operand_map(v, self.db, self.n, v.bn // v.cluster)
+
+    def gemm(self) -> None:
+        cp, out, v = self.cp, self.out, self.variant_
+        with cp.cuda.Device(self.dev.ordinal), self.stream:
+            if out.size == 0:
+                return
+            if self.da.k == 0:  # the empty sum
+                out.fill(0)
+                return
+            ldc = out.shape[-1]
+            pair_ok = int(ldc % 2 == 0 and out.data.ptr % 8 == 0)
+            self._kernel(self._grid, (THREADS,), (
+                self._map_a, self._map_b, out, np.int32(self.m), np.int32(self.n), np.int32(self.da.k),
+                np.int64(ldc), self._alpha[0], self._alpha[1], np.int32(_OUT_KIND[self.out_dtype]),
+                np.int32(pair_ok)), shared_mem=v.smem_bytes)
+
+    def clone(self) -> "Sm90Plan":
+        other = super().clone()
+        other._maps()  # the maps hold the operands' addresses
+        return other

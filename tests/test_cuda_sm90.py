@@ -1,0 +1,196 @@
+"""The sm_90a wgmma family (``kernels_cuda/gemm_sm90.cu``, ``backends/cuda/sm90.py``) on a Hopper GPU (marker
+nvidia_gpu; skipped without CuPy, a GPU, or when the GPU is not sm_90).  Every call forces ``family="wgmma"``.
+
+* Exact inputs (small integers, times powers of two for the 16-bit/tf32/fp32 dtypes): bit-exact against
+  ``mxcore.reference.reference_matmul`` for every dtype, the four A/B majorness combinations (16-bit operands are
+  read in place through wgmma's transpose bits; the others are staged K-major), shapes 1x1x1 .. 127x255x4097, and
+  at 4096^3, 4096x14336x4096, 8192x1024x8192 and the decode shapes 16/64x8192x8192 against a float64 GPU product.
+* fp8 with promotion: integers in [-4, 4] (a 128-K window sums to at most 2^11 in magnitude, within the fp8
+  accumulator's measured precision, so each window is exact and the fp32 sum of windows too); fast accumulation
+  with K <= 520 and integers in [-2, 2] (every partial sum below 2^11).
+* The fp8 tensor-core accumulator's precision, measured: p bits such that 2^e + 1 survives for e < p.
+* Random normal inputs within |err| <= (K + 2) 2^-23 Σ|ab| (fp16/bf16/tf32), plus 2^-20 Σ|ab| (fp32 3xTF32),
+  plus 2^-p Σ|ab| (fp8 promoted: one rounding to p bits per 128-K window), or (K/32 + 1) 2^-p Σ|ab| (fp8 fast:
+  one rounding per k32 wgmma into the running sum).
+Every launch writes into an output poisoned with NaN first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import dtypes as _dt
+from mxcore.operands import prepare
+from mxcore.reference import reference_matmul
+
+pytestmark = pytest.mark.nvidia_gpu
+
+FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
+FP8_DTYPES = ["e4m3fn", "e5m2", ("e4m3fn", "e5m2"), ("e5m2", "e4m3fn")]
+MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+SMALL_SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520), (300, 600, 1000)]
+
+
+def _id(d):
+    return d if isinstance(d, str) else "+".join(d)
+
+
+@pytest.fixture(scope="module")
+def backend(cupy_device):
+    import cupy as cp
+
+    from mxcore.backends import get
+
+    be = get("cuda")
+    if be.is_available():
+        pytest.skip(be.is_available())
+    if int(cp.cuda.Device().compute_capability) != 90:
+        pytest.skip("the wgmma family needs an sm_90 GPU (H100/H200/GH200)")
+    return be
+
+
+def _ints(rng, shape, lo, hi, pow2=False):
+    x = rng.integers(lo, hi + 1, size=shape).astype(np.float64)
+    return x * np.exp2(rng.integers(-1, 2, size=shape)) if pow2 else x
+
+
+def _layout(cp, x, major):
+    d = cp.asarray(x)
+    return cp.asfortranarray(d) if major == "col" else cp.ascontiguousarray(d)
+
+
+def _operands(cp, a, b, dtype, major):
+    mdt = _dt.resolve(dtype, "sm_90")
+    storage = np.float16 if (mdt.kind == "float" and mdt.a.name == "fp16") else np.float32
+    return _layout(cp, a.astype(storage), major[0]), _layout(cp, b.astype(storage), major[1])
+
+
+def _run(backend, a, b, dtype, out_dtype="float32", **options):
+    import cupy as cp
+
+    mdt = _dt.resolve(dtype, "sm_90")
+    store = {"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[out_dtype]
+    out = cp.empty((a.shape[0], b.shape[1]), dtype=store)
+    out.fill(0x7FC0 if out_dtype == "bfloat16" else np.nan)  # poison (bf16 NaN bits)
+    plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, family="wgmma", **options)
+    assert plan.variant.endswith("(wgmma)"), plan.variant
+    plan.gemm()
+    host = cp.asnumpy(out)
+    if out_dtype == "bfloat16":
+        import ml_dtypes
+
+        host = host.view(ml_dtypes.bfloat16)
+    return host.astype(np.float64)
+
+
+@pytest.mark.parametrize("shape", SMALL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("major", MAJORS, ids=lambda m: f"{m[0]}-{m[1]}")
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + FP8_DTYPES + ["mxfp8_e4m3", "mxfp4"], ids=_id)
+def test_exact_inputs_bit_exact(backend, rng, dtype, major, shape):
+    import cupy as cp
+
+    m, n, k = shape
+    fp8 = dtype in FP8_DTYPES
+    a, b = _ints(rng, (m, k), -4, 4, not fp8), _ints(rng, (k, n), -4, 4, not fp8)
+    got = _run(backend, *_operands(cp, a, b, dtype, major), dtype)
+    assert not np.isnan(got).any(), "unwritten (NaN-poisoned) outputs"
+    np.testing.assert_array_equal(got, reference_matmul(a, b, dtype).astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", FP8_DTYPES, ids=_id)
+@pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 65), (130, 260, 520)], ids=lambda s: "x".join(map(str, s)))
+def test_fp8_fast_accumulation_exact(backend, rng, dtype, shape):
+    import cupy as cp
+
+    m, n, k = shape
+    a, b = _ints(rng, (m, k), -2, 2), _ints(rng, (k, n), -2, 2)
+    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
+               fp8_accumulate="fast")
+    np.testing.assert_array_equal(got, reference_matmul(a, b, dtype).astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "e4m3fn", "mxfp4"], ids=_id)
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
+def test_low_precision_outputs(backend, rng, dtype, out_dtype):
+    import cupy as cp
+
+    a, b = _ints(rng, (70, 96), -4, 4), _ints(rng, (96, 50), -4, 4)
+    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype, out_dtype)
+    np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, out_dtype=out_dtype).astype(np.float64))
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (4096, 14336, 4096), (8192, 1024, 8192), (16, 8192, 8192),
+                                   (64, 8192, 8192)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "e4m3fn"])
+def test_large_shapes_exact(backend, rng, dtype, shape):
+    import cupy as cp
+
+    m, n, k = shape
+    fp8 = dtype == "e4m3fn"
+    da = cp.asarray(_ints(rng, (m, k), -4, 4, not fp8).astype(np.float32))
+    db = cp.asarray(_ints(rng, (k, n), -4, 4, not fp8).astype(np.float32))
+    want = cp.asnumpy(da.astype(cp.float64) @ db.astype(cp.float64))  # exact: integers/quarters, |sum| < 2^24
+    got = _run(backend, da, db, dtype)
+    assert not np.isnan(got).any()
+    np.testing.assert_array_equal(got, want)
+
+
+def _fp8_accumulator_bits(backend) -> int:
+    """Largest p such that 2^e + 1 (a product 2^e and a product 1 in one k32 wgmma) is exact for all e < p."""
+    import cupy as cp
+
+    for e in range(8, 26):
+        a = np.zeros((1, 2), np.float32)
+        b = np.zeros((2, 1), np.float32)
+        a[0] = [2.0 ** (e // 2), 1.0]
+        b[:, 0] = [2.0 ** (e - e // 2), 1.0]
+        got = _run(backend, cp.asarray(a), cp.asarray(b), "e4m3fn", fp8_accumulate="fast")[0, 0]
+        if got != 2.0**e + 1:
+            return e
+    return 26
+
+
+def test_fp8_accumulator_precision(backend):
+    """The measured precision that the fp8 bounds and the promotion's exactness argument rest on."""
+    p = _fp8_accumulator_bits(backend)
+    print(f"fp8 wgmma accumulator: 2^e + 1 exact for e < {p}")
+    assert p >= 12, f"fp8 accumulator keeps only {p} bits; the exact-input tests assume >= 12"
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + ["e4m3fn", ("e5m2", "e4m3fn"), "fast-e4m3fn"], ids=_id)
+def test_random_normal_within_bound(backend, rng, dtype):
+    import cupy as cp
+
+    fast = dtype == "fast-e4m3fn"
+    dtype = "e4m3fn" if fast else dtype
+    m, n, k = 300, 520, 2000
+    a = rng.standard_normal((m, k)) * 3.0
+    b = rng.standard_normal((k, n)) * 0.5
+    mdt = _dt.resolve(dtype, "sm_90")
+    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
+               **({"fp8_accumulate": "fast"} if fast else {}))
+    opa, opb = prepare(a.astype(np.float32), b.astype(np.float32), mdt)
+    a64, b64 = opa.to_float64(), opb.to_float64()
+    ref, scale = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    bound = (k + 2) * 2.0**-23 * scale
+    if dtype == "fp32":
+        ref = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+        bound = bound + 2.0**-20 * scale
+    elif mdt.kind == "fp8":
+        p = _fp8_accumulator_bits(backend)
+        bound = bound + ((k / 32 + 1) if fast else 1) * 2.0**-p * scale
+    err = np.abs(got - ref)
+    assert not np.isnan(got).any()
+    assert (err <= bound).all(), f"max err {err.max():.3g} vs bound {bound[err > bound].min():.3g}"
+
+
+def test_family_rule_picks_wgmma_for_large_problems(backend, rng):
+    import cupy as cp
+
+    a = cp.asarray(rng.standard_normal((2048, 1024)).astype(np.float16))
+    b = cp.asarray(rng.standard_normal((1024, 2048)).astype(np.float16))
+    mdt = _dt.resolve("fp16", "sm_90")
+    assert backend.plan(a, b, mdt).variant.endswith("(wgmma)")
+    assert backend.plan(a[:16], b, mdt).variant.endswith("(mma.sync)")  # decode: mma.sync with split K
+    assert backend.plan(a, b, mdt, family="mma_sync").variant.endswith("(mma.sync)")

@@ -1,0 +1,72 @@
+"""Offline (no GPU) checks of the sm_90a wgmma family: every variant the chooser can return
+(``backends/cuda/sm90.all_sm90_variants``) compiled by NVRTC to an sm_90a cubin (ptxas runs), and its SASS must
+show the design: HGMMA (fp16/bf16/tf32) or QGMMA (fp8) of the variant's shape, four per ring stage (128 bytes of
+K in 32-byte wgmma steps), TMA loads (UTMALDG), setmaxnreg (USETMAXREG, no C7508 "ignored" warning), and no local
+memory.  Also the pure-Python parts: variant validation, the family rule, the tensor-map argument checks.
+Without NVRTC/cuobjdump the compile tests skip, except under CI=true where they fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mxcore.backends import nvrtc_tools
+from mxcore.backends.cuda import families, sm90
+from mxcore.backends.cuda.compile import source
+from mxcore.errors import UnsupportedError
+
+from conftest import require_tool
+
+SMEM_LIMIT = 227 * 1024  # sm_90 opt-in dynamic shared memory per block
+VARIANTS = sm90.all_sm90_variants()
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.name)
+def test_variant_compiles_to_wgmma_and_tma(v):
+    require_tool("NVRTC (cuda-bindings + nvidia-cuda-nvrtc)", nvrtc_tools.have_nvrtc())
+    require_tool("cuobjdump + nvdisasm", nvrtc_tools.have_cuobjdump())
+    opts = [o for o in v.options() if not o.startswith("--gpu-architecture")]
+    b = nvrtc_tools.compile_cuda(source(sm90.SM90_FILE), name=v.name, arch="sm_90a", options=opts)
+    res = b.resources[sm90.SM90_KERNEL]
+    print(f"{v.name}: {res['registers']} registers at entry, {v.smem_bytes} B dynamic shared memory")
+    assert res["local_bytes"] == 0 and res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    assert "C7508" not in b.log, "ptxas ignored setmaxnreg"
+    assert v.smem_bytes <= SMEM_LIMIT
+    counts = nvrtc_tools.sass_counts(b.sass)
+    fp8 = v.elem in ("e4m3", "e5m2")
+    mma, other = ("QGMMA", "HGMMA") if fp8 else ("HGMMA", "QGMMA")
+    kstep = 32 // v.esize
+    lines = nvrtc_tools.sass_lines(b.sass, mma)
+    assert len(lines) == 4 and counts[other] == 0, counts
+    assert all(f".64x{v.bn}x{kstep}." in line for line in lines), lines
+    assert counts["UTMALDG"] >= 2 and counts["USETMAXREG"] == 2
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and counts["HMMA"] == 0
+
+
+def test_variant_validation():
+    with pytest.raises(UnsupportedError, match="K-major only"):
+        sm90.Sm90Variant("tf32", "tf32", False, True, "128x256")
+    with pytest.raises(UnsupportedError, match="two fp8"):
+        sm90.Sm90Variant("e4m3", "f16", True, True, "128x256")
+    with pytest.raises(UnsupportedError, match="not a wgmma tile"):
+        sm90.Sm90Variant("f16", "f16", True, True, "128x128k128s3")
+    v = sm90.choose_sm90("e4m3", "e5m2", True, True)
+    assert v.promote and "-DSM90_B_E5M2=1" in v.options() and "-DSM90_A_E5M2=0" in v.options()
+    assert len({x.name for x in VARIANTS}) == len(VARIANTS)
+
+
+def test_family_rule():
+    assert families.family_for("sm_90", None, (1, 4096, 4096, 4096)) == "wgmma"
+    assert families.family_for("sm_90", None, (1, 16, 8192, 8192)) == "mma_sync"  # decode: split K on mma.sync
+    assert families.family_for("sm_90", None, (4, 4096, 4096, 4096)) == "mma_sync"  # batches
+    assert families.family_for("sm_89", None, (1, 4096, 4096, 4096)) == "mma_sync"
+    assert families.family_for("sm_90", None, (1, 16, 8192, 8192), "wgmma") == "wgmma"
+    with pytest.raises(UnsupportedError, match="sm_90"):
+        families.family_for("sm_80", None, None, "wgmma")
+
+
+def test_tensor_map_needs_aligned_operands():
+    with pytest.raises(UnsupportedError, match="16-byte aligned"):
+        sm90.tensor_map(0x1008, 2, 64, 64, 64, 64, 64)
+    with pytest.raises(UnsupportedError, match="16-byte aligned"):
+        sm90.tensor_map(0x1000, 2, 65, 64, 65, 64, 64)
