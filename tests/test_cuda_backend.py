@@ -52,8 +52,9 @@ def test_operand_device_resolution():
 
 def test_family_rule_and_option():
     mdt = _dt.resolve("fp16", "sm_90")
-    assert families.family_for("sm_90", mdt, (1, 4096, 4096, 4096)) == "mma_sync"
-    assert families.family_for("sm_80", mdt, None, "mma_sync") == "mma_sync"
+    assert families.family_for("sm_80", mdt, (1, 4096, 4096, 4096)) == "mma_sync"  # no wgmma before Hopper
+    assert families.family_for("sm_90", mdt, (1, 4096, 4096, 4096), "mma_sync") == "mma_sync"
+    assert families.family_for("sm_90", mdt, (1, 4096, 4096, 4096)) in families.FAMILIES
     with pytest.raises(UnsupportedError, match="family='tensor'"):
         families.family_for("sm_90", mdt, None, "tensor")
     if "wgmma" not in families.FAMILIES:

@@ -200,7 +200,8 @@ def test_loop_diagnostics_launch_and_leave_gemm_intact(backend, rng, dtype):
     import cupy as cp
 
     a, b = _exact(rng, (256, 96)), _exact(rng, (96, 384))  # short K: one K slice (no split K) for every dtype
-    p = backend.plan(cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), _dt.resolve(dtype, "sm_90"))
+    p = backend.plan(cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), _dt.resolve(dtype, "sm_90"),
+                     family="mma_sync")
     assert p.diagnostics == ("smem", "mma", "feed")
     p.gemm()
     want = cp.asnumpy(p.result()).copy()
@@ -338,9 +339,9 @@ def test_inf_and_nan_propagate_like_the_reference(backend, rng, dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_batched_runs_as_one_launch(backend, rng, dtype):
-    """(B, M, K) @ (B, K, N), (B, M, K) @ (K, N) (shared weight: folded into M when A is contiguous, else a zero
-    batch stride), (M, K) @ (B, K, N), transposed batches and B = 0: one GEMM launch, equal to the reference per
-    batch element."""
+    """mma.sync family: (B, M, K) @ (B, K, N), (B, M, K) @ (K, N) (shared weight: folded into M when A is
+    contiguous, else a zero batch stride), (M, K) @ (B, K, N), transposed batches and B = 0: one GEMM launch,
+    equal to the reference per batch element."""
     import cupy as cp
 
     storage = np.float16 if dtype == "fp16" else np.float32
@@ -353,7 +354,7 @@ def test_batched_runs_as_one_launch(backend, rng, dtype):
              (a_t, cp.asarray(b2.astype(storage)), None),
              (cp.asarray(a3[0].astype(storage)), cp.asarray(b3.astype(storage)), None)]
     for da, db, how in cases:
-        p = backend.plan(da, db, mdt)
+        p = backend.plan(da, db, mdt, family="mma_sync")
         if how == "folded":
             assert p.batch is None and p.m == nb * m  # one 2-D GEMM over the stacked rows
         else:
@@ -365,9 +366,10 @@ def test_batched_runs_as_one_launch(backend, rng, dtype):
         for i in range(nb):
             want = reference_matmul(ha[i] if ha.ndim == 3 else ha, hb[i] if hb.ndim == 3 else hb, dtype)
             np.testing.assert_array_equal(got[i], want)
-    p = backend.plan(cp.zeros((0, m, k), storage), cp.zeros((0, k, n), storage), mdt)
-    p.gemm()
-    assert p.result().shape == (0, m, n)
+    for family in ("mma_sync", None):  # None: the family rule's choice for this device
+        p = backend.plan(cp.zeros((0, m, k), storage), cp.zeros((0, k, n), storage), mdt, family=family)
+        p.gemm()
+        assert p.result().shape == (0, m, n)
 
 
 def test_batched_split_k(backend, rng):
@@ -384,9 +386,11 @@ def test_batched_split_k(backend, rng):
 
 
 def test_device_float_inputs_never_touch_the_host(backend, rng, monkeypatch):
-    """fp16/bf16/tf32/fp32 with CuPy or torch CUDA inputs: staging and result stay on the device (any host copy
-    would go through cupy.asnumpy / ndarray.get / torch's .cpu(), all made to fail here)."""
+    """fp16/bf16/tf32/fp32 with CuPy or torch CUDA inputs: staging and result stay on the device (mxcore's host
+    copies go through cupy.asnumpy, mxcore.arrays.to_numpy or torch's .cpu() / .numpy(), all made to fail here)."""
     import cupy as cp
+
+    from mxcore import arrays
 
     torch = pytest.importorskip("torch")
     a, b = _exact(rng, (40, 72)), _exact(rng, (72, 24))
@@ -401,7 +405,7 @@ def test_device_float_inputs_never_touch_the_host(backend, rng, monkeypatch):
     results = {}
     with monkeypatch.context() as mp:
         mp.setattr(cp, "asnumpy", no_host)
-        mp.setattr(cp.ndarray, "get", no_host)
+        mp.setattr(arrays, "to_numpy", no_host)
         mp.setattr(torch.Tensor, "cpu", no_host)
         mp.setattr(torch.Tensor, "numpy", no_host)
         for kind, (x, y) in dev_inputs.items():

@@ -175,12 +175,14 @@ class CudaBackend(Backend):
                 else:
                     prep = self._quantized_prep(stager, a, b, mdt, scale_rounding, path)
                 da, db = prep()
-                shape = (m, n) if batch is None else (batch, m, n)
+                shape = fold or ((m, n) if batch is None else (batch, m, n))
                 store = getattr(cp, STORE[out_dtype])
                 if out is None:
                     out = cp.empty(shape, dtype=store)
                 elif tuple(out.shape) != shape or out.dtype != store or not out.flags.c_contiguous:
                     raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
+                if fold:
+                    out = out.reshape(m, n)
         like = _result_like(cp, out_dtype, a, b)
         if fam == "wgmma":  # the sm_90a family (sm90.py): same staging and output, its own launch
             from .sm90 import Sm90Plan
@@ -278,41 +280,36 @@ def _fold(a):
 
 def _result_like(cp, out_dtype: str, a, b):
     """A function turning the CuPy output into the caller's kind of array: CuPy for CuPy inputs, torch for torch
-    CUDA inputs (same device, through DLPack), numpy otherwise."""
+    inputs (CUDA: same device, through DLPack; CPU: a host copy), numpy otherwise."""
+    bf16 = out_dtype == "bfloat16"
     for x in (a, b):
         kind = array_kind(x)
         if kind == "mx":
             x, kind = x.codes, array_kind(x.codes)
         if kind == "cupy":
             return lambda out: out
-        if kind == "torch" and x.device.type == "cuda":
+        if kind == "torch":
             import torch
 
             device = x.device
 
             def to_torch(out):
-                with torch.cuda.device(device):
-                    t = torch.from_dlpack(out.view(cp.int16) if out_dtype == "bfloat16" else out)
-                return t.view(torch.bfloat16) if out_dtype == "bfloat16" else t
+                bits = out.view(cp.int16) if bf16 else out
+                if device.type == "cuda":
+                    with torch.cuda.device(device):
+                        t = torch.from_dlpack(bits)
+                else:
+                    t = torch.from_numpy(cp.asnumpy(bits))
+                return t.view(torch.bfloat16) if bf16 else t
 
             return to_torch
-        if kind == "torch":
-            import torch
-
-            def to_torch_cpu(out):
-                host = cp.asnumpy(out.view(cp.int16) if out_dtype == "bfloat16" else out)
-                t = torch.from_numpy(host)
-                return t.view(torch.bfloat16) if out_dtype == "bfloat16" else t
-
-            return to_torch_cpu
 
     def to_host(out):
         host = cp.asnumpy(out)
-        if out_dtype == "bfloat16":
+        if bf16:
             import ml_dtypes
 
             return host.view(ml_dtypes.bfloat16)
         return host
 
     return to_host
-

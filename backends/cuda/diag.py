@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .compile import DIAG_FILE
 from .emit import DIAG_NAMES
+from .plan import OUT_KIND
 from .variants import TILES, gemm_options
 
 __all__ = ["launch_diagnostic"]
@@ -44,5 +45,5 @@ def launch_diagnostic(plan, name: str) -> None:
                                     gemm_options(v) + [f"-DMX_DIAG={code}"], smem)
     out = plan.out
     ldc = out.shape[-1]
-    kern(plan._grid, (v.threads,), plan._args(out, ldc, plan._alpha, 0 if out.dtype.itemsize == 4 else 1, 0,
-                                              plan.m * ldc), shared_mem=smem)
+    kern(plan._grid, (v.threads,), plan._args(out, ldc, plan._alpha, OUT_KIND[plan.out_dtype], 0, plan.m * ldc),
+         shared_mem=smem)

@@ -18,9 +18,9 @@ from .compile import GEMM_FILE
 from .stage import DevOperand
 from .variants import TILES, Variant, choose_tile, gemm_options
 
-__all__ = ["CudaPlan"]
+__all__ = ["OUT_KIND", "CudaPlan", "split_k"]
 
-_OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
+OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
 STORE = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
 MAX_BATCH = 65535  # grid.y
 
@@ -50,7 +50,8 @@ class CudaPlan(Plan):
         self.m, self.n, self.batch, self.out_dtype = m, n, batch, out_dtype
         self._prep, self._like, self._fold = prep, result_like, fold
         self._tile, self._convert, self._split = tile, fp8_convert, split
-        self._bind()
+        with cp.cuda.Device(dev.ordinal):  # the kernel handle and its shared-memory limit are per device
+            self._bind()
 
     # ---- launch parameters, once per plan ----------------------------------------------------------------
     def _bind(self) -> None:
@@ -102,7 +103,7 @@ class CudaPlan(Plan):
             v, out = self.variant_, self.out
             ldc = out.shape[-1]
             if self._splits == 1:
-                self._kernel(self._grid, (v.threads,), self._args(out, ldc, self._alpha, _OUT_KIND[self.out_dtype], 0,
+                self._kernel(self._grid, (v.threads,), self._args(out, ldc, self._alpha, OUT_KIND[self.out_dtype], 0,
                                                                    m * ldc), shared_mem=v.smem_bytes)
                 return
             nb = self.batch or 1
@@ -114,7 +115,7 @@ class CudaPlan(Plan):
             rows = nb * m  # the output is C-contiguous: the batch stacks along M
             grid = (max(1, min(-(-rows * n // 256), 4 * self.dev.sms)),)
             red(grid, (256,), (ws, np.int32(self._splits), np.int64(nb * m * n), out, np.int32(rows), np.int32(n),
-                               np.int64(ldc), self._alpha[0], self._alpha[1], np.int32(_OUT_KIND[self.out_dtype])))
+                               np.int64(ldc), self._alpha[0], self._alpha[1], np.int32(OUT_KIND[self.out_dtype])))
 
     def prep(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
