@@ -4,22 +4,13 @@
 // matrix core never waits on a dependency.  Operands come from registers derived from the lane id
 // (the compiler cannot fold them); the sum of the accumulators is written once so nothing is dead.
 // FLOPs per launch = 2*M*N*K * MX_CHAINS * iters * waves.  -D defines: MX_BUILTIN, MX_AFRAG_T,
-// MX_CFRAG_T, MX_C_SLOTS, MX_CHAINS, MX_SCALED, MX_CBSZ, MX_BLGP (backends/hip.py ceiling_defines).
+// MX_CFRAG_T, MX_C_SLOTS, MX_CHAINS, MX_SCALED, MX_CBSZ, MX_BLGP (backends/hip/variants.py ceiling_defines).
 
 #ifndef MX_BUILTIN
-#error "compile through backends/hip.py (HipBackend.instruction_ceiling)"
+#error "compile through backends/hip (HipBackend.instruction_ceiling)"
 #endif
 
-typedef float mx_f32;
-typedef float mx_f32x2 __attribute__((ext_vector_type(2)));
-typedef float mx_f32x4 __attribute__((ext_vector_type(4)));
-typedef float mx_f32x16 __attribute__((ext_vector_type(16)));
-typedef _Float16 mx_f16x4 __attribute__((ext_vector_type(4)));
-typedef _Float16 mx_f16x8 __attribute__((ext_vector_type(8)));
-typedef short mx_i16x4 __attribute__((ext_vector_type(4)));
-typedef __bf16 mx_bf16x8 __attribute__((ext_vector_type(8)));
-typedef long mx_i64;
-typedef int mx_i32x8 __attribute__((ext_vector_type(8)));
+#include "mx_types.h"
 
 template <typename T>
 __device__ __forceinline__ T mx_fill(unsigned seed) {

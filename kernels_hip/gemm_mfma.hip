@@ -1,8 +1,8 @@
 // gemm_mfma.hip: D[M,N] (fp32) = out_scale * A[M,K] x B[K,N] on AMD CDNA3/CDNA4 matrix cores.
 //
-// One source for every variant.  backends/hip.py (KernelSpec.defines) generates the -D defines from
-// the instruction's record in mxcore.layouts: the builtin, the fragment types, the lane -> element
-// constants (MX_A_*, MX_B_*, MX_C_*, MX_S*_*) and the tile sizes.  tests/test_hip_index.py runs the
+// One source for every variant.  backends/hip/variants.py (KernelSpec.defines) generates the -D defines
+// from the instruction's record in mxcore.layouts: the builtin, the fragment types (mx_types.h), the
+// lane -> element constants (MX_A_*, MX_B_*, MX_C_*, MX_S*_*) and the tile sizes.  tests/test_hip_index.py runs the
 // same constants through a Python mirror of this file's index arithmetic and mxcore.emulate.
 //
 // Structure
@@ -15,27 +15,21 @@
 //   instruction's registers at MX_*_BITS per slot, slot s at bits [s*BITS, (s+1)*BITS).
 //   Block scales (MX formats): E8M0 bytes, A scales [M, KB] row-major, B scales [KB, N] row-major,
 //   KB = ceil(K / 32); a missing block reads 127 (2^0) so zero-filled tails stay zero.
+//   Batches: blockIdx.z (+ batch0) selects batch b; A, B, D and the scale arrays advance by their batch
+//   strides (0 broadcasts one operand over the batch).  Grid Y covers M tiles from m_tile0 on: the host
+//   splits tall problems into several launches when M / BM exceeds the device's grid-Y limit.
 
 #ifndef MX_ENTRY
-#error "compile through backends/hip.py: it passes the -D defines of a variant"
+#error "compile through backends/hip (KernelSpec.defines): it passes the -D defines of a variant"
 #endif
+
+#include "mx_types.h"
 
 typedef unsigned char mx_u8;
 typedef unsigned short mx_u16;
 typedef unsigned int mx_u32;
-typedef unsigned long long mx_u64;
 typedef unsigned int mx_u32x4 __attribute__((ext_vector_type(4)));
 typedef unsigned int mx_u32x2 __attribute__((ext_vector_type(2)));
-typedef float mx_f32;
-typedef float mx_f32x2 __attribute__((ext_vector_type(2)));
-typedef float mx_f32x4 __attribute__((ext_vector_type(4)));
-typedef float mx_f32x16 __attribute__((ext_vector_type(16)));
-typedef _Float16 mx_f16x4 __attribute__((ext_vector_type(4)));
-typedef _Float16 mx_f16x8 __attribute__((ext_vector_type(8)));
-typedef short mx_i16x4 __attribute__((ext_vector_type(4)));
-typedef __bf16 mx_bf16x8 __attribute__((ext_vector_type(8)));
-typedef long mx_i64;
-typedef int mx_i32x8 __attribute__((ext_vector_type(8)));
 
 // ---- element storage unit ------------------------------------------------------------------
 #if MX_EB == 1
@@ -52,6 +46,8 @@ typedef mx_u32 mx_elem;
 #define MX_EDGE_UNROLL 4  // element loads in flight per edge vector
 #endif
 #define MX_THREADS (64 * MX_WAVES_M * MX_WAVES_N)
+#define MX_A_REGS ((int)(sizeof(MX_AFRAG_T) / 4))  // registers of the builtin's operand types
+#define MX_B_REGS ((int)(sizeof(MX_BFRAG_T) / 4))
 #define MX_BM (MX_WAVES_M * MX_TM * MX_IM)
 #define MX_BN (MX_WAVES_N * MX_TN * MX_IN)
 #define MX_VEC (16 / MX_EB)                    // elements per 16-byte global load
@@ -70,20 +66,6 @@ static_assert(MX_A_WORDS <= MX_A_REGS && MX_B_WORDS <= MX_B_REGS, "fragment larg
 #if MX_SCALED
 static_assert(MX_BK % 32 == 0, "MX tiles must hold whole 32-element scale blocks");
 #endif
-
-struct mx_args {
-    const mx_elem* a;
-    const mx_elem* b;
-    float* d;
-    const mx_u8* sa;  // block scales (MX only; may be null otherwise)
-    const mx_u8* sb;
-    long long sam, sak;  // A element (m, k) at a[m * sam + k * sak]
-    long long sbk, sbn;  // B element (k, n) at b[k * sbk + n * sbn]
-    long long ldd;       // D element (m, n) at d[m * ldd + n]
-    int m, n, k;
-    int a_vec_ok, b_vec_ok;  // host: the contiguous dim is 1-strided, base and pitch 16-byte aligned
-    float out_scale;         // per-tensor scales of fp8 operands (a power of two), else 1
-};
 
 // ---- global -> staging registers -----------------------------------------------------------
 // A stage holds MX_*_VECS 16-byte vectors per thread.  Vector v of the tile covers, in the
@@ -205,13 +187,32 @@ __device__ __forceinline__ int mx_scale_byte(const mx_u8* s, long long s_r, long
     return (s != nullptr && r < rows && blk < blocks) ? (int)s[r * s_r + blk * s_b] : 127;
 }
 
-// Flat kernel arguments (hip-python packs a tuple of ctypes values with C alignment); see mx_args.
-extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(const mx_elem* a, const mx_elem* b, float* d,
-                                                                   const mx_u8* sa, const mx_u8* sb, long long sam,
-                                                                   long long sak, long long sbk, long long sbn,
-                                                                   long long ldd, int m, int n, int k, int a_vec_ok,
-                                                                   int b_vec_ok, float out_scale) {
-    const mx_args p{a, b, d, sa, sb, sam, sak, sbk, sbn, ldd, m, n, k, a_vec_ok, b_vec_ok, out_scale};
+// Flat kernel arguments (hip-python packs a tuple of ctypes values at their C alignment; the host side is
+// backends/hip/launch.py kernel_args).  Strides are in elements (scales: in bytes).
+//   A element (m, k) of batch z at a[z * sab + m * sam + k * sak]; B (k, n) at b[z * sbb + k * sbk + n * sbn];
+//   D (m, n) at d[z * sdb + m * ldd + n]; block scales at sa + z * ssa, sb + z * ssb.
+extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
+    const mx_elem* a, const mx_elem* b, float* d, const mx_u8* sa, const mx_u8* sb, long long sam, long long sak,
+    long long sbk, long long sbn, long long ldd, long long sab, long long sbb, long long sdb, long long ssa,
+    long long ssb, int m, int n, int k, int a_vec_ok, int b_vec_ok, int m_tile0, int batch0, float out_scale) {
+    struct {
+        const mx_elem* a;
+        const mx_elem* b;
+        float* d;
+        const mx_u8* sa;  // block scales (MX only; may be null otherwise)
+        const mx_u8* sb;
+        long long sam, sak, sbk, sbn, ldd;
+        int m, n, k, a_vec_ok, b_vec_ok;
+        float out_scale;
+    } p;
+    const long long z = (long long)blockIdx.z + batch0;
+    p.a = a + z * sab;
+    p.b = b + z * sbb;
+    p.d = d + z * sdb;
+    p.sa = sa ? sa + z * ssa : nullptr;
+    p.sb = sb ? sb + z * ssb : nullptr;
+    p.sam = sam, p.sak = sak, p.sbk = sbk, p.sbn = sbn, p.ldd = ldd;
+    p.m = m, p.n = n, p.k = k, p.a_vec_ok = a_vec_ok, p.b_vec_ok = b_vec_ok, p.out_scale = out_scale;
     __shared__ __attribute__((aligned(16))) mx_u8 lds_a[2][MX_BM * MX_ROW_BYTES];
     __shared__ __attribute__((aligned(16))) mx_u8 lds_b[2][MX_BN * MX_ROW_BYTES];
 
@@ -219,7 +220,7 @@ extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(const mx_elem*
     const int lane = threadIdx.x % 64;
     const int wm = (wave / MX_WAVES_N) * MX_TM * MX_IM;  // wave's row offset inside the block tile
     const int wn = (wave % MX_WAVES_N) * MX_TN * MX_IN;
-    const int m0 = blockIdx.y * MX_BM;
+    const int m0 = ((int)blockIdx.y + m_tile0) * MX_BM;
     const int n0 = blockIdx.x * MX_BN;
     const bool a_kmaj = (p.sak == 1);
     const bool b_kmaj = (p.sbk == 1);
@@ -303,6 +304,6 @@ extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(const mx_elem*
                 const int r = m0 + wm + i * MX_IM + MX_C_RLANE * (lane / MX_IN) + (s / MX_C_GROUP) * MX_C_GSTRIDE +
                               s % MX_C_GROUP;
                 const int c = n0 + wn + j * MX_IN + lane % MX_IN;
-                if (r < p.m && c < p.n) p.d[r * p.ldd + c] = acc[i][j][s] * p.out_scale;
+                if (r < p.m && c < p.n) p.d[(long long)r * p.ldd + c] = acc[i][j][s] * p.out_scale;
             }
 }

@@ -10,7 +10,7 @@
 // Defines (set by backends/probes.py from the layout record):
 //   MX_PROBE_ENTRY       extern "C" entry point, mx_probe_<instruction suffix>
 //   MX_INTRINSIC         the builtin, e.g. __builtin_amdgcn_mfma_f32_32x32x8f16
-//   MX_A_T, MX_B_T       argument types (typedefs below), MX_C_T the accumulator vector type
+//   MX_A_T, MX_B_T       argument types (typedefs of mx_types.h), MX_C_T the accumulator vector type
 //   MX_A_REGS, MX_B_REGS, MX_C_REGS   32-bit registers per lane the layout uses (A/B may be fewer than the
 //                        argument type holds: fp6/fp4 operands of the f8f6f4 MFMAs; the rest are zero)
 //   MX_F8F6F4            1 for the f8f6f4 family: arguments (a, b, c, cbsz, blgp, opsel_a, scale_a, opsel_b,
@@ -44,16 +44,7 @@
 #define MX_OPSEL_B 0
 #endif
 
-typedef float mx_f32x1;
-typedef float mx_f32x2 __attribute__((ext_vector_type(2)));
-typedef float mx_f32x4 __attribute__((ext_vector_type(4)));
-typedef float mx_f32x16 __attribute__((ext_vector_type(16)));
-typedef _Float16 mx_f16x4 __attribute__((ext_vector_type(4)));
-typedef _Float16 mx_f16x8 __attribute__((ext_vector_type(8)));
-typedef short mx_i16x4 __attribute__((ext_vector_type(4)));  // bf16 bits of the *_bf16_1k MFMAs
-typedef __bf16 mx_bf16x8 __attribute__((ext_vector_type(8)));
-typedef long mx_i64;  // 8 fp8/bf8 bytes of the CDNA3 fp8 MFMAs
-typedef int mx_i32x8 __attribute__((ext_vector_type(8)));  // 32 f8/f6/f4 elements of the f8f6f4 MFMAs
+#include "mx_types.h"
 
 // Load `used` words of lane `lane` (row length `used`) into a value of type T; words past `used` are zero.
 template <typename T>

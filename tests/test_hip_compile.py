@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -116,8 +117,8 @@ def test_select_spec_picks_shape_by_problem_size():
     assert hip.select_spec("gfx950", mdt, 4096, 40).shape[0] == 16
     with pytest.raises(UnsupportedError, match="gfx942 runs"):
         hip.select_spec("gfx942", _dt.resolve("mxfp4"), 64, 64)
-    assert hip.HipBackend._supports_on(_dt.resolve("e4m3fn"), "gfx942").startswith("gfx942 (CDNA3) reads FNUZ")
-    assert "OCP" in hip.HipBackend._supports_on(_dt.resolve("e4m3fnuz"), "gfx950")
+    assert hip.supports_on(_dt.resolve("e4m3fn"), "gfx942").startswith("gfx942 reads FNUZ")
+    assert "OCP" in hip.supports_on(_dt.resolve("e4m3fnuz"), "gfx950")
 
 
 def test_same_source_and_options_as_hiprtc(monkeypatch):
@@ -154,23 +155,23 @@ def test_ceiling_kernel(arch, dtype):
 
 # ----------------------------------------------------------------------------- validation on the Python side
 def _mx(arch="gfx950", a="e2m1", b="e2m1", mn=32):
-    return hip._scaled(arch, "x", mn, a, b)
+    return hip.scaled_spec(arch, mn, a, b)
 
 
 def test_invalid_format_code_is_refused():
     with pytest.raises(FormatError, match="does not name e2m1"):
-        hip.validate_spec(hip.replace(_mx(), cbsz=3))
+        hip.validate_spec(replace(_mx(), cbsz=3))
     with pytest.raises(FormatError, match="does not name"):
-        hip.validate_spec(hip.replace(_mx(), blgp=7))
+        hip.validate_spec(replace(_mx(), blgp=7))
     with pytest.raises(FormatError, match="not an f8f6f4 format"):
-        hip.validate_spec(hip.replace(_mx(), a_format="fp16"))
+        hip.validate_spec(replace(_mx(), a_format="fp16"))
     with pytest.raises(UnsupportedError, match="gfx950"):
-        hip.validate_spec(hip.replace(_mx(), arch="gfx942"))
+        hip.validate_spec(replace(_mx(), arch="gfx942"))
     classic = hip.kernel_specs("gfx942")[0]
     with pytest.raises(FormatError, match="broadcast"):
-        hip.validate_spec(hip.replace(classic, cbsz=1))
+        hip.validate_spec(replace(classic, cbsz=1))
     with pytest.raises(FormatError, match="broadcast"):
-        hip.replace(classic, blgp=2).defines()
+        replace(classic, blgp=2).defines()
 
 
 def test_layout_mismatch_is_refused():
@@ -235,10 +236,10 @@ def test_emit_kernels_with_clang(compiled, tmp_path, monkeypatch):
     monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path / "cache"))
     backend = hip.HipBackend()
     assert backend.is_available() is not None  # no AMD GPU here: the clang path
-    rows = backend.emit_kernels("gfx942", tmp_path / "out")
-    assert len(rows) == len(hip.kernel_specs("gfx942"))
-    for row in rows:
-        assert (tmp_path / "out" / row["file"]).stat().st_size > 1000
-        assert row["vgpr"] > 0 and row["lds_bytes"] > 0 and row["scratch_bytes"] == 0
-        assert row["mfma"] and row["compiler"].startswith("clang:")
+    records = backend.emit_kernels("gfx942", tmp_path / "out")
+    assert len(records) == len(hip.kernel_specs("gfx942"))
+    for r in records:
+        assert (tmp_path / "out" / r.file).stat().st_size > 1000
+        assert r.registers > 0 and r.shared_bytes > 0 and r.local_bytes == 0
+        assert r.extra["mfma"] and r.extra["compiler"].startswith("clang:")
     assert (tmp_path / "out" / "manifest.json").exists()

@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 from conftest import require_tool
 from mxcore.backends import hip, hip_tools
+from mxcore.backends._contract import is_failure
+from mxcore.backends.hip.runtime import detect_convention
 from test_hip_index import HALVES, consts, mirror_gemm
 
 from mxcore import dtypes as _dt
@@ -108,24 +110,37 @@ def test_gpu_device_arrays(hip_device, rng):
     got = hip_device.matmul(ta, tb, _dt.resolve("fp16"))
     assert isinstance(got, torch.Tensor) and got.device.type == "cuda"
     np.testing.assert_array_equal(got.cpu().numpy(), reference_matmul(a, b, "fp16"))
+    last = torch.cuda.device_count() - 1  # the inputs' device and stream, not device 0's null stream
+    with torch.cuda.device(last), torch.cuda.stream(torch.cuda.Stream()):
+        tc, td = ta.to(f"cuda:{last}"), tb.to(f"cuda:{last}")
+        got = hip_device.matmul(tc[None].expand(2, -1, -1), td, _dt.resolve("fp16"))
+        assert got.device == tc.device and got.shape == (2, 64, 48)
+        np.testing.assert_array_equal(got[1].cpu().numpy(), reference_matmul(a, b, "fp16"))
 
 
 @pytest.mark.amd_gpu
 def test_gpu_ceiling_and_emit(hip_device, tmp_path):
     mnemonic, tflops = hip_device.instruction_ceiling("fp16")
     assert mnemonic.startswith("v_mfma") and tflops > 0
-    rows = hip_device.emit_kernels(hip_device.target().arch, tmp_path)
-    assert rows and all(r["compiler"].startswith("hiprtc") for r in rows)
+    records = hip_device.emit_kernels(hip_device.target().arch, tmp_path)
+    assert records and all(r.extra["compiler"].startswith("hiprtc") for r in records)
 
 
 # ============================================================================ the fake hip-python
 class FakeHip:
-    """Just enough of hip-python's ``hip`` and ``hiprtc`` modules for HipBackend, on the CPU."""
+    """Just enough of hip-python's ``hip`` and ``hiprtc`` modules for HipBackend, on the CPU.
 
-    def __init__(self, arch="gfx950", count=1, raise_on_count=False):
+    ``convention``: "7" presents hip-python 6.x/7.x's ``hipGetDeviceProperties(prop, deviceId) -> (err,)``,
+    "10" hip-python 10.x's ``hipGetDeviceProperties(deviceId) -> (err, prop)`` (the wrappers' real parameter
+    names, so the runtime's signature-based detection sees what it would see on hip-python itself)."""
+
+    def __init__(self, arch="gfx950", count=1, raise_on_count=False, convention="7", max_grid=(2**31 - 1, 65536, 65536),
+                 props_error=False):
         self.arch, self.count, self.raise_on_count = arch, count, raise_on_count
+        self.convention, self.max_grid, self.props_error = convention, max_grid, props_error
         self.mem: dict[int, np.ndarray] = {}
         self.next = 1 << 20
+        self.current = 0
         self.launches = []
         self.hip = self._hip_module()
         self.hiprtc = self._hiprtc_module()
@@ -152,6 +167,7 @@ class FakeHip:
             hipSuccess = 0
             hipErrorInvalidValue = 1
             hipErrorNoDevice = 100
+            hipErrorInvalidDevice = 101
 
         class hipMemcpyKind(enum.IntEnum):
             hipMemcpyHostToDevice = 1
@@ -161,6 +177,7 @@ class FakeHip:
             gcnArchName = b""
             name = b""
             multiProcessorCount = 0
+            maxGridSize = (0, 0, 0)
 
         ok = hipError_t.hipSuccess
         m.hipError_t, m.hipMemcpyKind, m.hipDeviceProp_t = hipError_t, hipMemcpyKind, hipDeviceProp_t
@@ -170,10 +187,29 @@ class FakeHip:
                 raise RuntimeError("failed to load libamdhip64.so")
             return (ok, fake.count) if fake.count else (hipError_t.hipErrorNoDevice, 0)
 
-        def props(p, dev):
+        def fill(p, dev):
+            if fake.props_error:
+                return hipError_t.hipErrorInvalidValue
+            if not 0 <= dev < fake.count:
+                return hipError_t.hipErrorInvalidDevice
             p.gcnArchName = f"{fake.arch}:sramecc+:xnack-".encode()
-            p.name = b"Fake Instinct"
+            p.name = f"Fake Instinct #{dev}".encode()
             p.multiProcessorCount = 4
+            p.maxGridSize = fake.max_grid
+            return ok
+
+        if fake.convention == "10":
+            def hipGetDeviceProperties(deviceId):
+                p = hipDeviceProp_t()
+                return (fill(p, deviceId), p)
+        else:
+            def hipGetDeviceProperties(prop, deviceId):
+                return (fill(prop, deviceId),)
+
+        def set_device(dev):
+            if not 0 <= dev < fake.count:
+                return (hipError_t.hipErrorInvalidDevice,)
+            fake.current = dev
             return (ok,)
 
         def malloc(n):
@@ -198,19 +234,27 @@ class FakeHip:
             return (ok,)
 
         def load(blob):
-            return (ok, {"blob": bytes(blob), "options": fake.last_options})
+            return (ok, {"blob": bytes(blob), "options": fake.last_options, "device": fake.current})
 
         def get_function(module, name):
             return (ok, {"module": module, "name": name.decode()})
 
         m.hipGetDeviceCount = get_count
-        m.hipGetDeviceProperties = props
-        m.hipRuntimeGetVersion = lambda: (ok, 70000000)
-        m.hipGetErrorString = lambda err: err.name.encode()
+        m.hipGetDeviceProperties = hipGetDeviceProperties
+        m.hipGetDevice = lambda: (ok, fake.current)
+        m.hipSetDevice = set_device
+        m.hipRuntimeGetVersion = lambda: (ok, 70_200_000)
+        m.hipGetErrorString = lambda err: (ok, err.name.encode())
         m.hipMalloc, m.hipFree, m.hipMemcpy, m.hipMemset = malloc, free, memcpy, memset
         m.hipModuleLoadData, m.hipModuleGetFunction = load, get_function
         m.hipModuleLaunchKernel = fake._launch
         m.hipDeviceSynchronize = lambda: (ok,)
+        m.hipStreamSynchronize = lambda stream: (ok,)
+        m.hipEventCreate = lambda: (ok, {"t": None})
+        m.hipEventRecord = lambda ev, stream: (ev.__setitem__("t", len(fake.launches)), (ok,))[1]
+        m.hipEventSynchronize = lambda ev: (ok,)
+        m.hipEventElapsedTime = lambda a, b: (ok, 1.5 * (b["t"] - a["t"]))  # 1.5 ms per launch in between
+        m.hipEventDestroy = lambda ev: (ok,)
         return m
 
     def _hiprtc_module(self):
@@ -244,12 +288,14 @@ class FakeHip:
         m.hiprtcGetCodeSize = lambda prog: (ok, len(prog["binary"].code_object))
         m.hiprtcGetCode = lambda prog, buf: (buf.__setitem__(slice(None), prog["binary"].code_object), (ok,))[1]
         m.hiprtcDestroyProgram = lambda prog: (ok,)
-        m.hiprtcVersion = lambda: (ok, 7, 0)
+        m.hiprtcVersion = lambda: (ok, 7, 2)
         return m
 
     # -- a launch: check the argument tuple against the kernel's metadata, then run the CPU mirror
     def _launch(self, func, gx, gy, gz, bx, by, bz, sharedMemBytes, stream, kernelParams, extra):
         name = func["name"]
+        assert func["module"]["device"] == self.current, "kernel launched on another device than it was loaded on"
+        assert gy <= self.max_grid[1] and gz <= self.max_grid[2], "grid beyond the device limit"
         meta = hip_tools.code_object_metadata(func["module"]["blob"])["amdhsa.kernels"]
         (kmeta,) = [k for k in meta if k[".name"] == name]
         explicit = [a for a in kmeta[".args"] if not a[".value_kind"].startswith("hidden_")]
@@ -260,43 +306,53 @@ class FakeHip:
             offset = (offset + size - 1) // size * size  # hip-python packs each ctypes value at its alignment
             assert (arg[".offset"], arg[".size"]) == (offset, size), f"{name}: argument layout differs from {arg}"
             offset += size
+        if not name.startswith("mx_gemm_"):  # the ceiling kernel: arguments checked, nothing to compute
+            self.launches.append((name, None, self.current, stream))
+            return (self.hip.hipError_t.hipSuccess,)
         vals = [v.value for v in extra]
-        a, b, d, sa, sb, sam, sak, sbk, sbn, ldd, m, n, k, avec, bvec, scale = vals
+        a, b, d, sa, sb, sam, sak, sbk, sbn, ldd, sab, sbb, sdb, ssa, ssb, m, n, k, avec, bvec, mt0, b0, scale = vals
         c = {}
         for opt in func["module"]["options"]:
             key, value = opt[2:].split("=", 1)
             c[key] = int(value) if value.lstrip("-").isdigit() else value
-        arch = self.arch
-        (spec,) = [s for s in hip.kernel_specs(arch) if s.entry == name]
+        (spec,) = [s for s in hip.kernel_specs(self.arch) if s.entry == name]
         assert c == consts(spec)
-        launch = hip.Launch((gx, gy, gz), (bx, by, bz), sam, sak, sbk, sbn, ldd, m, n, k, avec, bvec, scale)
+        launch = hip.Launch((gx, gy, gz), (bx, by, bz), sam, sak, sbk, sbn, ldd, m, n, k, avec, bvec, scale,
+                            sab, sbb, sdb, ssa, ssb, mt0, b0)
         kb = -(-k // 32)
-        scales_a = None if not sa else self._find(sa)[: m * kb]
-        scales_b = None if not sb else self._find(sb)[: kb * n]
-        out = mirror_gemm(c, launch, self._find(a), self._find(b), scales_a, scales_b, spec.layout())
-        dev = self._find(d)[: m * ldd * 4].view(np.float32).reshape(m, ldd)
-        written = ~np.isnan(out)
-        dev[:, :n][written] = out[written]
-        self.launches.append((name, launch))
+        for z in range(gz):
+            zb = z + b0
+            scales_a = None if not sa else self._find(sa)[: (zb + 1) * max(ssa, m * kb)]
+            scales_b = None if not sb else self._find(sb)[: (zb + 1) * max(ssb, kb * n)]
+            out = mirror_gemm(c, launch, self._find(a), self._find(b), scales_a, scales_b, spec.layout(), z=z)
+            dev = self._find(d)[zb * sdb * 4:][: m * ldd * 4].view(np.float32).reshape(m, ldd)
+            written = ~np.isnan(out)
+            dev[:, :n][written] = out[written]
+        self.launches.append((name, launch, self.current, stream))
         return (self.hip.hipError_t.hipSuccess,)
 
 
-@pytest.fixture
-def fake_gfx950(monkeypatch, tmp_path):
+@pytest.fixture(params=["7", "10"], ids=["hip-python7", "hip-python10"])
+def convention(request):
+    return request.param
+
+
+def _fake(monkeypatch, tmp_path, arch, **kw):
     require_tool("clang-22", hip_tools.have_clang())
     monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path))
-    fake = FakeHip("gfx950")
+    fake = FakeHip(arch, **kw)
     fake.install(monkeypatch)
     return fake, hip.HipBackend()
 
 
 @pytest.fixture
-def fake_gfx942(monkeypatch, tmp_path):
-    require_tool("clang-22", hip_tools.have_clang())
-    monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path))
-    fake = FakeHip("gfx942")
-    fake.install(monkeypatch)
-    return fake, hip.HipBackend()
+def fake_gfx950(monkeypatch, tmp_path, convention):
+    return _fake(monkeypatch, tmp_path, "gfx950", convention=convention)
+
+
+@pytest.fixture
+def fake_gfx942(monkeypatch, tmp_path, convention):
+    return _fake(monkeypatch, tmp_path, "gfx942", convention=convention)
 
 
 # ============================================================================ availability
@@ -305,6 +361,7 @@ def test_unavailable_without_hip_python(monkeypatch):
     be = hip.HipBackend()
     reason = be.is_available()
     assert "hip-python is not installed" in reason and isinstance(be.unavailable_cause, ImportError)
+    assert "ROCm version" in reason and not is_failure(reason)
     assert be.devices() == []
     with pytest.raises(BackendUnavailableError, match="hip-python"):
         be.target()
@@ -313,9 +370,33 @@ def test_unavailable_without_hip_python(monkeypatch):
 @pytest.mark.parametrize("kw,expect", [({"raise_on_count": True}, "no ROCm runtime"), ({"count": 0}, "no AMD GPU"),
                                        ({"arch": "gfx90a"}, "gfx90a")])
 def test_unavailable_reasons(monkeypatch, kw, expect):
+    """Absences (no ROCm, no GPU, another arch) are reasons to skip, not failures."""
     FakeHip(**kw).install(monkeypatch)
+    reason = hip.HipBackend().is_available()
+    assert expect in reason and not is_failure(reason)
+
+
+@pytest.mark.parametrize("kw", [{"props_error": True}, {"convention": "7"}])
+def test_initialisation_failure_is_a_failure(monkeypatch, kw):
+    """hip-python imports and counts a GPU, but the runtime does not come up (a device-property error, or
+    hip-python wrappers of a convention mxcore does not know): the reason is a FAILURE naming the fix."""
+    fake = FakeHip(**kw)
+    if "props_error" not in kw:  # a hip-python whose hipGetDeviceProperties takes three arguments
+        fake.hip.hipGetDeviceProperties = lambda prop, deviceId, flags: (fake.hip.hipError_t.hipSuccess,)
+    fake.install(monkeypatch)
     be = hip.HipBackend()
-    assert expect in be.is_available()
+    reason = be.is_available()
+    assert is_failure(reason) and "1 AMD GPU(s) found" in reason and "hip-python" in reason
+    assert "ROCm version" in reason and be.unavailable_cause is not None
+    status = {s.name: s for s in _registry_status(monkeypatch, be)}
+    assert not status["hip"].usable and is_failure(status["hip"].reason)
+
+
+def _registry_status(monkeypatch, be):
+    from mxcore import backends
+
+    monkeypatch.setitem(backends._INSTANCES, "hip", be)
+    return backends.available()
 
 
 def test_registry_falls_back(monkeypatch):
@@ -323,18 +404,34 @@ def test_registry_falls_back(monkeypatch):
     from mxcore import backends
 
     FakeHip(raise_on_count=True).install(monkeypatch)
-    monkeypatch.setitem(backends._INSTANCES, "hip", hip.HipBackend())
-    status = {s.name: s for s in backends.available()}
+    status = {s.name: s for s in _registry_status(monkeypatch, hip.HipBackend())}
     assert not status["hip"].usable and "no ROCm runtime" in status["hip"].reason
     assert backends.select("auto").name != "hip"
 
 
+def test_convention_detected_once_from_the_wrappers(convention):
+    """detect_convention reads hipGetDeviceProperties' parameters (signature, or the Cython docstring)."""
+    fake = FakeHip(convention=convention)
+    assert detect_convention(fake.hip).props_returned is (convention == "10")
+
+    def cython_like():  # a builtin without a signature: Cython's embedsignature docstring is read instead
+        pass
+
+    wrapper = types.SimpleNamespace(hipGetDeviceProperties=types.SimpleNamespace(
+        __doc__="hipGetDeviceProperties(object prop, int deviceId)\nReturns device properties."))
+    assert detect_convention(wrapper).props_returned is False
+    wrapper.hipGetDeviceProperties.__doc__ = "hipGetDeviceProperties(deviceId)\n"
+    assert detect_convention(wrapper).props_returned is True
+
+
 # ============================================================================ matmul through the fake
-def test_fake_device_description(fake_gfx950):
+def test_fake_device_description(fake_gfx950, convention):
     _fake, be = fake_gfx950
     assert be.is_available() is None
     assert be.target().arch == "gfx950" and be.target().wave_size == 64
-    assert be.devices() == ["Fake Instinct (gfx950:sramecc+:xnack-)"]
+    (desc,) = be.devices()
+    assert desc.startswith("Fake Instinct #0 (gfx950:sramecc+:xnack-); ROCm 7.2.0")
+    assert ("hip-python >= 10" in desc) is (convention == "10")
     assert "mxfp4" in be.supported_dtypes() and "e4m3fnuz" not in be.supported_dtypes()
 
 
@@ -345,7 +442,7 @@ def test_fake_gfx950_matmul_exact(fake_gfx950, rng, dtype):
     mdt = _dt.resolve(dtype, "gfx950")
     got = be.matmul(a, b, mdt, poison=True)
     np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, arch="gfx950"))
-    name, launch = fake.launches[-1]
+    name, launch, _dev, _stream = fake.launches[-1]
     assert name == hip.select_spec("gfx950", mdt, 29, 35).entry and launch.m == 29
 
 
@@ -388,8 +485,87 @@ def test_fake_fp8_encodings(fake_gfx942, rng):
     assert "e4m3fnuz" in str(info.value)
     got = be.matmul(a, b, mdt, fp8_convert=True)
     np.testing.assert_array_equal(got, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32))
-    with pytest.raises(UnsupportedError, match="OCP"):
-        be.matmul(a, b, _dt.resolve("e4m3fn"))
+    assert be.supports(_dt.resolve("e4m3fn")).startswith("gfx942 reads FNUZ")
+
+
+def test_fake_mx_block_other_than_32_is_refused(fake_gfx950, rng):
+    """The f8f6f4 MFMA reads one E8M0 per 32 K: an MXTensor with another block size is refused, not
+    silently multiplied with the wrong scales."""
+    from mxcore.mx import quantize_mx
+
+    fake, be = fake_gfx950
+    a, b = _exact_inputs(rng, 16, 16, 64)
+    qa, qb = quantize_mx(a, "mxfp4", axis=1, block=16), quantize_mx(b, "mxfp4", axis=0)
+    with pytest.raises(UnsupportedError, match=r"blocks of 16 elements.*block=32"):
+        be.matmul(qa, qb, _dt.resolve("mxfp4"))
+    assert not fake.launches and not fake.mem
+
+
+def test_fake_tall_m_splits_the_grid(monkeypatch, tmp_path, rng, convention):
+    """M tiles beyond the device's grid-Y limit: several launches (the fake asserts each grid fits)."""
+    fake, be = _fake(monkeypatch, tmp_path, "gfx950", convention=convention, max_grid=(2**31 - 1, 2, 2))
+    a, b = _exact_inputs(rng, 5 * 64 - 3, 20, 40)
+    got = be.matmul(a, b, _dt.resolve("bf16"), poison=True)
+    np.testing.assert_array_equal(got, reference_matmul(a, b, "bf16"))
+    assert [ln.m_tile0 for _n, ln, _d, _s in fake.launches] == [0, 2, 4]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "mxfp6_e2m3", "fp8"])
+def test_fake_batched_one_launch(fake_gfx950, rng, dtype):
+    """(B, M, K) @ (B, K, N) and (B, M, K) @ (K, N): one launch with the batch in grid Z (fp8's per-tensor scales
+    differ per batch element: one launch each)."""
+    fake, be = fake_gfx950
+    mdt = _dt.resolve(dtype, "gfx950")
+    pairs = [_exact_inputs(rng, 17, 23, 45) for _ in range(3)]
+    a3 = np.stack([p[0] * np.float32(2.0 ** (3 * i)) for i, p in enumerate(pairs)])  # a per-tensor scale each
+    b3 = np.stack([p[1] for p in pairs])
+    got = be.matmul(a3, b3, mdt, poison=True)
+    assert got.shape == (3, 17, 23)
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], reference_matmul(a3[i], b3[i], dtype, arch="gfx950"))
+    shared = be.matmul(a3, b3[0], mdt, poison=True)
+    for i in range(3):
+        np.testing.assert_array_equal(shared[i], reference_matmul(a3[i], b3[0], dtype, arch="gfx950"))
+    grids = [ln.grid[2] for _n, ln, _d, _s in fake.launches]
+    assert grids == ([1] * 6 if mdt.kind == "fp8" else [3, 3])
+    assert not fake.mem
+
+
+def test_fake_device_id_and_stream_of_device_inputs(monkeypatch, tmp_path, rng, convention):
+    """Device arrays (here __cuda_array_interface__ producers on GPU 1 with a stream) run on THEIR device and
+    stream, read in place (no upload of A or B)."""
+    fake, be = _fake(monkeypatch, tmp_path, "gfx950", convention=convention, count=2)
+    a, b = _exact_inputs(rng, 20, 30, 40)
+
+    class OnGpu1:
+        device = types.SimpleNamespace(id=1)
+
+        def __init__(self, host):
+            self.host = np.ascontiguousarray(host, np.float16)
+            _err, self.ptr = fake.hip.hipMalloc(self.host.nbytes)
+            fake._find(self.ptr)[: self.host.nbytes] = self.host.view(np.uint8).reshape(-1)
+            self.shape = self.host.shape
+            self.__cuda_array_interface__ = {"shape": self.host.shape, "typestr": "<f2", "strides": None,
+                                             "data": (self.ptr, False), "version": 3, "stream": 0x5000}
+
+    da, db = OnGpu1(a), OnGpu1(b)
+    allocs_before = len(fake.mem)
+    got = be.matmul(da, db, _dt.resolve("fp16"), poison=True)
+    np.testing.assert_array_equal(got, reference_matmul(a, b, "fp16"))
+    (_name, _launch, device, stream), = fake.launches
+    assert device == 1 and stream == 0x5000 and fake.current == 0  # the caller's current device is restored
+    assert len(fake.mem) == allocs_before  # nothing left behind, and A/B were never copied
+
+
+def test_fake_timer_and_ceiling(fake_gfx942):
+    fake, be = fake_gfx942
+    measure = be.timer()
+    assert measure(lambda: None) == 0.0
+    mnemonic, tflops = be.instruction_ceiling("fp16", iters=8, chains=2)
+    assert mnemonic == "v_mfma_f32_32x32x8_f16"
+    blocks = 4 * 8  # the fake's 4 CUs x 8; each timed launch takes 1.5 ms of fake event time
+    assert tflops == pytest.approx(2.0 * 32 * 32 * 8 * 2 * 8 * blocks * 4 / 1.5e-3 / 1e12)
+    assert [ln[0] for ln in fake.launches] == ["mx_mfma_ceiling"] * 6
 
 
 def test_convert_fp8_tables():
@@ -418,28 +594,30 @@ def test_convert_fp8_tables():
 
 def test_fake_emit_kernels_uses_hiprtc(fake_gfx942, tmp_path):
     _fake, be = fake_gfx942
-    rows = be.emit_kernels("gfx942", tmp_path / "out")
-    assert len(rows) == len(hip.kernel_specs("gfx942"))
-    assert all(r["compiler"].startswith("hiprtc:") for r in rows)
+    records = be.emit_kernels("gfx942", tmp_path / "out", workers=2)
+    assert [r.kernel for r in records] == [s.entry for s in hip.kernel_specs("gfx942")]
+    assert all(r.extra["compiler"].startswith("hiprtc:") and r.registers > 0 for r in records)
+    assert all((tmp_path / "out" / r.file).stat().st_size > 1000 for r in records)
 
 
-def test_fake_plan_reuse_and_forced_tile(fake_gfx950, rng):
-    """bench's interface: plan() once, prep()/gemm() many times, force_tile picks the instruction shape."""
+def test_fake_plan_reuse_and_tile(fake_gfx950, rng):
+    """The contract's plan: staged once, gemm()/prep() many times; tile= picks the block tile."""
     fake, be = fake_gfx950
     a, b = _exact_inputs(rng, 40, 24, 64)
     mdt = _dt.resolve("bf16")
-    be.force_tile = 32
-    try:
-        with be.plan(a, b, mdt) as p:
-            assert p.variant.shape[0] == 32 and p.variant.name == p.spec.entry
-            p.prep()
-            p.prep()  # re-staging frees the previous operand buffers
-            p.poison()
-            p.gemm()
-            np.testing.assert_array_equal(p.result(), reference_matmul(a, b, "bf16"))
-    finally:
-        be.force_tile = None
+    assert be.tiles("bf16") == ("128x128", "64x64")
+    with be.plan(a, b, mdt, tile="128x128") as p:
+        assert p.spec.shape[0] == 32 and p.variant == f"{p.spec.entry} 128x128"
+        p.prep()  # re-staging frees the previous operand buffers
+        p.poison()
+        p.gemm()
+        np.testing.assert_array_equal(p.result(), reference_matmul(a, b, "bf16"))
+        with p.clone() as q:
+            q.gemm()
+            np.testing.assert_array_equal(q.result(), reference_matmul(a, b, "bf16"))
     assert not fake.mem
+    with pytest.raises(UnsupportedError, match="tile '96x96'.*128x128, 64x64"):
+        be.plan(a, b, mdt, tile="96x96")
 
 
 # ============================================================================ code-object cache key
@@ -456,8 +634,8 @@ def test_fake_cache_key_is_the_full_hiprtc_option_list(fake_gfx950, rng):
     assert os.path.exists(os.path.join(hip.cache_dir(), key + ".co"))
 
 
-class _CountingRuntime(hip._Runtime):
-    """hip._Runtime's cache path (code_object) with the hiprtc call replaced by a counter."""
+class _CountingRuntime(hip.Runtime):
+    """hip.Runtime's cache path (code_object) with the hiprtc call replaced by a counter."""
 
     def __init__(self):  # no hip-python: only what code_object needs
         self.compiled = []
@@ -475,7 +653,7 @@ def test_hiprtc_cache_key_covers_common_options(tmp_path, monkeypatch):
     rt = _CountingRuntime()
     first = rt.code_object("src", "k", "gfx950", ("-DA=1",))
     assert rt.code_object("src", "k", "gfx950", ("-DA=1",)) == first and len(rt.compiled) == 1  # cache hit
-    monkeypatch.setattr(hip, "COMMON_OPTIONS", ("-O2", "-std=c++17"))
+    monkeypatch.setattr(hip.cache, "COMMON_OPTIONS", ("-O2", "-std=c++17"))
     again = rt.code_object("src", "k", "gfx950", ("-DA=1",))
     assert again != first and rt.compiled[-1] == ["--offload-arch=gfx950", "-O2", "-std=c++17", "-DA=1"]
     # option order reaches the compiler, so it is part of the key too (a later -D wins)

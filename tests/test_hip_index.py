@@ -1,6 +1,7 @@
 """CPU run of every HIP GEMM variant's index arithmetic: a Python interpreter of the kernel's -D constants.
 
-``mirror_gemm`` executes kernels_hip/gemm_mfma.hip's program structure step by step -- grid, waves,
+``mirror_gemm`` executes kernels_hip/gemm_mfma.hip's program structure step by step -- grid (M tiles from the
+launch's m_tile0, batches through the batch strides), waves,
 16-byte staging loads with their edge fallback, LDS rows (two buffers), per-lane fragment reads, sub-byte
 packing, per-lane E8M0 scale reads, the guarded epilogue -- reading only the constants that
 ``KernelSpec.defines()`` passes to the compiler.  Each instruction is executed by
@@ -124,9 +125,14 @@ def _scale_regs(c, scales, s_r, s_b, r0, kb0, rows, blocks, FR):
     return out
 
 
-def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout):
-    """D (m, n) float32 as the kernel with constants ``c`` computes it; unwritten elements stay NaN."""
+def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout, z=0):
+    """D (m, n) float32 of batch ``z`` (grid Z index; the batch is z + batch0) as the kernel with constants
+    ``c`` computes it over the launch's grid (M tiles from m_tile0 on); unwritten elements stay NaN."""
     eb, bk, ik = c["MX_EB"], c["MX_BK"], c["MX_IK"]
+    zb = z + launch.batch0  # operands advance by their batch strides (elements; scales: bytes)
+    a_buf, b_buf = a_buf[zb * launch.sab * eb:], b_buf[zb * launch.sbb * eb:]
+    sa = None if sa is None else np.asarray(sa).reshape(-1)[zb * launch.ssa:]
+    sb = None if sb is None else np.asarray(sb).reshape(-1)[zb * launch.ssb:]
     IM, IN, TM, TN = c["MX_IM"], c["MX_IN"], c["MX_TM"], c["MX_TN"]
     BM, BN = c["MX_WAVES_M"] * TM * IM, c["MX_WAVES_N"] * TN * IN
     pitch = bk * eb + c["MX_LDS_PAD"]
@@ -138,7 +144,7 @@ def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout):
     a_kmaj, b_kmaj = L.sak == 1, L.sbk == 1
     for by in range(L.grid[1]):
         for bx in range(L.grid[0]):
-            m0, n0 = by * BM, bx * BN
+            m0, n0 = (by + L.m_tile0) * BM, bx * BN
             lds_a = np.zeros((2, BM * pitch), np.uint8)
             lds_b = np.zeros((2, BN * pitch), np.uint8)
             acc = {}
@@ -314,3 +320,63 @@ def test_degenerate_shapes(rng, shape, dtype):
     spec = hip.select_spec("gfx950", _dt.resolve(dtype, "gfx950"), shape[0], shape[1])
     run_variant(spec, rng, *shape)
     run_variant(spec, rng, *shape, majors=("c", "c"))
+
+
+def test_grid_split_covers_tall_m(rng):
+    """M tiles beyond the device's grid-Y limit: the launch splits into pieces (m_tile0 offsets) that together
+    write every output element exactly once."""
+    spec = hip.select_spec("gfx950", _dt.resolve("fp16", "gfx950"), 16, 16)
+    bm = spec.tile[0]
+    m, n, k = 3 * bm + 5, 20, spec.bk + 3
+    a, b = _inputs(rng, m, n, k)
+    opa, opb = prepare(a, b, _dt.resolve("fp16", "gfx950"))
+    a_buf, a_str = _flat_bytes(hip.operand_storage(opa, spec, "a"), "r")
+    b_buf, b_str = _flat_bytes(hip.operand_storage(opb, spec, "b"), "c")
+    launch = hip.plan_launch(spec, m, n, k, a_str, b_str)
+    pieces = launch.pieces((2**31 - 1, 3, 65535))
+    assert [p.grid[1] for p in pieces] == [3, 1] and [p.m_tile0 for p in pieces] == [0, 3]
+    got = np.full((m, n), np.nan, np.float32)
+    writes = np.zeros((m, n), int)
+    for p in pieces:
+        part = mirror_gemm(consts(spec), p, a_buf, b_buf, None, None, spec.layout())
+        done = ~np.isnan(part)
+        got[done] = part[done]
+        writes += done
+    assert writes.max() == 1 and writes.min() == 1
+    np.testing.assert_array_equal(got, reference_from_operands(opa, opb, "float32"))
+
+
+@pytest.mark.parametrize("dtype,shared_b", [("fp16", True), ("bf16", False), ("mxfp4", False), ("mxfp8", True)])
+def test_batched_launch(rng, dtype, shared_b):
+    """(B, M, K) @ (B, K, N) and (B, M, K) @ (K, N) in one launch: batch in grid Z, batch strides for A, B, D
+    and the scale arrays (0 for a shared B); split along Z as well."""
+    mdt = _dt.resolve(dtype, "gfx950")
+    batch, m, n, k = 3, 21, 18, 70
+    spec = hip.select_spec("gfx950", mdt, m, n)
+    ops = []
+    for _ in range(batch):
+        a, b = _inputs(rng, m, n, k)
+        ops.append(prepare(a, b, mdt))
+    if shared_b:
+        ops = [(oa, ops[0][1]) for oa, _ in ops]
+    a_st = np.stack([hip.operand_storage(oa, spec, "a") for oa, _ in ops])
+    b_st = hip.operand_storage(ops[0][1], spec, "b")[None] if shared_b else \
+        np.stack([hip.operand_storage(ob, spec, "b") for _, ob in ops])
+    a_buf = np.concatenate([a_st.view(np.uint8).reshape(-1), np.full(64, 0xFF, np.uint8)])
+    b_buf = np.concatenate([b_st.view(np.uint8).reshape(-1), np.full(64, 0xFF, np.uint8)])
+    sa = sb = None
+    ssa = ssb = 0
+    if mdt.kind == "mx":
+        sa = np.stack([oa.scales for oa, _ in ops])
+        sb = ops[0][1].scales[None] if shared_b else np.stack([ob.scales for _, ob in ops])
+        ssa, ssb = sa[0].size, 0 if shared_b else sb[0].size
+    launch = hip.plan_launch(spec, m, n, k, (k, 1), (n, 1), batch=batch,
+                             batch_strides=(m * k, 0 if shared_b else k * n, m * n), scale_batch_strides=(ssa, ssb))
+    assert launch.grid[2] == batch
+    pieces = launch.pieces((2**31 - 1, 65535, 2))
+    assert [(p.grid[2], p.batch0) for p in pieces] == [(2, 0), (1, 2)]
+    for p in pieces:
+        for z in range(p.grid[2]):
+            got = mirror_gemm(consts(spec), p, a_buf, b_buf, sa, sb, spec.layout(), z=z)
+            want = reference_from_operands(*ops[p.batch0 + z], "float32")
+            np.testing.assert_array_equal(got, want, err_msg=f"batch {p.batch0 + z}")
