@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._contract import KernelRecord
-from .compile import CEILING_FILE, DIAG_FILE, GEMM_FILE, PREP_FILE, PREP_KERNELS, source
+from .compile import CEILING_FILE, GEMM_FILE, PREP_FILE, PREP_KERNELS, source
 from .variants import ELEMENTS, Variant, all_variants, gemm_options, sm_of
 
 __all__ = ["compile_all", "compile_jobs", "emit_kernels"]
@@ -22,22 +22,16 @@ def _dtype_label(v: Variant) -> str:
 
 
 def compile_jobs(arch: str) -> list[dict]:
-    """Every kernel the backend can launch on ``arch``: GEMM variants, prep kernels, ceiling loops, and the loop
-    diagnostics of one variant (they share the GEMM's block)."""
+    """Every kernel ``matmul`` and the benchmark's ceiling can launch on ``arch``: GEMM variants, prep kernels,
+    ceiling loops.  (The loop diagnostics of ``bench --loop-ceilings``, gemm_diag.cu, are compiled when used.)"""
     from mxcore import layouts
 
     jobs = []
-    variants = all_variants(arch)
-    for v in variants:
+    for v in all_variants(arch):
         jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": _dtype_label(v), "tile": v.tile,
                      "options": gemm_options(v), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
                      "ldmatrix": True, "cp_async": True,
                      "mma": "QMMA" if v.element.esize == 1 and not v.element.cvt else "HMMA"})
-    v = next(x for x in variants if x.elem == "f16" and x.tile == "128x128" and x.a_kmajor and x.b_kmajor)
-    for name, code in DIAG_NAMES.items():
-        jobs.append({"file": DIAG_FILE, "kernel": "mx_gemm_diag", "stem": f"diag_{name}_{v.name}", "dtype": "fp16",
-                     "tile": v.tile, "options": gemm_options(v) + [f"-DMX_DIAG={code}"], "smem": v.smem_bytes,
-                     "threads": v.threads, "variant": v})
     for kname in PREP_KERNELS:
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
