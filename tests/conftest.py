@@ -50,8 +50,15 @@ def _hip_reason():
         from mxcore.backends import get
 
         return get("hip").is_available()
-    except Exception as exc:
-        return f"hip backend not usable: {exc}"
+    except Exception as exc:  # the backend itself is broken: a failure, not an absence
+        return f"FAILURE: hip backend failed to load: {type(exc).__name__}: {exc}"
+
+
+def _is_failure(reason) -> bool:
+    """A GPU library and device are present but initialisation failed: the GPU tests FAIL, never skip."""
+    from mxcore.backends._contract import is_failure
+
+    return is_failure(reason)
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +75,8 @@ def cupy_device():
 def hip_device():
     reason = _hip_reason()
     if reason:
+        if _is_failure(reason):
+            pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
     from mxcore.backends import get
 
@@ -82,5 +91,13 @@ def pytest_collection_modifyitems(config, items):
             if marker in item.keywords:
                 if marker not in reasons:
                     reasons[marker] = probe()
-                if reasons[marker]:
+                if reasons[marker] and not _is_failure(reasons[marker]):
                     item.add_marker(pytest.mark.skip(reason=reasons[marker]))
+
+
+def pytest_runtest_setup(item):
+    """amd_gpu tests fail (not skip) when the AMD runtime failed to initialise on a machine that has a GPU."""
+    if "amd_gpu" in item.keywords:
+        reason = _hip_reason()
+        if _is_failure(reason):
+            pytest.fail(reason, pytrace=False)

@@ -699,3 +699,33 @@ def test_runtime_is_public_and_says_why_not(monkeypatch):
     monkeypatch.setitem(sys.modules, "hip", None)
     with pytest.raises(BackendUnavailableError, match="hip-python is not installed"):
         hip.HipBackend().runtime()
+
+
+def test_amd_gpu_tests_fail_on_a_failure_reason(monkeypatch):
+    """conftest: an amd_gpu test is skipped for an absence but FAILS for a failure reason (never green by skip)."""
+    import conftest
+    from mxcore import backends
+
+    fake = FakeHip(props_error=True)
+    fake.install(monkeypatch)
+    monkeypatch.setitem(backends._INSTANCES, "hip", hip.HipBackend())
+
+    class Item:
+        keywords = {"amd_gpu": True}
+
+        def __init__(self):
+            self.markers = []
+
+        def add_marker(self, marker):
+            self.markers.append(marker)
+
+    item = Item()
+    conftest.pytest_collection_modifyitems(None, [item])
+    assert item.markers == []
+    with pytest.raises(pytest.fail.Exception, match="FAILURE: 1 AMD GPU"):
+        conftest.pytest_runtest_setup(item)
+    fake.count = 0  # an absence: skipped as before
+    monkeypatch.setitem(backends._INSTANCES, "hip", hip.HipBackend())
+    conftest.pytest_collection_modifyitems(None, [item])
+    assert [m.name for m in item.markers] == ["skip"]
+    conftest.pytest_runtest_setup(item)  # no failure
