@@ -30,6 +30,8 @@ __all__ = [
     "quantize_mx",
     "quantize_tensor",
     "reference_matmul",
+    "to_device",
+    "to_host",
 ]
 
 _LAZY = {
@@ -38,6 +40,8 @@ _LAZY = {
     "quantize_mx": ("mx", "quantize_mx"),
     "quantize_tensor": ("mx", "quantize_tensor"),
     "dequantize": ("mx", "dequantize"),
+    "to_device": ("mx", "to_device"),
+    "to_host": ("mx", "to_host"),
     "reference_matmul": ("reference", "reference_matmul"),
     "info": ("info", "info"),
     "formats": ("formats", None),

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import formats as _f
+from ._device_arrays import device_kind
 from .dtypes import MX_BLOCK, MX_ELEMENT, canonical_operand
 from .errors import FormatError, InputTypeError, ShapeError, UnknownNameError, UnsupportedError
 
@@ -52,6 +53,8 @@ __all__ = [
     "mx_element",
     "quantize_mx",
     "quantize_tensor",
+    "to_device",
+    "to_host",
 ]
 
 SCALE_ROUNDINGS = ("floor", "rceil")
@@ -71,6 +74,27 @@ def mx_element(fmt: str) -> tuple[str, _f.FormatSpec]:
     return name, _f.get(MX_ELEMENT[name])
 
 
+def _codec():
+    from .backends import codec
+
+    return codec
+
+
+def _dtype_name(a) -> str:
+    return str(a.dtype).replace("torch.", "")
+
+
+def _moveaxis(a, src: int, dst: int):
+    kind = device_kind(a)
+    if kind == "torch":
+        return a.movedim(src, dst)
+    if kind is not None:
+        import cupy
+
+        return cupy.moveaxis(cupy.asarray(a), src, dst)
+    return np.moveaxis(a, src, dst)
+
+
 @dataclass(frozen=True, eq=False)
 class MXTensor:
     """An OCP MX block-quantized tensor (see the module doc for the scale rules).
@@ -78,39 +102,60 @@ class MXTensor:
     ``codes``: uint8 element codes, logical shape, one per element, unpacked (see :meth:`packed`).
     ``scales``: uint8 E8M0 codes, ``shape`` with ``axis`` of length ``ceil(K / block)``.
     ``fmt``: canonical MX name (``"mxfp8_e4m3"``, ``"mxfp4"``, ...).  ``axis``: the block axis,
-    non-negative.  ``block``: elements per scale (32).  ``shape``: the logical shape.
+    non-negative.  ``block``: elements per scale (32; other lengths are codec-only, matmul refuses them).
+    ``shape``: the logical shape.  ``scale_max``: the largest finite scale code (127 when every block is
+    NaN), what a GEMM needs to place the blocks' range; an int for host tensors, a 0-d uint8 device array
+    for device tensors (computed on the device, so staging a device MXTensor needs no host sync).
+
+    Codes and scales are numpy arrays, or both CuPy arrays / both torch CUDA tensors on one device (from
+    :func:`quantize_mx` of device data, or :meth:`to_device`).  Device tensors are validated by dtype and
+    shape only (checking every code's range would synchronise); :meth:`to_host` / :meth:`to_device` move them.
     """
 
-    codes: np.ndarray
-    scales: np.ndarray
+    codes: object
+    scales: object
     fmt: str
     axis: int
     block: int = MX_BLOCK
     shape: tuple = ()
+    scale_max: object = None
 
     def __post_init__(self):
         name, spec = mx_element(self.fmt)
         object.__setattr__(self, "fmt", name)
-        codes, scales = np.asarray(self.codes), np.asarray(self.scales)
-        if codes.dtype != np.uint8 or scales.dtype != np.uint8:
+        kinds = (device_kind(self.codes), device_kind(self.scales))
+        if kinds[0] != kinds[1]:
+            raise InputTypeError(f"MXTensor codes and scales must live in the same place, got {type(self.codes).__name__} "
+                                 f"and {type(self.scales).__name__}; use MXTensor.to_host() / to_device(like=...)")
+        if kinds[0] is None:
+            codes, scales = np.asarray(self.codes), np.asarray(self.scales)
+        else:
+            codes, scales = self.codes, self.scales
+        if _dtype_name(codes) != "uint8" or _dtype_name(scales) != "uint8":
             raise InputTypeError(f"MXTensor codes and scales must be uint8 arrays, "
-                                 f"got {codes.dtype} and {scales.dtype}")
-        shape = tuple(self.shape) if self.shape else codes.shape
-        if codes.shape != shape:
-            raise ShapeError(f"MXTensor codes have shape {codes.shape} but shape={shape}")
+                                 f"got {_dtype_name(codes)} and {_dtype_name(scales)}")
+        shape = tuple(self.shape) if self.shape else tuple(codes.shape)
+        if tuple(codes.shape) != shape:
+            raise ShapeError(f"MXTensor codes have shape {tuple(codes.shape)} but shape={shape}")
         if not 0 <= self.axis < max(len(shape), 1) or self.block < 1:
             raise ShapeError(f"MXTensor axis={self.axis}, block={self.block} do not fit shape {shape}")
         want = list(shape)
         want[self.axis] = -(-shape[self.axis] // self.block)
-        if scales.shape != tuple(want):
-            raise ShapeError(f"MXTensor scales have shape {scales.shape}; shape {shape} with blocks of {self.block} "
-                             f"along axis {self.axis} needs {tuple(want)}")
-        if codes.size and int(codes.max()) >> spec.bits:
-            raise FormatError(f"MXTensor codes hold values above {(1 << spec.bits) - 1:#x}, not {spec.name} codes "
-                              "(packed bytes? unpack them first)")
+        if tuple(scales.shape) != tuple(want):
+            raise ShapeError(f"MXTensor scales have shape {tuple(scales.shape)}; shape {shape} with blocks of "
+                             f"{self.block} along axis {self.axis} needs {tuple(want)}")
+        if kinds[0] is None:
+            if codes.size and int(codes.max()) >> spec.bits:
+                raise FormatError(f"MXTensor codes hold values above {(1 << spec.bits) - 1:#x}, not {spec.name} "
+                                  "codes (packed bytes? unpack them first)")
+            finite = scales[scales != _E8M0_NAN]
+            scale_max = int(finite.max()) if finite.size else _E8M0_BIAS
+        else:
+            scale_max = self.scale_max if self.scale_max is not None else _codec().max_finite_scale(scales)
         object.__setattr__(self, "codes", codes)
         object.__setattr__(self, "scales", scales)
         object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "scale_max", scale_max)
 
     @property
     def element(self) -> str:
@@ -121,57 +166,125 @@ class MXTensor:
     def ndim(self) -> int:
         return len(self.shape)
 
-    def scale_values(self) -> np.ndarray:
-        """The block scales as float64 (2^(code-127); NaN for code 0xFF)."""
+    @property
+    def device(self) -> str | None:
+        """``"cupy"`` / ``"torch"`` for device tensors, None on the host."""
+        return device_kind(self.codes)
+
+    def to_host(self) -> MXTensor:
+        """The same tensor with numpy codes and scales (a device→host copy; synchronises)."""
+        if self.device is None:
+            return self
+        from .arrays import to_numpy
+
+        return MXTensor(to_numpy(self.codes), to_numpy(self.scales), self.fmt, self.axis, self.block, self.shape)
+
+    def to_device(self, like) -> MXTensor:
+        """The same tensor on the device of ``like`` (a CuPy array or torch CUDA tensor), as that kind of array."""
+        host = self.to_host()
+        c = _codec()
+        return MXTensor(c.to_device(host.codes, like), c.to_device(host.scales, like), self.fmt, self.axis, self.block,
+                        self.shape, c.to_device(np.array(host.scale_max, np.uint8), like))
+
+    def scale_values(self):
+        """The block scales as float64 (2^(code-127); NaN for code 0xFF), where the scales live."""
         return _f.decode(self.scales, "e8m0", dtype=np.float64)
 
-    def packed(self) -> np.ndarray:
+    def packed(self):
         """Element codes packed along ``axis`` (moved back in place): two fp4 per byte (even element in
         the low nibble), four fp6 per three bytes (LSB first); fp8 codes are returned as they are."""
         bits = _f.get(self.element).bits
         if bits == 8:
             return self.codes
-        c = np.moveaxis(self.codes, self.axis, -1)
+        c = _moveaxis(self.codes, self.axis, -1)
         p = _f.pack_fp4(c) if bits == 4 else _f.pack_fp6(c)
-        return np.moveaxis(p, -1, self.axis)
+        return _moveaxis(p, -1, self.axis)
 
     def __repr__(self) -> str:
+        where = f", device={self.device!r}" if self.device else ""
         return (f"MXTensor(fmt={self.fmt!r}, shape={self.shape}, axis={self.axis}, block={self.block}, "
-                f"scales{tuple(self.scales.shape)})")
+                f"scales{tuple(self.scales.shape)}{where})")
 
 
 @dataclass(frozen=True, eq=False)
 class ScaledTensor:
     """A per-tensor scaled tensor: value = decode(codes, fmt) * scale.
 
-    ``codes``: uint8; ``scale``: a Python float, a power of two; ``fmt``: element format name
-    (``e4m3fn``, ``e5m2``, ``e4m3fnuz``, ``e5m2fnuz``, ...)."""
+    ``codes``: uint8; ``fmt``: element format name (``e4m3fn``, ``e5m2``, ``e4m3fnuz``, ``e5m2fnuz``, ...).
+    Host tensors: ``scale`` a Python float, a power of two, and ``scale_exp`` its exponent (int).  Device
+    tensors (from :func:`quantize_tensor` of device data): ``codes`` a CuPy array / torch CUDA tensor,
+    ``scale`` a 0-d float32 and ``scale_exp`` a 0-d int32 device array of the same kind, computed on the
+    device and never read back (a GEMM reads them there; ``float(t.scale)`` synchronises)."""
 
-    codes: np.ndarray
-    scale: float
+    codes: object
+    scale: object
     fmt: str
+    scale_exp: object = None
 
     def __post_init__(self):
         spec = _f.get(self.fmt)
         object.__setattr__(self, "fmt", spec.name)
-        object.__setattr__(self, "codes", np.asarray(self.codes))
-        object.__setattr__(self, "scale", float(self.scale))
-        if self.codes.dtype != np.uint8:
-            raise InputTypeError(f"ScaledTensor codes must be uint8, got {self.codes.dtype}")
-        f, _ = np.frexp(self.scale)
-        if not (np.isfinite(self.scale) and self.scale > 0 and f == 0.5):
-            raise FormatError(f"ScaledTensor scale must be a positive power of two, got {self.scale!r}")
+        if device_kind(self.codes) is None:
+            object.__setattr__(self, "codes", np.asarray(self.codes))
+            object.__setattr__(self, "scale", float(self.scale))
+            f, e = np.frexp(self.scale)
+            if not (np.isfinite(self.scale) and self.scale > 0 and f == 0.5):
+                raise FormatError(f"ScaledTensor scale must be a positive power of two, got {self.scale!r}")
+            object.__setattr__(self, "scale_exp", int(e) - 1)
+        elif device_kind(self.scale) is None or self.scale_exp is None:
+            raise InputTypeError("a device ScaledTensor needs scale and scale_exp as 0-d device arrays "
+                                 "(mxcore.quantize_tensor makes them); or build it on the host and call to_device")
+        if _dtype_name(self.codes) != "uint8":
+            raise InputTypeError(f"ScaledTensor codes must be uint8, got {_dtype_name(self.codes)}")
 
     @property
     def shape(self) -> tuple:
-        return self.codes.shape
+        return tuple(self.codes.shape)
 
     @property
     def ndim(self) -> int:
-        return self.codes.ndim
+        return len(self.codes.shape)
+
+    @property
+    def device(self) -> str | None:
+        return device_kind(self.codes)
+
+    def to_host(self) -> ScaledTensor:
+        """The same tensor with numpy codes and a float scale (synchronises for device tensors)."""
+        if self.device is None:
+            return self
+        from .arrays import to_numpy
+
+        return ScaledTensor(to_numpy(self.codes), float(np.ldexp(1.0, int(to_numpy(self.scale_exp)))), self.fmt)
+
+    def to_device(self, like) -> ScaledTensor:
+        """The same tensor on the device of ``like`` (CuPy array / torch CUDA tensor), that kind of array."""
+        host = self.to_host()
+        c = _codec()
+        return ScaledTensor(c.to_device(host.codes, like), c.to_device(np.array(host.scale, np.float32), like),
+                            self.fmt, c.to_device(np.array(host.scale_exp, np.int32), like))
 
     def __repr__(self) -> str:
-        return f"ScaledTensor(fmt={self.fmt!r}, shape={self.shape}, scale=2**{int(np.frexp(self.scale)[1]) - 1})"
+        if self.device:
+            return f"ScaledTensor(fmt={self.fmt!r}, shape={self.shape}, scale on {self.device})"
+        return f"ScaledTensor(fmt={self.fmt!r}, shape={self.shape}, scale=2**{self.scale_exp})"
+
+
+def to_host(t):
+    """An :class:`MXTensor` / :class:`ScaledTensor` with host (numpy) arrays; plain arrays via mxcore.arrays.to_numpy."""
+    if isinstance(t, (MXTensor, ScaledTensor)):
+        return t.to_host()
+    from .arrays import to_numpy
+
+    return to_numpy(t)
+
+
+def to_device(t, like):
+    """``t`` (an :class:`MXTensor`, :class:`ScaledTensor` or host array) on the device of ``like`` (a CuPy array
+    or torch CUDA tensor), as that kind of array."""
+    if isinstance(t, (MXTensor, ScaledTensor)):
+        return t.to_device(like)
+    return _codec().to_device(np.asarray(t), like)
 
 
 def _floor_log2(a: np.ndarray) -> np.ndarray:
@@ -201,10 +314,25 @@ def _check_block(block, k: int) -> None:
 
 def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rounding: str = "floor") -> MXTensor:
     """Quantize ``x`` (float array) to MX format ``fmt`` with one E8M0 scale per ``block`` consecutive
-    elements along ``axis`` (A [M, K]: axis=-1; B [K, N]: axis=0).  See the module doc for the rules."""
+    elements along ``axis`` (A [M, K]: axis=-1; B [K, N]: axis=0).  See the module doc for the rules.
+
+    Device data (CuPy array, torch CUDA tensor, DLPack producer on a GPU): one kernel on that GPU and the
+    caller's current stream reads ``x`` once and writes codes, scales and ``scale_max``; the MXTensor keeps
+    them there, as the input's kind of array; bit-identical to the host path; no synchronisation."""
     name, spec = mx_element(fmt)
     if scale_rounding not in SCALE_ROUNDINGS:
         raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP MX v1.0) or 'rceil' (cuBLAS)")
+    if device_kind(x) is not None:
+        shape = tuple(x.shape)
+        if not shape:
+            raise ShapeError("quantize_mx takes an array of at least one dimension")
+        if not -len(shape) <= axis < len(shape):
+            raise ShapeError(f"axis={axis} is out of range for an array of shape {shape}")
+        axis = axis % len(shape)
+        _check_block(block, shape[axis])
+        codes, scales, smax = _codec().quantize_mx(x, spec, axis=axis, block=int(block),
+                                                   rceil=scale_rounding == "rceil")
+        return MXTensor(codes, scales, name, axis, int(block), shape, smax)
     x64 = _f._as_float64(x)
     if x64.ndim == 0:
         raise ShapeError("quantize_mx takes an array of at least one dimension")
@@ -246,10 +374,17 @@ def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rou
 def quantize_tensor(x, fmt: str) -> ScaledTensor:
     """Per-tensor power-of-two scaling to element format ``fmt`` (``e4m3fn``, ``fp8``, ``e5m2``,
     ``e4m3fnuz``, ...): ``scale = 2^ceil(log2(amax / max_normal))`` over the finite values (1 for an
-    all-zero tensor), exponent clamped to [-126, 127]; codes = encode(x / scale)."""
+    all-zero tensor), exponent clamped to [-126, 127]; codes = encode(x / scale).
+
+    Device data: one amax reduction kernel, then one encode kernel that reads the amax (and so the scale)
+    from device memory; the returned ScaledTensor keeps ``scale`` / ``scale_exp`` on the device.  It does
+    not synchronise (except for NaN input in a format without NaN, which raises as on the host)."""
     spec = _f.get(fmt)
     if spec.bits > 8 or not spec.signed:
         raise UnsupportedError(f"quantize_tensor makes codes of a signed format of at most 8 bits; got {spec.name}")
+    if device_kind(x) is not None:
+        codes, scale, exp = _codec().quantize_tensor(x, spec)
+        return ScaledTensor(codes, scale, spec.name, exp)
     x64 = _f._as_float64(x)
     finite = np.isfinite(x64)
     amax = float(np.max(np.abs(x64[finite]), initial=0.0))
@@ -268,7 +403,13 @@ def quantize_tensor(x, fmt: str) -> ScaledTensor:
 def dequantize(t, dtype=np.float32) -> np.ndarray:
     """Values of an :class:`MXTensor` or :class:`ScaledTensor`, computed exactly in float64 and rounded
     once to ``dtype`` (float32 by default; values beyond float32's range, such as 448 · 2^127, become
-    ±inf there: ask for ``dtype=np.float64`` to stay exact)."""
+    ±inf there: ask for ``dtype=np.float64`` to stay exact).  Device tensors are dequantized on their GPU and
+    return the same kind of array."""
+    if isinstance(t, (MXTensor, ScaledTensor)) and t.device is not None:
+        c = _codec()
+        if isinstance(t, MXTensor):
+            return c.dequantize_mx(t.codes, t.scales, _f.get(t.element), axis=t.axis, block=t.block, dtype=dtype)
+        return c.dequantize_tensor(t.codes, _f.get(t.fmt), scale_exp=t.scale_exp, dtype=dtype)
     if isinstance(t, MXTensor):
         elem = _f.decode(t.codes, t.element, dtype=np.float64)
         sc = np.repeat(t.scale_values(), t.block, axis=t.axis)

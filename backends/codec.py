@@ -1,0 +1,447 @@
+"""The format codecs on the GPU: compile ``kernels_cuda/mx_codec.cuh`` and launch it on device arrays.
+
+:mod:`mxcore.formats` and :mod:`mxcore.mx` call this module for CuPy arrays, torch CUDA tensors and other
+DLPack producers on a GPU; results are bit-identical to the numpy path (``tests/test_device_codec.py``).
+
+* **Where it runs.**  On the device that holds the data (``cupy.cuda.Device(ordinal)``) and on the caller's
+  current stream: CuPy's current stream for CuPy arrays, ``torch.cuda.current_stream(device)`` (wrapped as a
+  ``cupy.cuda.ExternalStream``) for torch tensors.  torch tensors reach CuPy through DLPack, zero-copy, as raw
+  bits (bfloat16 included); outputs of torch inputs are allocated by torch and returned as torch tensors;
+  CuPy and other DLPack inputs get CuPy arrays.
+* **Compilation.**  One module per format: the shared source (``codec.cu``, or ``codec.hip`` under CuPy on
+  ROCm, which compiles with hiprtc) plus :func:`format_defines` of the format's
+  :class:`~mxcore.formats.FormatSpec`, compiled by ``cupy.RawModule`` (NVRTC, cached on disk by CuPy) on
+  first use per device.  :func:`compile_inputs` gives the exact (source, options) for offline checks.
+* **Synchronisation.**  None, except where the host path raises on data: NaN in a format without NaN under
+  ``nan="raise"``, and integer codes too wide for the format (decode, packing) read one device counter.
+  ``quantize_tensor`` keeps the scale on the device (one amax reduction, then the encode pass reads it).
+* **Not here.**  ``rounding="stochastic"`` (host only: :class:`~mxcore.errors.UnsupportedError`).  The AMD
+  path is CuPy-on-ROCm (hiprtc through ``RawModule``); a hip-python launcher is not written, and no AMD GPU
+  has run these kernels (they are compile- and disassembly-checked for gfx942/gfx950 in CI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from .._codec_host import _nan_error, _policy_checks
+from .._device_arrays import device_kind
+from .._format_specs import FormatSpec
+from ..errors import FormatError, InputTypeError, ShapeError, UnsupportedError
+from ..kernels import kernel_source
+
+__all__ = [
+    "INPUT_SUFFIXES",
+    "THREADS",
+    "compile_inputs",
+    "decode",
+    "dequantize_mx",
+    "dequantize_tensor",
+    "encode",
+    "entry_points",
+    "format_defines",
+    "pack",
+    "quantize_mx",
+    "quantize_tensor",
+    "unpack",
+]
+
+THREADS = 256
+# float input types the kernels read as raw bits: numpy/torch dtype name -> (kernel suffix, unsigned bits dtype)
+INPUT_SUFFIXES = {"float32": ("f32", "uint32"), "float16": ("f16", "uint16"), "bfloat16": ("bf16", "uint16"),
+                  "float64": ("f64", "uint64")}
+_SPECIALS = ("ieee", "fn", "fnuz", "none")
+_CODE_T = {1: "mxc_u8", 2: "mxc_u16", 4: "mxc_u32"}
+_SIGNED_OF = {"uint8": "uint8", "uint16": "int16", "uint32": "int32", "uint64": "int64"}
+
+
+# ---- what gets compiled -----------------------------------------------------------------------------------------
+def format_defines(spec: FormatSpec) -> tuple[str, ...]:
+    """The ``-D`` defines that make ``mx_codec.cuh`` encode/decode ``spec``: every constant read from the spec."""
+    m = spec.mbits
+    maxsig = (1 << m) | (spec.max_magcode & ((1 << m) - 1))  # max normal = maxsig * 2^(emax - m)
+    vals = {
+        "BITS": spec.bits, "EBITS": spec.ebits, "MBITS": m, "BIAS": spec.bias, "EMIN": spec.emin, "EMAX": spec.emax,
+        "SIGNED": int(spec.signed), "SUBNORMALS": int(spec.subnormals), "SPECIALS": _SPECIALS.index(spec.specials),
+        "HAS_INF": int(spec.has_inf), "HAS_NAN": int(spec.has_nan), "NAN_CODE": f"{spec.nan_code or 0}u",
+        "INF_CODE": f"{spec.inf_codes[0] if spec.inf_codes else 0}u", "MAX_MAGCODE": f"{spec.max_magcode}u",
+        "MAXSIG": f"{maxsig}ull", "CODE_T": _CODE_T[spec.code_dtype.itemsize],
+    }
+    return tuple(f"-DMXF_{k}={v}" for k, v in vals.items())
+
+
+def compile_inputs(spec: FormatSpec | None, vendor: str = "nvidia") -> tuple[str, tuple[str, ...]]:
+    """(source, options) of the codec module for ``spec`` (None: the format-free packing kernels) and vendor
+    ``"nvidia"`` (NVRTC) or ``"amd"`` (hiprtc / clang-22)."""
+    src = kernel_source("nvidia", "codec.cu") if vendor in ("nvidia", "cuda") else kernel_source("amd", "codec.hip")
+    opts = ("-std=c++17", f"-DMXC_THREADS={THREADS}") + (format_defines(spec) if spec is not None else ())
+    return src, opts
+
+
+def entry_points(with_format: bool = True) -> list[str]:
+    """The ``extern "C"`` kernels a module holds (with a format: all; without: the packing kernels)."""
+    pack = ["mx_pack_fp4", "mx_unpack_fp4", "mx_pack_fp6", "mx_unpack_fp6"]
+    if not with_format:
+        return pack
+    per_input = [f"mx_{op}_{suf}" for op in ("encode", "quantize_mx", "amax", "quantize_tensor")
+                 for suf, _ in INPUT_SUFFIXES.values()]
+    return per_input + ["mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32", "mx_dequantize_mx_f64"] + pack
+
+
+# ---- one call on one device ---------------------------------------------------------------------------------------
+_MODULES: dict = {}
+_LOCK = threading.Lock()
+
+
+class _Call:
+    """The device, stream and array library of one codec call (entered with ``with _on(x) as call``)."""
+
+    def __init__(self, cp, kind: str, ordinal: int, torch_device=None):
+        self.cp, self.kind, self.ordinal, self.torch_device = cp, kind, ordinal, torch_device
+
+    # inputs --------------------------------------------------------------------------------------------------
+    def cupy_view(self, x):
+        """``x`` as a CuPy array on this device (zero-copy through DLPack for torch and other producers)."""
+        if self.kind == "cupy":
+            return x
+        if self.kind == "torch":
+            import torch
+
+            t = x.detach()
+            name = str(t.dtype).replace("torch.", "")
+            if name in ("bfloat16", "float16"):  # CuPy has no bfloat16: hand over the raw bits
+                t = t.view(torch.int16)
+            elif name.startswith("float8"):
+                t = t.view(torch.uint8)
+            return self.cp.from_dlpack(t)
+        return self.cp.from_dlpack(x)
+
+    def float_bits(self, x, what: str = "x"):
+        """(contiguous raw-bits CuPy array, kernel suffix) of a float input; other dtypes raise as the host does."""
+        name = self.dtype_name(x)
+        if name not in INPUT_SUFFIXES:
+            raise InputTypeError(f"{what} has dtype {name} on the device; pass float32/float16/bfloat16/float64 values "
+                                 "(integer codes are decoded with mxcore.formats.decode)")
+        suf, bits = INPUT_SUFFIXES[name]
+        c = self.cupy_view(x)
+        return self.cp.ascontiguousarray(c).view(bits), suf
+
+    def dtype_name(self, x) -> str:
+        return str(x.dtype).replace("torch.", "")
+
+    # outputs -------------------------------------------------------------------------------------------------
+    def empty(self, shape, dtype: str):
+        """(CuPy view for the kernel, the array handed back: torch for torch inputs, else the CuPy array)."""
+        cp = self.cp
+        if self.kind != "torch":
+            a = cp.empty(shape, dtype=dtype)
+            return a, a
+        import torch
+
+        store = _SIGNED_OF.get(dtype, dtype)
+        t = torch.empty(tuple(shape), dtype=getattr(torch, store), device=self.torch_device)
+        view = cp.from_dlpack(t).view(dtype)
+        if store != dtype:
+            try:
+                t = t.view(getattr(torch, dtype))
+            except (AttributeError, RuntimeError, TypeError):
+                pass  # an older torch without this unsigned type: same bits, signed dtype
+        return view, t
+
+    def native(self, a):
+        """A CuPy result as the caller's kind of array."""
+        if self.kind != "torch":
+            return a
+        import torch
+
+        return torch.from_dlpack(a)
+
+    def counter(self):
+        return self.cp.zeros(1, dtype=self.cp.uint32)
+
+    def module(self, spec: FormatSpec | None):
+        key = (self.ordinal, spec.name if spec is not None else None)
+        mod = _MODULES.get(key)
+        if mod is None:
+            with _LOCK:
+                mod = _MODULES.get(key)
+                if mod is None:
+                    vendor = "amd" if getattr(self.cp.cuda.runtime, "is_hip", False) else "nvidia"
+                    src, opts = compile_inputs(spec, vendor)
+                    mod = self.cp.RawModule(code=src, options=opts)
+                    _MODULES[key] = mod
+        return mod
+
+    def launch(self, spec, name: str, threads: int, args, grid: int | None = None) -> None:
+        if threads <= 0:
+            return
+        blocks = grid if grid is not None else -(-threads // THREADS)
+        self.module(spec).get_function(name)((blocks,), (THREADS,), tuple(args))
+
+    def sm_count(self) -> int:
+        return _sm_count(self.cp, self.ordinal)
+
+
+_SMS: dict = {}
+
+
+def _sm_count(cp, ordinal: int) -> int:
+    if ordinal not in _SMS:
+        _SMS[ordinal] = int(cp.cuda.Device(ordinal).attributes["MultiProcessorCount"])
+    return _SMS[ordinal]
+
+
+@contextlib.contextmanager
+def _on(x):
+    """Enter ``x``'s device and the caller's current stream; yield the :class:`_Call`."""
+    kind = device_kind(x)
+    try:
+        import cupy as cp
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise UnsupportedError("device arrays are quantized with CuPy kernels; install mxcore[cuda] "
+                               "(CuPy) or pass host (numpy) data") from exc
+    if kind == "torch":
+        import torch
+
+        dev = x.device
+        ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
+        with cp.cuda.Device(ordinal):
+            stream = cp.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream, ordinal)
+            with stream:
+                yield _Call(cp, kind, ordinal, torch.device("cuda", ordinal))
+        return
+    if kind == "cupy":
+        ordinal = x.device.id
+    else:
+        ordinal = int(x.__dlpack_device__()[1])
+    with cp.cuda.Device(ordinal):
+        yield _Call(cp, kind, ordinal)
+
+
+def _i64(v) -> np.int64:
+    return np.int64(v)
+
+
+_NULL = np.uint64(0)
+
+
+# ---- codecs -------------------------------------------------------------------------------------------------------
+def encode(x, spec: FormatSpec, *, rounding="rne", overflow="saturate", nan="raise", rng=None):
+    """Device :func:`mxcore.formats.encode` (same arguments); codes of ``spec.code_dtype``, same kind as ``x``."""
+    _policy_checks(rounding, overflow, nan)
+    if rounding == "stochastic":
+        raise UnsupportedError("rounding='stochastic' runs on the host only; pass host data "
+                               "(mxcore.arrays.to_numpy(x)) or use rounding='rne' / 'rtz' on the device")
+    with _on(x) as call:
+        xb, suf = call.float_bits(x)
+        out, result = call.empty(xb.shape, spec.code_dtype.name)
+        count = call.counter() if not spec.has_nan else None
+        call.launch(spec, f"mx_encode_{suf}", xb.size,
+                    (xb, out, _i64(xb.size), np.int32(rounding == "rtz"), np.int32(overflow == "nan"),
+                     count if count is not None else _NULL))
+        if count is not None and nan == "raise":
+            bad = int(count.get()[0])  # the one synchronisation: the host raises on NaN here too
+            if bad:
+                raise _nan_error(spec, bad)
+        return result
+
+
+def _codes(call, codes, bits: int, what: str, container: str):
+    """Integer codes as a contiguous CuPy array of ``container`` dtype; values that do not fit ``bits`` raise
+    (one synchronisation, only when the input dtype can hold such values)."""
+    cp = call.cp
+    name = call.dtype_name(codes)
+    c = call.cupy_view(codes)
+    if name.startswith("float8") or c.dtype.kind not in "iu":
+        if name.startswith("float8") and c.dtype.itemsize == 1:
+            return cp.ascontiguousarray(c.view(cp.uint8))
+        raise InputTypeError(f"{what} takes integer codes, got dtype {name}; "
+                             "to round float values use mxcore.formats.encode")
+    wide = c.dtype.kind == "i" or c.dtype.itemsize * 8 > bits
+    if wide and c.size:
+        bad = int(((c < 0) | (c >= (1 << bits))).sum())
+        if bad:
+            raise FormatError(f"{bad} code(s) do not fit {bits} bits (0..{(1 << bits) - 1:#x}) in {what}"
+                              + ("; packed bytes? use unpack_fp4 / unpack_fp6 first" if bits < 8 else ""))
+    return cp.ascontiguousarray(c.astype(container, copy=False))
+
+
+def _float_out(dtype) -> str:
+    name = str(np.dtype(str(dtype).replace("torch.", ""))) if not str(dtype).endswith("bfloat16") else "bfloat16"
+    return name
+
+
+def decode(codes, spec: FormatSpec, *, dtype=np.float32):
+    """Device :func:`mxcore.formats.decode`: float32 values (float64 on request; other float dtypes by one
+    exact-then-rounded cast from float32), same kind of array as ``codes``."""
+    with _on(codes) as call:
+        c = _codes(call, codes, spec.bits, "decode", spec.code_dtype.name)
+        want = _float_out(dtype)
+        wide = want == "float64"
+        out, result = call.empty(c.shape, "uint64" if wide else "uint32")
+        call.launch(spec, "mx_decode_f64" if wide else "mx_decode_f32", c.size, (c, out, _i64(c.size), _NULL))
+        return _as_float(call, out, result, wide, want)
+
+
+def _as_float(call, out, result, wide: bool, want: str):
+    """The kernel's float bits as ``want`` values, in the caller's kind of array."""
+    vals = out.view("float64" if wide else "float32")
+    if call.kind != "torch":
+        return vals if want in ("float32", "float64") else vals.astype(want)
+    import torch
+
+    t = result.view(torch.float64 if wide else torch.float32)
+    return t if want in ("float32", "float64") else t.to(getattr(torch, want))
+
+
+def pack(codes, nbits: int):
+    """Device :func:`mxcore.formats.pack_fp4` (``nbits=4``) / ``pack_fp6`` (``nbits=6``) along the last axis."""
+    with _on(codes) as call:
+        if len(codes.shape) == 0:
+            raise ShapeError(f"pack_fp{nbits} takes an array of at least one dimension (packs along the last axis)")
+        c = _codes(call, codes, 8, f"pack_fp{nbits}", "uint8")
+        n = c.shape[-1]
+        rows = c.size // n if n else 0
+        per = (-(-n // 2), 1) if nbits == 4 else (-(-n // 4), 3)
+        out, result = call.empty(c.shape[:-1] + (per[0] * per[1],), "uint8")
+        bad = call.counter()
+        call.launch(None, f"mx_pack_fp{nbits}", rows * per[0], (c, out, _i64(rows), _i64(n), bad))
+        if int(bad.get()[0]):  # one synchronisation: the host raises on codes wider than the field
+            raise FormatError(f"pack_fp{nbits}: codes must be {nbits}-bit (0..{(1 << nbits) - 1})")
+        return result
+
+
+def unpack(packed, nbits: int, count=None):
+    """Device :func:`mxcore.formats.unpack_fp4` / ``unpack_fp6``."""
+    with _on(packed) as call:
+        if len(packed.shape) == 0:
+            raise ShapeError(f"unpack_fp{nbits} takes an array of at least one dimension")
+        p = _codes(call, packed, 8, f"unpack_fp{nbits}", "uint8")
+        nb = p.shape[-1]
+        if nbits == 6 and nb % 3:
+            raise ShapeError(f"unpack_fp6: the last axis holds {nb} bytes, not a multiple of 3 (4 values in 3 bytes)")
+        rows = p.size // nb if nb else 0
+        n_out = 2 * nb if nbits == 4 else 4 * (nb // 3)
+        out, result = call.empty(p.shape[:-1] + (n_out,), "uint8")
+        units = nb if nbits == 4 else nb // 3
+        call.launch(None, f"mx_unpack_fp{nbits}", rows * units, (p, out, _i64(rows), _i64(units)))
+        if count is None:
+            return result
+        if not 0 <= count <= n_out:
+            raise ShapeError(f"unpack_fp{nbits}: count={count} but the packed data holds {n_out} values")
+        return result[..., :count]
+
+
+# ---- quantizers ---------------------------------------------------------------------------------------------------
+def _outer_inner(shape, axis: int) -> tuple[int, int, int]:
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return outer, int(shape[axis]), inner
+
+
+def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
+    """Device OCP-MX quantization of ``x`` along ``axis`` (non-negative, validated by the caller): one kernel reads
+    ``x`` once and writes the element codes (logical shape, uint8), the E8M0 scales and the largest finite
+    scale code (0-d uint8; 127 when every block is NaN).  Returns ``(codes, scales, scale_max)`` as the caller's
+    kind of array.  No synchronisation."""
+    with _on(x) as call:
+        xb, suf = call.float_bits(x)
+        shape = tuple(xb.shape)
+        outer, k, inner = _outer_inner(shape, axis)
+        nb = -(-k // block)
+        sshape = shape[:axis] + (nb,) + shape[axis + 1:]
+        codes, codes_r = call.empty(shape, "uint8")
+        scales, scales_r = call.empty(sshape, "uint8")
+        smax1 = call.counter()
+        call.launch(spec, f"mx_quantize_mx_{suf}", outer * nb * inner,
+                    (xb, codes, scales, smax1, _i64(outer), _i64(k), _i64(inner), np.int32(block), np.int32(rceil)))
+        cp = call.cp
+        smax = cp.where(smax1[0] == 0, cp.uint32(128), smax1[0]).astype(cp.int32) - 1
+        return codes_r, scales_r, call.native(smax.astype(cp.uint8))
+
+
+def quantize_tensor(x, spec: FormatSpec):
+    """Device per-tensor power-of-two scaling: one amax reduction kernel and one encode kernel that reads the
+    amax from device memory; returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d
+    int32 ``k``) as the caller's kind of array.  No synchronisation (except NaN in a format without NaN, which
+    raises as the host does)."""
+    with _on(x) as call:
+        xb, suf = call.float_bits(x)
+        n = xb.size
+        cp = call.cp
+        amax = cp.zeros(1, dtype=cp.uint64)
+        grid = max(1, min(-(-n // THREADS), 8 * call.sm_count()))
+        call.launch(spec, f"mx_amax_{suf}", n, (xb, _i64(n), _i64(grid * THREADS), amax), grid=grid)
+        codes, codes_r = call.empty(xb.shape, "uint8")
+        exp, exp_r = call.empty((), "int32")
+        scale, scale_r = call.empty((), "float32")
+        count = call.counter() if not spec.has_nan else None
+        call.launch(spec, f"mx_quantize_tensor_{suf}", max(n, 1),
+                    (xb, codes, _i64(n), amax, exp, scale, count if count is not None else _NULL))
+        if count is not None:
+            bad = int(count.get()[0])
+            if bad:
+                raise _nan_error(spec, bad)
+        return codes_r, scale_r, exp_r
+
+
+def dequantize_mx(codes, scales, spec: FormatSpec, *, axis: int, block: int, dtype):
+    """Device values of MX codes/scales (float32 by default; float64 exact; other float dtypes by one rounding
+    from the float32 value, which is exact or ±inf)."""
+    with _on(codes) as call:
+        c = call.cp.ascontiguousarray(call.cupy_view(codes))
+        s = call.cp.ascontiguousarray(call.cupy_view(scales))
+        outer, k, inner = _outer_inner(tuple(c.shape), axis)
+        want = _float_out(dtype)
+        wide = want == "float64"
+        out, result = call.empty(c.shape, "uint64" if wide else "uint32")
+        call.launch(spec, "mx_dequantize_mx_f64" if wide else "mx_dequantize_mx_f32", c.size,
+                    (c, s, out, _i64(outer), _i64(k), _i64(inner), np.int32(block)))
+        return _as_float(call, out, result, wide, want)
+
+
+def dequantize_tensor(codes, spec: FormatSpec, *, scale_exp, dtype):
+    """Device values of per-tensor scaled codes; ``scale_exp`` is an int (host) or a 0-d int32 device array."""
+    with _on(codes) as call:
+        cp = call.cp
+        c = cp.ascontiguousarray(call.cupy_view(codes))
+        if isinstance(scale_exp, (int, np.integer)):
+            exp = cp.asarray(np.array([scale_exp], np.int32))
+        else:
+            exp = cp.ascontiguousarray(call.cupy_view(scale_exp).astype(cp.int32, copy=False).reshape(1))
+        want = _float_out(dtype)
+        wide = want == "float64"
+        out, result = call.empty(c.shape, "uint64" if wide else "uint32")
+        call.launch(spec, "mx_decode_f64" if wide else "mx_decode_f32", c.size, (c, out, _i64(c.size), exp))
+        return _as_float(call, out, result, wide, want)
+
+
+def max_finite_scale(scales):
+    """The largest finite E8M0 code of device ``scales`` (127 when all are NaN) as a 0-d uint8 device array of
+    the same kind, without synchronising (for MXTensors built from device arrays by hand)."""
+    with _on(scales) as call:
+        cp = call.cp
+        s = call.cupy_view(scales).astype(cp.int32)
+        m = cp.where(s == 0xFF, -1, s).max() if s.size else cp.asarray(-1, dtype=cp.int32)
+        return call.native(cp.where(m < 0, 127, m).astype(cp.uint8))
+
+
+def to_device(a: np.ndarray, like):
+    """Host array ``a`` copied to the device of ``like`` (a CuPy array or torch CUDA tensor), same kind as ``like``."""
+    kind = device_kind(like)
+    if kind == "torch":
+        import torch
+
+        if a.dtype.name in ("uint16", "uint32"):
+            return torch.from_numpy(a.view(_SIGNED_OF[a.dtype.name])).to(like.device)
+        return torch.from_numpy(np.ascontiguousarray(a)).to(like.device)
+    if kind is None:
+        raise InputTypeError(f"to_device(like=...) takes a CuPy array or torch CUDA tensor, got {type(like).__name__}")
+    import cupy as cp
+
+    ordinal = like.device.id if kind == "cupy" else int(like.__dlpack_device__()[1])
+    with cp.cuda.Device(ordinal):
+        return cp.asarray(a)

@@ -1,0 +1,575 @@
+// mx_codec.cuh: mxcore's number-format codecs on the GPU, one source for NVIDIA (NVRTC) and AMD (hiprtc,
+// clang-22).  Encode (one rounding from the exact input value), decode, OCP-MX block quantization (codes and
+// E8M0 scales in one pass), per-tensor power-of-two fp8 scaling (one amax reduction, the exponent kept on the
+// device), dequantization, fp4/fp6 packing.  The rules are mxcore.formats' and mxcore.mx's, bit for bit; the
+// GPU tests compare every kernel with the numpy path.
+//
+// The format is compile-time data: backends/codec.py turns a mxcore.formats.FormatSpec into -D defines
+// (MXF_BITS, MXF_EBITS, MXF_MBITS, MXF_BIAS, MXF_EMIN, MXF_EMAX, MXF_SIGNED, MXF_SUBNORMALS, MXF_SPECIALS
+// (0 ieee, 1 fn, 2 fnuz, 3 none), MXF_HAS_INF, MXF_HAS_NAN, MXF_NAN_CODE, MXF_INF_CODE, MXF_MAX_MAGCODE,
+// MXF_MAXSIG (max normal's integer significand), MXF_CODE_T); nothing here restates a format.  Without
+// MXF_BITS only the format-free kernels (packing) are compiled.
+//
+// Exactness: every input (float32, float16, bfloat16, float64) is split into sign, an integer significand S
+// and an exponent E with value S * 2^E, exactly, by integer operations on its bits; a power-of-two scale only
+// moves E.  Rounding works on S's bits (remainder against the half quantum), so there is no intermediate
+// float rounding anywhere, for float64 inputs too (64-bit significands).
+//
+// Vendor differences are confined to the shim below (count-leading-zeros and atomics).  Launch: 1-D grids of
+// MXC_THREADS threads (blockDim is not read, so the same code runs under hip_shim.h).
+
+#ifndef MXC_CODEC_CUH
+#define MXC_CODEC_CUH
+
+#if defined(__HIP__) || defined(__HIPCC__) || defined(__HIPCC_RTC__) || defined(__HIP_DEVICE_COMPILE__)
+#define MXC_HIP 1
+#else
+#define MXC_HIP 0
+#endif
+
+#ifndef MXC_THREADS
+#define MXC_THREADS 256
+#endif
+
+typedef unsigned char mxc_u8;
+typedef unsigned short mxc_u16;
+typedef unsigned int mxc_u32;
+typedef unsigned long long mxc_u64;
+typedef long long mxc_i64;
+
+// ---- vendor shim ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ int mxc_bitlen(mxc_u32 x) {
+#if MXC_HIP
+    return x ? 32 - __builtin_clz(x) : 0;
+#else
+    return 32 - __clz(x);
+#endif
+}
+__device__ __forceinline__ int mxc_bitlen(mxc_u64 x) {
+#if MXC_HIP
+    return x ? 64 - __builtin_clzll(x) : 0;
+#else
+    return 64 - __clzll((long long)x);
+#endif
+}
+__device__ __forceinline__ void mxc_atomic_max(mxc_u32* p, mxc_u32 v) {
+#if MXC_HIP
+    __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+    atomicMax(p, v);
+#endif
+}
+__device__ __forceinline__ void mxc_atomic_max(mxc_u64* p, mxc_u64 v) {
+#if MXC_HIP
+    __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+    atomicMax((unsigned long long*)p, (unsigned long long)v);
+#endif
+}
+__device__ __forceinline__ void mxc_atomic_add(mxc_u32* p, mxc_u32 v) {
+#if MXC_HIP
+    __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+    atomicAdd(p, v);
+#endif
+}
+
+// 16 bytes moved by one vector load/store (LDG.128 / global_load_dwordx4)
+struct alignas(16) mxc_v16 {
+    mxc_u32 w[4];
+};
+
+__device__ __forceinline__ mxc_i64 mxc_thread_index() {
+    return (mxc_i64)blockIdx.x * MXC_THREADS + threadIdx.x;
+}
+
+// ---- input formats: bits type, significand type, field widths -------------------------------------------------
+template <typename B, typename S, int EB, int MB>
+struct MxcIn {
+    typedef B bits_t;
+    typedef S sig_t;
+    static const int ebits = EB, mbits = MB, width = 8 * sizeof(B), bias = (1 << (EB - 1)) - 1;
+};
+typedef MxcIn<mxc_u32, mxc_u32, 8, 23> MxcF32;
+typedef MxcIn<mxc_u16, mxc_u32, 5, 10> MxcF16;
+typedef MxcIn<mxc_u16, mxc_u32, 8, 7> MxcBF16;
+typedef MxcIn<mxc_u64, mxc_u64, 11, 52> MxcF64;
+
+enum { MXC_ZERO = 0, MXC_FINITE = 1, MXC_INF = 2, MXC_NAN = 3 };
+
+// bits -> class, sign, and (finite) value = s * 2^e exactly
+template <class In>
+__device__ __forceinline__ int mxc_split(typename In::bits_t b, bool& neg, int& e, typename In::sig_t& s) {
+    typedef typename In::bits_t B;
+    typedef typename In::sig_t S;
+    neg = ((b >> (In::width - 1)) & 1) != 0;
+    const int fld = (int)((b >> In::mbits) & (B)((1 << In::ebits) - 1));
+    s = (S)(b & (((B)1 << In::mbits) - 1));
+    if (fld == (1 << In::ebits) - 1) return s ? MXC_NAN : MXC_INF;
+    if (fld == 0) {
+        e = 1 - In::bias - In::mbits;
+        return s ? MXC_FINITE : MXC_ZERO;
+    }
+    s |= (S)1 << In::mbits;
+    e = fld - In::bias - In::mbits;
+    return MXC_FINITE;
+}
+
+// magnitude bits (sign cleared) of the largest finite |x| compare as integers; non-finite ones are >= this
+template <class In>
+__device__ __forceinline__ typename In::bits_t mxc_inf_bits() {
+    return (typename In::bits_t)(((typename In::bits_t)1 << In::ebits) - 1) << In::mbits;
+}
+
+// floor(log2(amax)) and whether amax's significand exceeds `maxsig` (an integer significand of `mbits`
+// fraction bits): the two facts both MX scale rules and the per-tensor scale need.  amax > 0, finite.
+template <class In>
+__device__ __forceinline__ int mxc_log2_parts(typename In::bits_t amax, mxc_u64 maxsig, int mbits, bool& above) {
+    bool neg;
+    int e;
+    typename In::sig_t s;
+    mxc_split<In>(amax, neg, e, s);
+    const int len = mxc_bitlen(s);
+    const mxc_u64 sa = (mxc_u64)s << (64 - len);
+    const mxc_u64 sm = maxsig << (63 - mbits);
+    above = sa > sm;
+    return e + len - 1;
+}
+
+// exact float32 / float64 bits of (neg ? -1 : 1) * s * 2^e, s < 2^24; values beyond the range give inf.
+// Every value a codec produces is a short significand well inside the subnormal range (e >= -149).
+__device__ __forceinline__ mxc_u32 mxc_f32_bits(bool neg, mxc_u32 s, int e) {
+    const mxc_u32 sign = neg ? 0x80000000u : 0u;
+    if (!s) return sign;
+    const int len = mxc_bitlen(s);
+    const int top = e + len - 1;
+    if (top > 127) return sign | 0x7f800000u;
+    if (top >= -126) return sign | ((mxc_u32)(top + 127) << 23) | ((s << (24 - len)) & 0x7fffffu);
+    return sign | (s << (e + 149));
+}
+__device__ __forceinline__ mxc_u64 mxc_f64_bits(bool neg, mxc_u32 s, int e) {
+    const mxc_u64 sign = neg ? 0x8000000000000000ull : 0ull;
+    if (!s) return sign;
+    const int len = mxc_bitlen(s);
+    const int top = e + len - 1;
+    return sign | ((mxc_u64)(top + 1023) << 52) | (((mxc_u64)s << (53 - len)) & 0xfffffffffffffull);
+}
+#define MXC_F32_NAN 0x7fc00000u
+#define MXC_F64_NAN 0x7ff8000000000000ull
+
+#ifdef MXF_BITS
+// ---- the format (from -D defines generated from a FormatSpec) --------------------------------------------------
+typedef MXF_CODE_T mxc_code_t;
+#define MXF_SIGN_BIT (MXF_SIGNED ? (1u << (MXF_BITS - 1)) : 0u)
+#define MXF_MAG_MASK ((1u << (MXF_BITS - MXF_SIGNED)) - 1u)
+
+// magnitude code of s * 2^e (s > 0) rounded once (rne, or rtz when `rtz`); `over` when it exceeds max normal
+template <typename S>
+__device__ __forceinline__ mxc_u32 mxc_round_mag(S s, int e, bool rtz, bool& over) {
+    const int top = e + mxc_bitlen(s) - 1;
+    if (top > MXF_EMAX) {  // rounding never lowers a binade
+        over = true;
+        return 0u;
+    }
+    const int eq = top > MXF_EMIN ? top : MXF_EMIN;  // exponent whose quantum applies
+    const int shift = eq - MXF_MBITS - e;           // r = s / 2^shift, rounded
+    S r;
+    if (shift <= 0) {
+        r = s << (-shift);
+    } else if (shift >= (int)(8 * sizeof(S))) {
+        r = 0;  // s < 2^(width-1) <= half a quantum
+    } else {
+        r = s >> shift;
+        const S rem = s & (((S)1 << shift) - 1);
+        const S half = (S)1 << (shift - 1);
+        if (!rtz && (rem > half || (rem == half && (r & 1)))) r += 1;
+    }
+    if (!MXF_SUBNORMALS && r < ((S)1 << MXF_MBITS)) r = (S)1 << MXF_MBITS;  // no zero: clamp up to min normal
+    const mxc_u32 mag = ((mxc_u32)(eq - MXF_EMIN) << MXF_MBITS) + (mxc_u32)r - (MXF_SUBNORMALS ? 0u : (1u << MXF_MBITS));
+    over = mag > (mxc_u32)MXF_MAX_MAGCODE;
+    return mag;
+}
+
+#define MXF_OVER_CODE (MXF_HAS_INF ? (mxc_u32)MXF_INF_CODE : (mxc_u32)MXF_NAN_CODE)
+
+// the canonical code of x * 2^-kshift (mxcore.formats.encode's rules).  A NaN in a format without NaN gives
+// code 0 and is counted in *nan_count (the host raises or keeps the zero, per nan=).
+template <class In>
+__device__ __forceinline__ mxc_u32 mxc_encode(typename In::bits_t b, int kshift, bool rtz, bool ovf_nan,
+                                              mxc_u32* nan_count) {
+    bool neg;
+    int e = 0;
+    typename In::sig_t s;
+    const int cls = mxc_split<In>(b, neg, e, s);
+    if (cls == MXC_NAN) {
+#if MXF_HAS_NAN
+        return (MXF_SIGNED && MXF_SPECIALS != 2 && neg) ? ((mxc_u32)MXF_NAN_CODE | MXF_SIGN_BIT) : (mxc_u32)MXF_NAN_CODE;
+#else
+        if (nan_count) mxc_atomic_add(nan_count, 1u);
+        return 0u;
+#endif
+    }
+    mxc_u32 mag = 0u;
+    if (cls == MXC_INF) {
+        mag = (ovf_nan && MXF_HAS_NAN) ? MXF_OVER_CODE : (mxc_u32)MXF_MAX_MAGCODE;
+    } else if (cls == MXC_FINITE) {
+        bool over = false;
+        mag = mxc_round_mag(s, e - kshift, rtz, over);
+        if (over) mag = (ovf_nan && !rtz && MXF_HAS_NAN) ? MXF_OVER_CODE : (mxc_u32)MXF_MAX_MAGCODE;
+    }
+#if MXF_SIGNED
+#if MXF_SPECIALS == 2
+    if (mag == (mxc_u32)MXF_NAN_CODE) return (mxc_u32)MXF_NAN_CODE;  // FNUZ: one NaN, no -0
+    return (neg && mag != 0u) ? (mag | MXF_SIGN_BIT) : mag;
+#else
+    return neg ? (mag | MXF_SIGN_BIT) : mag;
+#endif
+#else
+    return (neg || cls == MXC_ZERO) ? (mxc_u32)MXF_NAN_CODE : mag;  // unsigned (e8m0): no zero, no negatives
+#endif
+}
+
+// a code as (class, sign, significand, exponent); value = s * 2^e
+__device__ __forceinline__ int mxc_code_split(mxc_u32 c, bool& neg, mxc_u32& s, int& e) {
+    const mxc_u32 mag = c & MXF_MAG_MASK;
+    const int fld = (int)(mag >> MXF_MBITS);
+    const mxc_u32 mant = mag & ((1u << MXF_MBITS) - 1u);
+    neg = MXF_SIGNED && ((c >> (MXF_BITS - 1)) & 1u);
+#if MXF_SPECIALS == 0
+    if (fld == (1 << MXF_EBITS) - 1) return mant ? MXC_NAN : MXC_INF;
+#elif MXF_SPECIALS == 1
+    if (mag == MXF_MAG_MASK) return MXC_NAN;
+#elif MXF_SPECIALS == 2
+    if (c == (mxc_u32)MXF_NAN_CODE) {
+        neg = false;
+        return MXC_NAN;
+    }
+#endif
+    if (MXF_SUBNORMALS && fld == 0) {
+        s = mant;
+        e = MXF_EMIN - MXF_MBITS;
+    } else {
+        s = mant | (1u << MXF_MBITS);
+        e = fld - MXF_BIAS - MXF_MBITS;
+    }
+    return s ? MXC_FINITE : MXC_ZERO;
+}
+
+// value of code c times 2^scale_exp (a NaN scale: pass scale_nan) as float32 / float64 bits.  NaN keeps its
+// code's sign (as decode does); a NaN scale on a non-NaN element gives +NaN.
+__device__ __forceinline__ mxc_u32 mxc_decode_f32(mxc_u32 c, int scale_exp, bool scale_nan) {
+    bool neg;
+    mxc_u32 s = 0u;
+    int e = 0;
+    const int cls = mxc_code_split(c, neg, s, e);
+    const mxc_u32 sign = neg ? 0x80000000u : 0u;
+    if (cls == MXC_NAN) return sign | MXC_F32_NAN;
+    if (scale_nan) return MXC_F32_NAN;
+    if (cls == MXC_INF) return sign | 0x7f800000u;
+    return mxc_f32_bits(neg, s, e + scale_exp);
+}
+__device__ __forceinline__ mxc_u64 mxc_decode_f64(mxc_u32 c, int scale_exp, bool scale_nan) {
+    bool neg;
+    mxc_u32 s = 0u;
+    int e = 0;
+    const int cls = mxc_code_split(c, neg, s, e);
+    const mxc_u64 sign = neg ? 0x8000000000000000ull : 0ull;
+    if (cls == MXC_NAN) return sign | MXC_F64_NAN;
+    if (scale_nan) return MXC_F64_NAN;
+    if (cls == MXC_INF) return sign | 0x7ff0000000000000ull;
+    return mxc_f64_bits(neg, s, e + scale_exp);
+}
+
+// ---- kernels ---------------------------------------------------------------------------------------------------
+template <class In>
+__device__ __forceinline__ void mxc_encode_kernel(const typename In::bits_t* x, mxc_code_t* out, mxc_i64 n, int rtz,
+                                                  int ovf_nan, mxc_u32* nan_count) {
+    const mxc_i64 i = mxc_thread_index();
+    if (i < n) out[i] = (mxc_code_t)mxc_encode<In>(x[i], 0, rtz != 0, ovf_nan != 0, nan_count);
+}
+
+// OCP MX: the input viewed as [outer][K][inner] (contiguous), blocks of `block` along K.  One thread per block:
+// it reads its elements once (into registers when block == MXC_MX_BLOCK), writes the codes and the E8M0 scale,
+// and the CTA folds the largest finite scale code into *scale_max1 (stored + 1; 0: no finite scale).
+#define MXC_MX_BLOCK 32
+#define MXC_E8M0_NAN 0xFFu
+
+template <class In>
+__device__ __forceinline__ int mxc_mx_exp(typename In::bits_t amax, bool rceil) {
+    if (amax == 0) return -127;  // all-zero block: the clamp of floor(log2(0))
+    bool above;
+    const int top = mxc_log2_parts<In>(amax, (mxc_u64)MXF_MAXSIG, MXF_MBITS, above);
+    int k = top - MXF_EMAX + ((rceil && above) ? 1 : 0);
+    return k < -127 ? -127 : (k > 127 ? 127 : k);
+}
+
+template <class In, bool FIXED>
+__device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t* x, mxc_u8* codes, mxc_u8* scales,
+                                                       mxc_u32* scale_max1, mxc_i64 outer, mxc_i64 K, mxc_i64 inner,
+                                                       int block, int rceil) {
+    typedef typename In::bits_t B;
+    __shared__ mxc_u32 cta_max;
+    if (threadIdx.x == 0) cta_max = 0u;
+    __syncthreads();
+    const mxc_i64 nb = (K + block - 1) / block;
+    const mxc_i64 t = mxc_thread_index();
+    if (t < outer * nb * inner) {
+        const mxc_i64 i = t % inner;
+        const mxc_i64 rest = t / inner;
+        const mxc_i64 kb = rest % nb;
+        const mxc_i64 o = rest / nb;
+        const mxc_i64 k0 = kb * block;
+        const int len = (int)((K - k0) < block ? (K - k0) : block);
+        const mxc_i64 base = (o * K + k0) * inner + i;
+        const B* p = x + base;
+        mxc_u8* q = codes + base;
+        const B absmask = (B)(~((B)1 << (In::width - 1)));
+        const B inf = mxc_inf_bits<In>();
+        B amax = 0;
+        if (FIXED) {
+            B v[MXC_MX_BLOCK];
+            const bool vec = inner == 1 && len == MXC_MX_BLOCK && ((((unsigned long long)p) & 15u) == 0u);
+            if (vec) {
+                const mxc_v16* pv = (const mxc_v16*)p;
+                const int words = MXC_MX_BLOCK * (int)sizeof(B) / 16;
+#pragma unroll
+                for (int w = 0; w < words; ++w) {
+                    const mxc_v16 chunk = pv[w];
+                    const int per = 16 / (int)sizeof(B);
+#pragma unroll
+                    for (int j = 0; j < per; ++j) {
+                        if constexpr (sizeof(B) == 8) {
+                            v[w * per + j] = (B)(((mxc_u64)chunk.w[2 * j + 1] << 32) | chunk.w[2 * j]);
+                        } else {
+                            v[w * per + j] = (B)(chunk.w[(j * sizeof(B)) / 4] >> (8 * ((j * sizeof(B)) % 4)));
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < MXC_MX_BLOCK; ++j) v[j] = j < len ? p[(mxc_i64)j * inner] : (B)0;
+            }
+#pragma unroll
+            for (int j = 0; j < MXC_MX_BLOCK; ++j) {
+                const B m = v[j] & absmask;
+                amax = m > amax ? m : amax;
+            }
+            const bool bad = amax >= inf;
+            const int k = mxc_mx_exp<In>(amax, rceil != 0);
+            mxc_u32 c[MXC_MX_BLOCK];
+#pragma unroll
+            for (int j = 0; j < MXC_MX_BLOCK; ++j) c[j] = bad ? 0u : mxc_encode<In>(v[j], k, false, false, 0);
+            if (vec && ((((unsigned long long)q) & 15u) == 0u)) {
+                mxc_v16* qv = (mxc_v16*)q;
+#pragma unroll
+                for (int w = 0; w < MXC_MX_BLOCK / 16; ++w) {
+                    mxc_v16 chunk;
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const int b0 = 16 * w + 4 * j;
+                        chunk.w[j] = c[b0] | (c[b0 + 1] << 8) | (c[b0 + 2] << 16) | (c[b0 + 3] << 24);
+                    }
+                    qv[w] = chunk;
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < MXC_MX_BLOCK; ++j)
+                    if (j < len) q[(mxc_i64)j * inner] = (mxc_u8)c[j];
+            }
+            const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
+            scales[(o * nb + kb) * inner + i] = (mxc_u8)sc;
+            if (!bad) mxc_atomic_max(&cta_max, sc + 1u);
+        } else {  // any block length: read twice (the second pass hits the cache)
+            for (int j = 0; j < len; ++j) {
+                const B m = p[(mxc_i64)j * inner] & absmask;
+                amax = m > amax ? m : amax;
+            }
+            const bool bad = amax >= inf;
+            const int k = mxc_mx_exp<In>(amax, rceil != 0);
+            for (int j = 0; j < len; ++j)
+                q[(mxc_i64)j * inner] = (mxc_u8)(bad ? 0u : mxc_encode<In>(p[(mxc_i64)j * inner], k, false, false, 0));
+            const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
+            scales[(o * nb + kb) * inner + i] = (mxc_u8)sc;
+            if (!bad) mxc_atomic_max(&cta_max, sc + 1u);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(scale_max1, cta_max);
+}
+
+// per-tensor scale, pass 1: the largest finite magnitude's bits, folded per CTA, then one atomic per CTA
+template <class In>
+__device__ __forceinline__ void mxc_amax_kernel(const typename In::bits_t* x, mxc_i64 n, mxc_i64 stride,
+                                               mxc_u64* amax_bits) {
+    typedef typename In::bits_t B;
+    __shared__ mxc_u64 cta_max;
+    if (threadIdx.x == 0) cta_max = 0ull;
+    __syncthreads();
+    const B absmask = (B)(~((B)1 << (In::width - 1)));
+    const B inf = mxc_inf_bits<In>();
+    B m = 0;
+    for (mxc_i64 i = mxc_thread_index(); i < n; i += stride) {
+        const B v = x[i] & absmask;
+        if (v < inf && v > m) m = v;
+    }
+    if (m) mxc_atomic_max(&cta_max, (mxc_u64)m);
+    __syncthreads();
+    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(amax_bits, cta_max);
+}
+
+// per-tensor scale, pass 2: k = ceil(log2(amax / max_normal)) (0 for amax == 0), clamped to [-126, 127], read
+// from the device; codes = encode(x / 2^k) for finite x, encode(x, overflow='nan') for inf / NaN.  The first
+// thread stores k and 2^k (float32) for the GEMM.
+template <class In>
+__device__ __forceinline__ void mxc_quantize_tensor_kernel(const typename In::bits_t* x, mxc_u8* codes, mxc_i64 n,
+                                                           const mxc_u64* amax_bits, int* scale_exp, float* scale,
+                                                           mxc_u32* nan_count) {
+    typedef typename In::bits_t B;
+    const B amax = (B)*amax_bits;
+    int k = 0;
+    if (amax) {
+        bool above;
+        k = mxc_log2_parts<In>(amax, (mxc_u64)MXF_MAXSIG, MXF_MBITS, above) - MXF_EMAX + (above ? 1 : 0);
+        k = k < -126 ? -126 : (k > 127 ? 127 : k);
+    }
+    const mxc_i64 i = mxc_thread_index();
+    if (i == 0) {
+        *scale_exp = k;
+        *(mxc_u32*)scale = (mxc_u32)(k + 127) << 23;
+    }
+    if (i < n) {
+        const B b = x[i];
+        const bool finite = (B)(b & (B)(~((B)1 << (In::width - 1)))) < mxc_inf_bits<In>();
+        codes[i] = (mxc_u8)(finite ? mxc_encode<In>(b, k, false, false, 0) : mxc_encode<In>(b, 0, false, true, nan_count));
+    }
+}
+
+// MX dequantization: codes [outer][K][inner], scales [outer][ceil(K/block)][inner] -> float32 / float64 bits
+template <typename O>
+__device__ __forceinline__ void mxc_dequantize_mx_kernel(const mxc_u8* codes, const mxc_u8* scales, O* out,
+                                                         mxc_i64 outer, mxc_i64 K, mxc_i64 inner, int block) {
+    const mxc_i64 t = mxc_thread_index();
+    if (t >= outer * K * inner) return;
+    const mxc_i64 i = t % inner;
+    const mxc_i64 rest = t / inner;
+    const mxc_i64 k = rest % K;
+    const mxc_i64 o = rest / K;
+    const mxc_i64 nb = (K + block - 1) / block;
+    const mxc_u32 sc = scales[(o * nb + k / block) * inner + i];
+    const bool nan = sc == MXC_E8M0_NAN;
+    if constexpr (sizeof(O) == 4) out[t] = mxc_decode_f32(codes[t], (int)sc - 127, nan);
+    else out[t] = mxc_decode_f64(codes[t], (int)sc - 127, nan);
+}
+
+// decode (scale_exp 0) and per-tensor dequantization (scale exponent read from the device when given)
+template <typename O>
+__device__ __forceinline__ void mxc_decode_kernel(const mxc_code_t* codes, O* out, mxc_i64 n, const int* scale_exp) {
+    const mxc_i64 t = mxc_thread_index();
+    if (t >= n) return;
+    const int k = scale_exp ? *scale_exp : 0;
+    if constexpr (sizeof(O) == 4) out[t] = mxc_decode_f32(codes[t], k, false);
+    else out[t] = mxc_decode_f64(codes[t], k, false);
+}
+
+#define MXC_INPUT_KERNELS(SUF, IN)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_encode_##SUF(const IN::bits_t* x, mxc_code_t* out, mxc_i64 n, int rtz, int ovf_nan, mxc_u32* nan_count) { \
+        mxc_encode_kernel<IN>(x, out, n, rtz, ovf_nan, nan_count);                                                  \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_quantize_mx_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_u8* scales, mxc_u32* scale_max1,               \
+                             mxc_i64 outer, mxc_i64 K, mxc_i64 inner, int block, int rceil) {                       \
+        if (block == MXC_MX_BLOCK)                                                                                 \
+            mxc_quantize_mx_kernel<IN, true>(x, codes, scales, scale_max1, outer, K, inner, block, rceil);          \
+        else                                                                                                       \
+            mxc_quantize_mx_kernel<IN, false>(x, codes, scales, scale_max1, outer, K, inner, block, rceil);         \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_amax_##SUF(const IN::bits_t* x, mxc_i64 n, mxc_i64 stride, mxc_u64* amax_bits) {                         \
+        mxc_amax_kernel<IN>(x, n, stride, amax_bits);                                                               \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_quantize_tensor_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_i64 n, const mxc_u64* amax_bits,           \
+                                 int* scale_exp, float* scale, mxc_u32* nan_count) {                                \
+        mxc_quantize_tensor_kernel<IN>(x, codes, n, amax_bits, scale_exp, scale, nan_count);                        \
+    }
+
+MXC_INPUT_KERNELS(f32, MxcF32)
+MXC_INPUT_KERNELS(f16, MxcF16)
+MXC_INPUT_KERNELS(bf16, MxcBF16)
+MXC_INPUT_KERNELS(f64, MxcF64)
+
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_decode_f32(const mxc_code_t* codes, mxc_u32* out, mxc_i64 n, const int* scale_exp) {
+    mxc_decode_kernel<mxc_u32>(codes, out, n, scale_exp);
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_decode_f64(const mxc_code_t* codes, mxc_u64* out, mxc_i64 n, const int* scale_exp) {
+    mxc_decode_kernel<mxc_u64>(codes, out, n, scale_exp);
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_dequantize_mx_f32(const mxc_u8* codes, const mxc_u8* scales, mxc_u32* out, mxc_i64 outer, mxc_i64 K,
+                         mxc_i64 inner, int block) {
+    mxc_dequantize_mx_kernel<mxc_u32>(codes, scales, out, outer, K, inner, block);
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_dequantize_mx_f64(const mxc_u8* codes, const mxc_u8* scales, mxc_u64* out, mxc_i64 outer, mxc_i64 K,
+                         mxc_i64 inner, int block) {
+    mxc_dequantize_mx_kernel<mxc_u64>(codes, scales, out, outer, K, inner, block);
+}
+#endif  // MXF_BITS
+
+// ---- packing (format-free): rows of n codes along the last axis; pad codes are zero ----------------------------
+// fp4: byte j = code[2j] | code[2j+1] << 4.  fp6: bytes 3g..3g+2 = the little-endian 24-bit word
+// code[4g] | code[4g+1] << 6 | code[4g+2] << 12 | code[4g+3] << 18.  Codes wider than the field are counted in
+// *bad (the host raises).
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_pack_fp4(const mxc_u8* codes, mxc_u8* out, mxc_i64 rows, mxc_i64 n, mxc_u32* bad) {
+    const mxc_i64 nout = (n + 1) / 2;
+    const mxc_i64 t = mxc_thread_index();
+    if (t >= rows * nout) return;
+    const mxc_i64 r = t / nout, j = t % nout;
+    const mxc_u8* row = codes + r * n;
+    const mxc_u32 a = row[2 * j], b = 2 * j + 1 < n ? row[2 * j + 1] : 0u;
+    if ((a | b) > 0xFu) mxc_atomic_add(bad, 1u);
+    out[t] = (mxc_u8)((a & 0xFu) | ((b & 0xFu) << 4));
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_unpack_fp4(const mxc_u8* packed, mxc_u8* out, mxc_i64 rows, mxc_i64 nbytes) {
+    const mxc_i64 t = mxc_thread_index();
+    if (t >= rows * nbytes) return;
+    const mxc_u32 p = packed[t];
+    out[2 * t] = (mxc_u8)(p & 0xFu);
+    out[2 * t + 1] = (mxc_u8)(p >> 4);
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_pack_fp6(const mxc_u8* codes, mxc_u8* out, mxc_i64 rows, mxc_i64 n, mxc_u32* bad) {
+    const mxc_i64 groups = (n + 3) / 4;
+    const mxc_i64 t = mxc_thread_index();
+    if (t >= rows * groups) return;
+    const mxc_i64 r = t / groups, g = t % groups;
+    const mxc_u8* row = codes + r * n;
+    mxc_u32 word = 0u, any = 0u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const mxc_u32 c = 4 * g + j < n ? row[4 * g + j] : 0u;
+        any |= c;
+        word |= (c & 0x3Fu) << (6 * j);
+    }
+    if (any > 0x3Fu) mxc_atomic_add(bad, 1u);
+    mxc_u8* o = out + r * 3 * groups + 3 * g;
+    o[0] = (mxc_u8)word;
+    o[1] = (mxc_u8)(word >> 8);
+    o[2] = (mxc_u8)(word >> 16);
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_unpack_fp6(const mxc_u8* packed, mxc_u8* out, mxc_i64 rows, mxc_i64 groups) {
+    const mxc_i64 t = mxc_thread_index();
+    if (t >= rows * groups) return;
+    const mxc_u8* p = packed + 3 * t;
+    const mxc_u32 word = p[0] | ((mxc_u32)p[1] << 8) | ((mxc_u32)p[2] << 16);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[4 * t + j] = (mxc_u8)((word >> (6 * j)) & 0x3Fu);
+}
+
+#endif  // MXC_CODEC_CUH
