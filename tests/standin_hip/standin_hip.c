@@ -585,9 +585,9 @@ hiprtcResult hiprtcCompileProgram(void *prog, int nopts, const char **opts) {
     Program *p = program(prog);
     if (!p) return HIPRTC_ERROR_INVALID_PROGRAM;
     if (nopts < 0 || (nopts > 0 && !opts)) return HIPRTC_ERROR_INVALID_INPUT;
-    char dir[] = "/tmp/standin_hiprtc_XXXXXX";
+    char dir[4096], src[4200], out[4200], logp[4200], arch_opt[96];
+    snprintf(dir, sizeof dir, "%s/standin_hiprtc_XXXXXX", env_or("TMPDIR", "/tmp"));
     if (!mkdtemp(dir)) return HIPRTC_ERROR_INTERNAL_ERROR;
-    char src[128], out[128], logp[128], arch_opt[96];
     snprintf(src, sizeof src, "%s/%s", dir, "program.hip");
     snprintf(out, sizeof out, "%s/%s", dir, "program.co");
     snprintf(logp, sizeof logp, "%s/%s", dir, "log.txt");
@@ -635,7 +635,9 @@ hiprtcResult hiprtcCompileProgram(void *prog, int nopts, const char **opts) {
         int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
         execvp(argv[0], (char *const *)argv);
-        fprintf(stderr, "stand-in hiprtc: cannot run %s: %s\n", argv[0], strerror(errno));
+        static const char msg[] = "stand-in hiprtc: cannot run the compiler (MXSTANDIN_CLANG, default clang-22)\n";
+        ssize_t ignored = write(2, msg, sizeof msg - 1);
+        (void)ignored;
         _exit(127);
     }
     if (pid > 0) while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
