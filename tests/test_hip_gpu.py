@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import hashlib
 import os
 import sys
 import types
@@ -134,6 +135,8 @@ class FakeHip:
     "10" hip-python 10.x's ``hipGetDeviceProperties(deviceId) -> (err, prop)`` (the wrappers' real parameter
     names, so the runtime's signature-based detection sees what it would see on hip-python itself)."""
 
+    compiled: dict = {}  # sha256 of a code object -> the -D options "hiprtc" compiled it with (this session)
+
     def __init__(self, arch="gfx950", count=1, raise_on_count=False, convention="7", max_grid=(2**31 - 1, 65536, 65536),
                  props_error=False):
         self.arch, self.count, self.raise_on_count = arch, count, raise_on_count
@@ -234,7 +237,8 @@ class FakeHip:
             return (ok,)
 
         def load(blob):
-            return (ok, {"blob": bytes(blob), "options": fake.last_options, "device": fake.current})
+            options = FakeHip.compiled[hashlib.sha256(bytes(blob)).hexdigest()]  # what "hiprtc" built it from
+            return (ok, {"blob": bytes(blob), "options": options, "device": fake.current})
 
         def get_function(module, name):
             return (ok, {"module": module, "name": name.decode()})
@@ -281,6 +285,7 @@ class FakeHip:
             prog["binary"] = hip_tools.compile_hip(prog["source"], name=prog["name"], arch=arch, options=defines)
             prog["options"] = defines
             fake.last_options = defines
+            FakeHip.compiled[hashlib.sha256(prog["binary"].code_object).hexdigest()] = defines
             return (ok,)
 
         m.hiprtcCreateProgram = lambda src, name, n, h, i: (ok, Prog(source=src.decode(), name=name.decode()))
@@ -337,22 +342,28 @@ def convention(request):
     return request.param
 
 
-def _fake(monkeypatch, tmp_path, arch, **kw):
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+    """One code-object cache for the fake-device tests (each variant is compiled by clang-22 once)."""
+    return tmp_path_factory.mktemp("hip_fake_cache")
+
+
+def _fake(monkeypatch, cache, arch, **kw):
     require_tool("clang-22", hip_tools.have_clang())
-    monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MXCORE_CACHE_DIR", str(cache))
     fake = FakeHip(arch, **kw)
     fake.install(monkeypatch)
     return fake, hip.HipBackend()
 
 
 @pytest.fixture
-def fake_gfx950(monkeypatch, tmp_path, convention):
-    return _fake(monkeypatch, tmp_path, "gfx950", convention=convention)
+def fake_gfx950(monkeypatch, shared_cache, convention):
+    return _fake(monkeypatch, shared_cache, "gfx950", convention=convention)
 
 
 @pytest.fixture
-def fake_gfx942(monkeypatch, tmp_path, convention):
-    return _fake(monkeypatch, tmp_path, "gfx942", convention=convention)
+def fake_gfx942(monkeypatch, shared_cache, convention):
+    return _fake(monkeypatch, shared_cache, "gfx942", convention=convention)
 
 
 # ============================================================================ availability
@@ -501,9 +512,9 @@ def test_fake_mx_block_other_than_32_is_refused(fake_gfx950, rng):
     assert not fake.launches and not fake.mem
 
 
-def test_fake_tall_m_splits_the_grid(monkeypatch, tmp_path, rng, convention):
+def test_fake_tall_m_splits_the_grid(monkeypatch, shared_cache, rng, convention):
     """M tiles beyond the device's grid-Y limit: several launches (the fake asserts each grid fits)."""
-    fake, be = _fake(monkeypatch, tmp_path, "gfx950", convention=convention, max_grid=(2**31 - 1, 2, 2))
+    fake, be = _fake(monkeypatch, shared_cache, "gfx950", convention=convention, max_grid=(2**31 - 1, 2, 2))
     a, b = _exact_inputs(rng, 5 * 64 - 3, 20, 40)
     got = be.matmul(a, b, _dt.resolve("bf16"), poison=True)
     np.testing.assert_array_equal(got, reference_matmul(a, b, "bf16"))
@@ -531,10 +542,10 @@ def test_fake_batched_one_launch(fake_gfx950, rng, dtype):
     assert not fake.mem
 
 
-def test_fake_device_id_and_stream_of_device_inputs(monkeypatch, tmp_path, rng, convention):
+def test_fake_device_id_and_stream_of_device_inputs(monkeypatch, shared_cache, rng, convention):
     """Device arrays (here __cuda_array_interface__ producers on GPU 1 with a stream) run on THEIR device and
     stream, read in place (no upload of A or B)."""
-    fake, be = _fake(monkeypatch, tmp_path, "gfx950", convention=convention, count=2)
+    fake, be = _fake(monkeypatch, shared_cache, "gfx950", convention=convention, count=2)
     a, b = _exact_inputs(rng, 20, 30, 40)
 
     class OnGpu1:
@@ -621,8 +632,8 @@ def test_fake_plan_reuse_and_tile(fake_gfx950, rng):
 
 
 # ============================================================================ code-object cache key
-def test_fake_cache_key_is_the_full_hiprtc_option_list(fake_gfx950, rng):
-    fake, be = fake_gfx950
+def test_fake_cache_key_is_the_full_hiprtc_option_list(monkeypatch, tmp_path, rng):
+    fake, be = _fake(monkeypatch, tmp_path, "gfx950")  # a fresh cache: this call compiles
     a, b = _exact_inputs(rng, 16, 16, 32)
     be.matmul(a, b, _dt.resolve("fp16", "gfx950"))
     rt = be.runtime()
