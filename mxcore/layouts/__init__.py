@@ -16,7 +16,7 @@ import re
 
 from .. import dtypes as _dt
 from ..errors import InputTypeError, LayoutError, UnknownNameError
-from . import cdna3, cdna4, nvidia
+from . import cdna3, cdna4, hopper, nvidia  # hopper: wgmma (sm_90a) records, mxcore.layouts.hopper
 from ._core import InstructionLayout, LdMatrixLayout, OperandLayout
 
 __all__ = ["names", "get", "render", "records", "element_formats", "InstructionLayout", "OperandLayout",
