@@ -196,3 +196,21 @@ def test_import_loads_no_gpu_library():
             "bad=[m for m in ('cupy','torch','hip','cuda.bindings') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_reference_backend_plan_out_and_clone():
+    """The reference backend follows the backend contract: plan -> gemm -> result, out=, clone."""
+    from mxcore.backends import get
+
+    be = get("reference")
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.ones((3, 2), np.float32)
+    out = np.full((2, 2), -1.0, np.float32)
+    p = be.plan(a, b, dtypes.resolve("fp16"), out=out)
+    p.gemm()
+    assert p.result() is out and out.tolist() == [[3.0, 3.0], [12.0, 12.0]]
+    np.testing.assert_array_equal(p.clone().result(), out)
+    with pytest.raises(errors.ShapeError, match="shape"):
+        be.plan(a, b, dtypes.resolve("fp16"), out=np.zeros((3, 3), np.float32)).gemm()
+    with pytest.raises(errors.UnsupportedError, match="no option"):
+        be.plan(a, b, dtypes.resolve("fp16"), tile="128x128")

@@ -48,9 +48,12 @@ def test_demo_on_reference():
 
 
 def test_formats_table():
+    """Every e2m1 code with its value (OCP MX v1.0: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives)."""
     out = run("formats", "e2m1", "--table").stdout
-    assert "6" in out and "0.5" in out
-    assert len([line for line in out.splitlines() if line.strip()]) >= 16
+    rows = {int(p[0], 16): float(p[5]) for p in (line.split() for line in out.splitlines())
+            if len(p) >= 6 and p[0].startswith("0x")}
+    mags = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    assert rows == {c: (mags[c & 7] if c < 8 else -mags[c & 7]) for c in range(16)}
 
 
 def test_layout_text():

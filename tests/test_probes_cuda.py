@@ -135,10 +135,10 @@ def test_arange_experiment_reports_a_wrong_table():
     from mxcore import emulate
 
     def swapped(a, b, c):
-        regs = probes._slots(rec, "a", a)
+        regs = probes.registers.slots(rec, "a", a)
         regs = regs.copy()
         regs[[0, 5]] = regs[[5, 0]]
-        d = emulate.execute(rec, regs, probes._slots(rec, "b", b), probes._slots(rec, "c", c))
+        d = emulate.execute(rec, regs, probes.registers.slots(rec, "b", b), probes.registers.slots(rec, "c", c))
         return emulate.gather(rec, "c", np.asarray(d, dtype=np.float64))
 
     diffs = probes.where_elements(rec, "a", probes.arange_probe(rec, "a", swapped))
@@ -364,13 +364,13 @@ def _fake_ldmatrix_kernel(rec):
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    monkeypatch.setattr(probes, "_cupy", lambda: _FakeCupy)
+    monkeypatch.setattr(probes.nvidia, "_cupy", lambda: _FakeCupy)
     kernels = {}
     for rec in MMA:
         kernels[probes.probe_kernel(rec)] = _fake_mma_kernel(rec)
     for rec in LDMATRIX:
         kernels[probes.ldmatrix_probe_kernel(rec)] = _fake_ldmatrix_kernel(rec)
-    monkeypatch.setattr(probes, "_cupy_function", lambda pk: kernels[pk])
+    monkeypatch.setattr(probes.nvidia, "_cupy_function", lambda pk: kernels[pk])
 
 
 @pytest.mark.parametrize("rec", MMA, ids=_id)
@@ -500,8 +500,8 @@ def _fake_scaled_kernel(rec):
 
 @pytest.mark.parametrize("rec", BS_COMPILE, ids=_bs_id)
 def test_host_side_of_the_block_scaled_probe_on_a_fake_device(rec, monkeypatch):
-    monkeypatch.setattr(probes, "_cupy", lambda: _FakeCupy)
-    monkeypatch.setattr(probes, "_cupy_function", lambda pk: _fake_scaled_kernel(rec))
+    monkeypatch.setattr(probes.nvidia, "_cupy", lambda: _FakeCupy)
+    monkeypatch.setattr(probes.nvidia, "_cupy_function", lambda pk: _fake_scaled_kernel(rec))
     check_block_scaled(rec, np.random.default_rng(5), "cuda")
 
 

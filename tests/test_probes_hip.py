@@ -272,7 +272,7 @@ FAKE_RECORDS = {probes.probe_kernel(r): r for r in FAKE_SAMPLE}
 def test_host_side_of_the_gpu_probe_on_a_fake_device(rec, monkeypatch):
     """The AMD GPU tests' host path (scatter, pack, scale bytes with decoys, unpack, gather) and checks on a
     numpy stand-in for the kernel, so that a run on hardware fails only for what the hardware does."""
-    monkeypatch.setattr(probes, "_hip_launcher", lambda: _fake_mfma)
+    monkeypatch.setattr(probes.amd, "_hip_launcher", lambda: _fake_mfma)
     rng = np.random.default_rng(5)
     check_random_exact(rec, rng)
     check_random(rec, rng)
@@ -314,10 +314,8 @@ def test_hip_launcher_uses_the_public_runtime(monkeypatch):
 
     stub = StubRuntime()
     monkeypatch.setattr(hip.HipBackend, "runtime", lambda self: stub)
-    monkeypatch.delattr(hip.HipBackend, "_runtime")
-    monkeypatch.delattr(hip, "_address")
     pk = PROBES[0]
-    launch = probes._hip_launcher()
+    launch = probes.amd._hip_launcher()
     inputs = [np.full(4, i, np.uint32) for i in range(5)]  # a, b, c, scale_a, scale_b
     out = launch(pk, inputs, 8, 64)
     assert out.tolist() == [42] * 8 and stub.mem == {}  # everything freed

@@ -88,7 +88,6 @@ _BF16 = (replace(_F16_32, name="v_mfma_f32_32x32x8_bf16", mnemonic="v_mfma_f32_3
          replace(_F16_16, name="v_mfma_f32_16x16x16_bf16", mnemonic="v_mfma_f32_16x16x16_bf16",
                  intrinsic="__builtin_amdgcn_mfma_f32_16x16x16bf16_1k", a_format="bf16", b_format="bf16"))
 
-_F8_NAMES = {"e4m3fnuz": "fp8", "e5m2fnuz": "bf8"}
 
 
 def fp8_pairs(base: InstructionLayout, fmts=("e4m3fnuz", "e5m2fnuz")) -> tuple:

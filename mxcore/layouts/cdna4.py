@@ -101,9 +101,6 @@ _SRC = ("AMD CDNA4 ISA 7.1.4 General input and output layout",
         "composable_kernel test/mx_mfma_op (mx_mfma_op.hpp tables; scale_mapping_* gfx950 probes)",
         "triton LinearLayoutConversions.cpp (mfmaDotToLinearLayout, chooseScaledMfmaScaleLayout)")
 
-# the f8f6f4 format codes (cbsz for A, blgp for B) live in mxcore.dtypes.F8F6F4_CODES; this name stays only
-# until backends/hip switches to that one table
-FORMAT_CODE = F8F6F4_CODES
 
 # ISA 7.1.5.1 "Layout BF16" tables (8 K-contiguous per lane); builtins and mnemonics checked with clang-22.
 _F16_SRC = (_SRC[1] + " (BF16 tables)", "clang-22 --offload-arch=gfx950 (builtin -> mnemonic)")
