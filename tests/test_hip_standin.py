@@ -100,6 +100,14 @@ def test_device_matmul_and_errors(wheels, runtime_lib, tmp_path):
     assert "error" in err["log"] and "this is not C++" in err["log"]
     assert out["elapsed"] >= 0.0
 
+    # hip error codes reach the caller as DeviceError naming the call and the code
+    errors = out["runtime_errors"]
+    assert "hipModuleLoadData" in errors["wrong_arch"] and "hipErrorNoBinaryForGpu" in errors["wrong_arch"]
+    assert "mx_not_a_kernel" in errors["missing_kernel"] and "hipErrorNotFound" in errors["missing_kernel"]
+    assert "hipFree" in errors["bad_free"] and "hipErrorInvalidValue" in errors["bad_free"]
+    assert "hipModuleLaunchKernel" in errors["block_too_big"]
+    assert "hipErrorInvalidConfiguration" in errors["block_too_big"]
+
 
 def test_grid_split_and_batches(wheels, runtime_lib, tmp_path):
     _, out = _run("split", wheels, runtime_lib, tmp_path, MXSTANDIN_ARCH="gfx942:sramecc+:xnack-",

@@ -193,11 +193,41 @@ def scenario_main(out: dict) -> None:
     out["mx"] = mxcore.matmul(qa, qb, ("mxfp4", "mxfp6_e3m2"), backend="hip").tolist()
     out["mx_want"] = reference_matmul(qa, qb, ("mxfp4", "mxfp6_e3m2")).tolist()
     out["elapsed"] = be.timer()(lambda: None)
+    out["runtime_errors"] = _runtime_errors(be.runtime(), arch)
     try:
         be.runtime().function("this is not C++ __global__", "mx_broken", ())
         out["compile_error"] = None
     except KernelCompileError as exc:
         out["compile_error"] = {"message": str(exc), "log": getattr(exc, "log", "") or ""}
+
+
+def _runtime_errors(rt, arch: str) -> dict:
+    """hip error codes through hip-python's enums into DeviceError: a code object for another gfx target, a
+    kernel name the module lacks, an unknown pointer, a block of 2048 threads."""
+    from mxcore import dtypes as _dt
+    from mxcore.backends.hip import compile_inputs, select_spec
+    from mxcore.errors import DeviceError
+
+    other = "gfx942" if arch == "gfx950" else "gfx950"
+    spec = select_spec(arch, _dt.resolve("fp16", arch), 64, 64)
+    source, options = compile_inputs(spec)
+    foreign = select_spec(other, _dt.resolve("fp16", other), 64, 64)
+    foreign_source, foreign_options = compile_inputs(foreign)
+    blob = rt.code_object(foreign_source, foreign.entry, other, foreign_options)
+    attempts = {
+        "wrong_arch": lambda: rt.check(rt.hip.hipModuleLoadData(blob), "hipModuleLoadData"),
+        "missing_kernel": lambda: rt.function(source, "mx_not_a_kernel", options),
+        "bad_free": lambda: rt.free(0x1234),
+        "block_too_big": lambda: rt.launch(rt.function(source, spec.entry, options), (1, 1, 1), (2048, 1, 1), ()),
+    }
+    found = {}
+    for label, attempt in attempts.items():
+        try:
+            attempt()
+            found[label] = None
+        except DeviceError as exc:
+            found[label] = str(exc)
+    return found
 
 
 def scenario_split(out: dict) -> None:
