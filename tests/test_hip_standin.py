@@ -141,6 +141,8 @@ def test_absence_versus_failure(wheels, runtime_lib, tmp_path):
     assert "hipGetDeviceProperties" in cases["props_fail"]["reason"]
     assert not cases["no_device"]["failure"] and "no AMD GPU" in cases["no_device"]["reason"]
     assert not cases["other_arch"]["failure"] and "gfx90a" in cases["other_arch"]["reason"]
+    (hip_line,) = [line for line in out["info"].splitlines() if line.strip().startswith("hip:")]
+    assert cases["props_fail"]["reason"] in hip_line, "`mxcore info` shows the failure"
 
 
 def test_no_rocm_runtime_is_an_absence(wheels, tmp_path):
