@@ -11,7 +11,7 @@ import numpy as np
 from mxcore import dtypes as _dt
 from mxcore.errors import BackendUnavailableError, LayoutError, UnsupportedError
 from mxcore.layouts import LdMatrixLayout
-from mxcore.layouts.nvidia import MX_PTX_TYPE
+from mxcore.layouts.nvidia import PTX_TYPE
 
 from . import ProbeKernel, probe_entry
 from .registers import d_values, scale_words, words
@@ -124,7 +124,7 @@ def ldmatrix_probe_kernel(layout) -> ProbeKernel:
 # ---- what the machine code must contain ---------------------------------------------------------------------------
 def _sass(fmt: str) -> str:
     """cuobjdump's spelling of an element type (E4M3, E2M1, ...): the PTX type in upper case."""
-    return MX_PTX_TYPE[fmt].upper()
+    return PTX_TYPE[fmt].upper()
 
 
 def expected_sass(layout, arch: str) -> dict:

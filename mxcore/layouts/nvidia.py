@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .. import dtypes as _dt
 from ..dtypes import bits as _bits
 from ..errors import LayoutError
 from ._core import InstructionLayout, LdMatrixLayout, Map, OperandLayout, tv_layout
@@ -52,12 +53,14 @@ def _op(role, mp, bits):
 C_F32 = _op("c", C16X8, 32)
 C_F16 = _op("c", C16X8, 16)  # .f16 accumulator: c0,c1 in register 0 (low, high), c2,c3 in register 1
 
-_PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32", "fp32": "f32", "e4m3fn": "e4m3", "e5m2": "e5m2"}
+# PTX spelling of each element format (mma.sync, wgmma and cvt operand types)
+PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32", "fp32": "f32", "e4m3fn": "e4m3", "e5m2": "e5m2",
+            "e3m2": "e3m2", "e2m3": "e2m3", "e2m1": "e2m1"}
 
 
 def _mma(shape: str, a_fmt: str, b_fmt: str, c_fmt: str, a, b, archs=SM80) -> InstructionLayout:
     m, n, k = (int(x) for x in shape[1:].replace("n", " ").replace("k", " ").split())
-    ta, tb, tc = _PTX_TYPE[a_fmt], _PTX_TYPE[b_fmt], _PTX_TYPE[c_fmt]
+    ta, tb, tc = PTX_TYPE[a_fmt], PTX_TYPE[b_fmt], PTX_TYPE[c_fmt]
     name = f"mma.sync.aligned.{shape}.row.col.{tc}.{ta}.{tb}.{tc}"
     alias = f"{shape}.{ta}" if ta == tb else f"{shape}.{ta}.{tb}"
     if c_fmt == "fp16":
@@ -148,11 +151,11 @@ _SRC_SM120 = ("PTX ISA 9.7.14.3 Block Scaling for mma.sync; mma syntax (.kind, .
               "PTX ISA 9.7.14.5 Matrix fragments for mma.m16n8k32 / mma.m16n8k64",
               "CUTLASS cute/atom/mma_traits_sm120.hpp (SFALayout, SFBLayout, fp4_shift_A/B)",
               "public sm_120/sm_121a scale-lane probes (see mxcore/layouts/nvidia.py)")
-MX_PTX_TYPE = {"e4m3fn": "e4m3", "e5m2": "e5m2", "e3m2": "e3m2", "e2m3": "e2m3", "e2m1": "e2m1"}
+MX_FORMATS = tuple(dict.fromkeys(_dt.MX_ELEMENT.values()))  # OCP MX element formats (.kind::mxf8f6f4 takes each)
 _BYTE_SHIFT = {8: 0, 6: 0, 4: 2}  # LSB of the code inside its byte container (.kind::mxf8f6f4)
 # kind -> (shape, scale_vec, allowed A/B formats)
 BLOCK_SCALED_KINDS = {
-    "mxf8f6f4": ("m16n8k32", "1X", tuple(MX_PTX_TYPE)),
+    "mxf8f6f4": ("m16n8k32", "1X", MX_FORMATS),
     "mxf4": ("m16n8k64", "2X", ("e2m1",)),
     "mxf4nvf4": ("m16n8k64", "2X", ("e2m1",)),
 }
@@ -205,7 +208,7 @@ def block_scaled(kind: str, a_fmt: str, b_fmt: str, byte_a: int = 0, thread_a: i
                           f"got ({byte_a}, {byte_b})")
     if thread_a not in (0, 1) or thread_b not in (0, 1, 2, 3):
         raise LayoutError(f"{kind}: thread-id-a must be 0 or 1 and thread-id-b 0..3, got ({thread_a}, {thread_b})")
-    ta, tb = MX_PTX_TYPE[a_fmt], MX_PTX_TYPE[b_fmt]
+    ta, tb = PTX_TYPE[a_fmt], PTX_TYPE[b_fmt]
     ptx = (f"mma.sync.aligned.{shape}.row.col.kind::{kind}.block_scale.scale_vec::{vec}"
            f".f32.{ta}.{tb}.f32.ue8m0")
     if shape == "m16n8k32":
