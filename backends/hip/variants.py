@@ -26,7 +26,7 @@ from ...errors import FormatError, LayoutError, UnsupportedError
 from .fragments import WAVE, frag_type, fragment_constants
 
 __all__ = ["ARCHS", "SOURCE_FILE", "KernelSpec", "ceiling_defines", "compile_inputs", "kernel_specs",
-           "scaled_spec", "select_spec", "spec_dtype_name", "supported_dtype_names", "validate_spec"]
+           "scaled_spec", "select_spec", "supported_dtype_names", "tile_name", "tile_names", "validate_spec"]
 
 ARCHS = ("gfx942", "gfx950")
 SOURCE_FILE = "gemm_mfma.hip"
@@ -197,15 +197,10 @@ def validate_spec(spec: KernelSpec) -> None:
         raise FormatError(f"element storage of {spec.elem_bytes} bytes; the kernel stores 1, 2 or 4")
 
 
-def spec_dtype_name(mdt, arch: str) -> str:
-    """The name under which ``kernel_specs(arch)`` lists the kernel of the resolved dtype ``mdt``."""
-    return mdt.name
-
-
 def select_spec(arch: str, mdt, m: int, n: int, *, tile: str | None = None) -> KernelSpec:
     """The variant that runs ``mdt`` on ``arch``: the 32x32 shape when both M and N reach its 128 tile,
     else the 16x16 one (less padding on small or skinny problems).  ``tile``: one of :func:`tile_names`."""
-    name = mdt if isinstance(mdt, str) else spec_dtype_name(mdt, arch)
+    name = mdt if isinstance(mdt, str) else mdt.name  # kernel_specs lists kernels under MatmulDType names
     cands = [s for s in kernel_specs(arch) if name in s.dtypes]
     if not cands:
         have = sorted({d for s in kernel_specs(arch) for d in s.dtypes})
@@ -224,7 +219,7 @@ def select_spec(arch: str, mdt, m: int, n: int, *, tile: str | None = None) -> K
 
 
 def tile_name(spec: KernelSpec) -> str:
-    """"128x128 (32x32x16)": block tile and instruction shape (what ``plan(..., tile=...)`` takes)."""
+    """The block tile, e.g. "128x128": what ``plan(..., tile=...)`` takes."""
     bm, bn, _ = spec.tile
     return f"{bm}x{bn}"
 
