@@ -9,8 +9,14 @@ run a scenario of ``scenario.py`` in a subprocess wired to both.
 * :func:`run_scenario`: the subprocess, with LD_LIBRARY_PATH (hip-python 6.x/7.x dlopen the bare library
   names) and ROCM_PATH (hip-python 10.x looks in ``$ROCM_PATH/lib``) naming the stand-in.
 
-The cache folder is ``$MXCORE_STANDIN_CACHE``, else ``$XDG_CACHE_HOME`` (``~/.cache``)``/mxcore-tests/standin``;
+The cache folder is ``$MXCORE_STANDIN_CACHE``, else ``$XDG_CACHE_HOME`` (``~/.cache``)``/mxcore-tests/standin``
+(the temp folder where that cannot be created);
 every entry is written to a temporary name and renamed into place, so an interrupted run leaves no half entry.
+
+By hand (e.g. the ``amd_gpu`` tests or ``mxcore`` commands on the stand-in; the plugin executes the launches)::
+
+    eval "$(python tests/standin_hip/standin.py env hip-python-10.0 gfx950 /tmp/standin-work)"
+    python -m pytest -p standin_hip.plugin -m amd_gpu tests/test_hip_gpu.py -k fp8_encoding
 """
 
 from __future__ import annotations
@@ -39,11 +45,19 @@ CONVENTIONS = {
 
 
 def cache_root() -> Path:
+    """The cache folder (created); the system temp folder's ``mxcore-tests-standin`` when home is read-only."""
     root = os.environ.get("MXCORE_STANDIN_CACHE")
     if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "mxcore-tests" / "standin"
+        path = Path(root)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        path = Path(base) / "mxcore-tests" / "standin"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        path = Path(tempfile.gettempdir()) / "mxcore-tests-standin"
+        path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -144,3 +158,25 @@ def run_scenario(name: str, wheels: Path, lib: Path | None, work: Path, **env) -
     out["log"] = log.read_text().splitlines() if log.exists() else []
     out["stderr"] = proc.stderr
     return out
+
+
+def _print_environment(convention: str, arch: str, work: str) -> int:
+    """``env CONVENTION ARCH WORK``: shell ``export`` lines for a stand-in session (see the module docstring)."""
+    import shlex
+
+    lib, why = build_library()
+    wheels, why_not = install_wheels(convention)
+    if lib is None or wheels is None:
+        print(why or why_not, file=sys.stderr)
+        return 1
+    full = environment(wheels, lib, Path(work), MXSTANDIN_ARCH=arch)
+    for key, value in sorted(full.items()):
+        if key.startswith("MXSTANDIN_") or key in ("PYTHONPATH", "LD_LIBRARY_PATH", "ROCM_PATH", "MXCORE_CACHE_DIR"):
+            print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "env" or sys.argv[2] not in CONVENTIONS:
+        sys.exit(f"usage: {sys.argv[0]} env {{{','.join(CONVENTIONS)}}} ARCH WORK_DIR")
+    sys.exit(_print_environment(*sys.argv[2:]))
