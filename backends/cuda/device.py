@@ -82,8 +82,17 @@ def stream_for(cp, a, b):
         return cp.cuda.get_current_stream()
     import torch
 
-    handle = torch.cuda.current_stream(t.device).cuda_stream
-    return cp.cuda.ExternalStream(handle, t.device.index)
+    return cp.cuda.Stream.from_external(_StreamHandle(torch.cuda.current_stream(t.device).cuda_stream))
+
+
+class _StreamHandle:
+    """The CUDA stream protocol (``__cuda_stream__``: version 0, handle) around a raw stream handle."""
+
+    def __init__(self, handle: int):
+        self.handle = int(handle)
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
 
 
 def as_cupy(cp, x):

@@ -183,14 +183,30 @@ class Stager:
         return DevOperand(out, 3 * kp, True, "tf32", 0, 3 * kp, bstride(3 * kp))
 
     # ---- quantized dtypes -----------------------------------------------------------------------------------
-    def stage_quantized(self, op, role: str, path: str, src=None) -> DevOperand:
+    def upload(self, op) -> tuple:
+        """(codes, scales, smax) of a prepared fp8/MX operand on this device, once per plan: device arrays as they
+        are, host arrays copied; smax, the largest finite scale code (127 when there is none), is one device
+        reduction and one scalar read (MX only; None for fp8)."""
+        cp = self.cp
+        codes = as_cupy(cp, op.codes)
+        if op.mx is None:
+            return codes, None, None
+        if op.mx.block != MX_BLOCK_KERNEL:
+            raise UnsupportedError(f"operand {op.role} is an MXTensor with blocks of {op.mx.block}; the CUDA kernels "
+                                   f"read OCP MX blocks of {MX_BLOCK_KERNEL} along K: quantize with block=32")
+        scales = as_cupy(cp, op.mx.scales)
+        top = int(cp.where(scales != 0xFF, scales.astype(cp.int16), -1).max()) if scales.size else -1
+        return codes, scales, (top if top >= 0 else 127)
+
+    def stage_quantized(self, op, role: str, path: str, src=None, uploaded=None) -> DevOperand:
         """Stage a prepared fp8/MX operand (``mxcore.operands.Operand``; 2-D).  ``src``: the user's quantized
-        object (MXTensor / ScaledTensor), on which the staged buffer is cached."""
+        object (MXTensor / ScaledTensor), on which the staged buffer is cached (a cached operand costs nothing);
+        ``uploaded``: a callable returning :meth:`upload`'s result (memoised by the caller across ``prep()``)."""
         key = (self.ordinal, role, path)
         cache = _STAGED.get(src) if src is not None else None
         if cache is not None and key in cache:
             return cache[key]
-        d = self._stage_quantized(op, role, path)
+        d = self._stage_quantized(op, role, path, uploaded() if uploaded is not None else self.upload(op))
         if src is not None:
             try:
                 _STAGED.setdefault(src, {})[key] = d
@@ -198,13 +214,12 @@ class Stager:
                 pass
         return d
 
-    def _stage_quantized(self, op, role: str, path: str) -> DevOperand:
+    def _stage_quantized(self, op, role: str, path: str, uploaded) -> DevOperand:
         from mxcore import dtypes as _dt
 
-        cp = self.cp
         od = op.dtype
         cols = op.shape[1] if role == "a" else op.shape[0]
-        codes = as_cupy(cp, op.codes)
+        codes, scales, smax = uploaded
         if od.kind == "fp8":
             exp = _pow2_exponent(op.tensor_scale)
             short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}[od.name]
@@ -216,13 +231,6 @@ class Stager:
                 return fast
             buf, ld = self._prep_codes(codes, role, od.element, "f16")
             return DevOperand(buf, ld, True, "f16", exp, cols)
-        if op.mx.block != MX_BLOCK_KERNEL:
-            raise UnsupportedError(f"operand {role} is an MXTensor with blocks of {op.mx.block}; the CUDA kernels "
-                                   f"read OCP MX blocks of {MX_BLOCK_KERNEL} along K: quantize with block=32")
-        scales = as_cupy(cp, op.mx.scales)
-        # the largest finite scale code (127 when there is none): one device reduction, one scalar read
-        top = int(cp.where(scales != 0xFF, scales.astype(cp.int16), -1).max()) if scales.size else -1
-        smax = top if top >= 0 else 127
         element = _dt.MX_ELEMENT[od.name]
         fast = self._decode_in_place(codes, role, element, "bf16", scales, smax, smax - 127, cols)
         if fast is not None:
