@@ -69,7 +69,7 @@ ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem"""
 def test_every_variant_compiles_with_expected_sass(arch, tmp_path):
     _need_tools()
     t0 = time.time()
-    rows = cuda.CudaBackend().emit_kernels(arch, tmp_path)
+    rows = [r.as_dict() for r in cuda.CudaBackend().emit_kernels(arch, tmp_path)]
     jobs = {j["stem"]: j for j in cuda.compile_jobs(arch)}
     assert {r["variant"] for r in rows} == set(jobs), "emit_kernels must cover every launchable kernel"
     table = [f"{arch}: {len(rows)} kernels compiled in {time.time() - t0:.1f}s",
