@@ -8,6 +8,10 @@ Exactness: every product of two supported inputs is exact in float64 (at most 24
 bits).  The float64 sum is exact whenever the partial sums fit 53 bits, which holds for the
 "exactly representable" test inputs (small integers times powers of two); otherwise it differs
 from the exact sum by at most K·2^-53 relative, far below any fp32 output rounding.
+
+Non-finite values follow IEEE arithmetic for every float dtype (tf32 included): inputs are rounded once to the
+dtype with overflow to ±inf, ±inf and NaN pass through, and ``inf * 0`` is NaN.  fp8 and MX inputs follow
+:mod:`mxcore.operands` (inf becomes NaN in formats without inf; a non-finite MX block gets the NaN scale).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ def round_output(x64: np.ndarray, out_dtype: str) -> np.ndarray:
 
     from . import formats
 
-    return formats.round_to(x64, "bf16", overflow="nan").astype(ml_dtypes.bfloat16)
+    return formats.round_to(x64, "bf16", overflow="nan", nan="propagate").astype(ml_dtypes.bfloat16)
 
 
 def reference_from_operands(opa: Operand, opb: Operand, out_dtype: str = "float32") -> np.ndarray:
