@@ -490,3 +490,23 @@ def test_device_ordinal_and_stream(backend, rng):
     got = backend.matmul(ta, tb, _dt.resolve("bf16"))
     assert got.device == ta.device
     np.testing.assert_array_equal(got.float().cpu().numpy(), reference_matmul(a, b, "bf16"))
+
+
+@pytest.mark.parametrize("dtype", ["e4m3fn", "mxfp4", ("mxfp8_e4m3", "mxfp6_e2m3")], ids=_id)
+def test_batched_quantized_dtypes(backend, rng, dtype):
+    """fp8/MX batches (3-D float operands, shared or batched B): each batch element quantized on its own, equal to
+    the reference per element; B = 0 gives an empty (0, M, N) result."""
+    import cupy as cp
+
+    if _dt.resolve(dtype).kind == "fp8" and int(cp.cuda.Device().compute_capability) < 89:
+        pytest.skip("fp8 needs sm_89+")
+    nb, m, k, n = 3, 40, 96, 24
+    a3, b3, b2 = _exact(rng, (nb, m, k)), _exact(rng, (nb, k, n)), _exact(rng, (k, n))
+    mdt = _dt.resolve(dtype)
+    for hb in (b3, b2):
+        got = cp.asnumpy(backend.matmul(cp.asarray(a3.astype(np.float32)), cp.asarray(hb.astype(np.float32)), mdt))
+        assert got.shape == (nb, m, n)
+        for i in range(nb):
+            np.testing.assert_array_equal(got[i], reference_matmul(a3[i], hb[i] if hb.ndim == 3 else hb, dtype))
+    empty = backend.matmul(cp.zeros((0, m, k), np.float32), cp.zeros((0, k, n), np.float32), mdt)
+    assert empty.shape == (0, m, n)

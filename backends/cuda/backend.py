@@ -27,7 +27,8 @@ Inputs and results: CuPy arrays and torch CUDA tensors are used on their own dev
 stream (torch's current stream for torch tensors, CuPy's otherwise); the result is the same kind of array (CuPy
 has no bfloat16: a bf16 result for CuPy inputs is a ``uint16`` array of bf16 bits).  numpy inputs are rounded or
 quantized on the host, uploaded, and the result comes back as numpy.  3-D operands ``(B, M, K) @ (B, K, N)`` or
-``(B, M, K) @ (K, N)`` run as one launch (a shared weight with a contiguous A folds the batch into M).
+``(B, M, K) @ (K, N)`` run as one launch for the float dtypes (a shared weight with a contiguous A folds the
+batch into M); fp8/MX batches run one 2-D plan per element (each with its own per-tensor scales).
 
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
@@ -43,7 +44,7 @@ from .._contract import Backend, Target
 from .compile import KernelCache
 from .device import device_info, resolve_ordinal, stream_for
 from .families import family_for
-from .plan import STORE, CudaPlan
+from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
 
@@ -167,8 +168,9 @@ class CudaBackend(Backend):
                     fold, a, m = (batch, m, n), _fold(a), batch * m  # shared weight: the batch stacks along M
                     batch = None
                 if batch is not None and mdt.kind != "float":
-                    raise UnsupportedError("batched fp8/MX operands: pass 2-D operands per batch element (the "
-                                           "quantized batched path is not in this backend yet)")
+                    return self._batch_loop(a, b, mdt, batch, (m, n), out_dtype, scale_rounding, out, tile=tile,
+                                            family=family, fp8_path=fp8_path, split_k=split_k,
+                                            fp8_accumulate=fp8_accumulate)
                 if mdt.kind == "float":
                     def prep():
                         return stager.stage_float(a, "a", mdt.a), stager.stage_float(b, "b", mdt.b)
@@ -191,6 +193,19 @@ class CudaBackend(Backend):
                             fold=fold, fp8_accumulate=fp8_accumulate)
         return CudaPlan(self, cp, dev, stream, da, db, out, m, n, batch, out_dtype, prep, like, tile=tile,
                         fp8_convert=path == "convert", split=split_k, fold=fold)
+
+    def _batch_loop(self, a, b, mdt, batch, mn, out_dtype, scale_rounding, out, **options) -> BatchLoopPlan:
+        """fp8/MX batches: one plan per batch element (own per-tensor scales) into slices of one output."""
+        cp = self._cupy()
+        shape = (batch, *mn)
+        store = getattr(cp, STORE[out_dtype])
+        if out is None:
+            out = cp.empty(shape, dtype=store)
+        elif tuple(out.shape) != shape or out.dtype != store or not out.flags.c_contiguous:
+            raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
+        parts = [self.plan(a[i] if a.ndim == 3 else a, b[i] if b.ndim == 3 else b, mdt, out_dtype=out_dtype,
+                           scale_rounding=scale_rounding, out=out[i], **options) for i in range(batch)]
+        return BatchLoopPlan(parts, out, _result_like(cp, out_dtype, a, b))
 
     def _quantized_prep(self, stager, a, b, mdt, scale_rounding, path):
         """fp8/MX operands: quantized objects as they are (codes/scales on any device), float data quantized on

@@ -150,3 +150,39 @@ class CudaPlan(Plan):
         """Drop this plan's device buffers (CuPy frees them once no other reference is left)."""
         self.da = self.db = self.out = None
         self._prep = self._like = None
+
+
+class BatchLoopPlan(Plan):
+    """A batch of fp8/MX problems (3-D operands of quantized dtypes): one 2-D plan per batch element, each
+    quantized and scaled on its own (per-tensor fp8 scales and MX scale ranges are per batch element, as in a
+    loop of 2-D calls), writing slices of one (B, M, N) output; ``gemm()`` launches them in order."""
+
+    def __init__(self, parts, out, like):
+        self.parts, self.out, self._like = parts, out, like
+        self.batch = out.shape[0]
+        self.variant = parts[0].variant if parts else ""
+
+    def gemm(self) -> None:
+        for p in self.parts:
+            p.gemm()
+
+    def prep(self) -> None:
+        for p in self.parts:
+            p.prep()
+
+    def result(self):
+        return self._like(self.out)
+
+    def clone(self) -> "BatchLoopPlan":
+        out = self.out.copy()
+        parts = []
+        for i, p in enumerate(self.parts):
+            c = p.clone()
+            c.out = out[i]
+            parts.append(c)
+        return BatchLoopPlan(parts, out, self._like)
+
+    def close(self) -> None:
+        for p in self.parts:
+            p.close()
+        self.parts, self.out = [], None
