@@ -740,3 +740,38 @@ def test_amd_gpu_tests_fail_on_a_failure_reason(monkeypatch):
     conftest.pytest_collection_modifyitems(None, [item])
     assert [m.name for m in item.markers] == ["skip"]
     conftest.pytest_runtest_setup(item)  # no failure
+
+
+def test_fake_gemm_does_no_host_work(fake_gfx950, rng, monkeypatch):
+    """The timed region (plan.gemm) only launches: compile inputs, kernel lookup and launch arguments are
+    computed once per plan (per variant for the compile inputs)."""
+    fake, be = fake_gfx950
+    a, b = _exact_inputs(rng, 33, 20, 50)
+    with be.plan(a, b, _dt.resolve("fp16")) as p:
+        def forbidden(*args, **kw):
+            raise AssertionError("host-side recompute inside gemm()")
+
+        monkeypatch.setattr(hip.plan, "compile_inputs", forbidden)
+        monkeypatch.setattr(p.rt, "function", forbidden)
+        monkeypatch.setattr(hip.plan, "kernel_args", forbidden)
+        for _ in range(3):
+            p.gemm()
+        np.testing.assert_array_equal(p.result(), reference_matmul(a, b, "fp16"))
+    assert len(fake.launches) == 3
+
+
+def test_broken_hip_python_import_is_a_failure(monkeypatch):
+    """hip-python installed but failing to import with something other than ImportError: a FAILURE, not a raise."""
+    import importlib.abc
+
+    class Broken(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "hip" or name.startswith("hip."):
+                raise OSError("libamdhip64.so: wrong ELF class")
+            return None
+
+    for mod in ("hip", "hip.hip", "hip.hiprtc"):
+        monkeypatch.delitem(sys.modules, mod, raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
+    reason = hip.HipBackend().is_available()
+    assert is_failure(reason) and "OSError" in reason and "ROCm version" in reason

@@ -380,3 +380,25 @@ def test_batched_launch(rng, dtype, shared_b):
             got = mirror_gemm(consts(spec), p, a_buf, b_buf, sa, sb, spec.layout(), z=z)
             want = reference_from_operands(*ops[p.batch0 + z], "float32")
             np.testing.assert_array_equal(got, want, err_msg=f"batch {p.batch0 + z}")
+
+
+def test_fragment_types_are_the_header_types():
+    """fragments.frag_type names a typedef of kernels_hip/mx_types.h for every operand of every AMD record, and the
+    typedef's size is the record's register count (the f8f6f4 builtins always take 8 registers)."""
+    import re
+
+    from mxcore import layouts
+    from mxcore.kernels import kernel_source
+
+    base = {"float": 4, "_Float16": 2, "short": 2, "__bf16": 2, "long": 8, "int": 4}
+    sizes = {}
+    for t, name, n in re.findall(r"typedef\s+(\w+)\s+(mx_\w+)(?:\s+__attribute__\(\(ext_vector_type\((\d+)\)\)\))?;",
+                                 kernel_source("amd", "mx_types.h")):
+        sizes[name] = base[t] * int(n or 1)
+    recs = layouts.records("amd")
+    assert len(recs) > 50
+    for rec in recs:
+        for role in ("a", "b", "c"):
+            name = hip.frag_type(rec, role)
+            want = 32 if rec.cbsz is not None and role != "c" else 4 * getattr(rec, role).registers
+            assert sizes.get(name) == want, f"{rec.name} {rec.a_format}x{rec.b_format} {role}: {name}"

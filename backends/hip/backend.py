@@ -63,6 +63,9 @@ class HipBackend(Backend):
         except ImportError as exc:
             self.unavailable_cause = exc
             return f"hip-python is not installed (pip install \"mxcore[hip]\"; {MATCH_HINT})"
+        except Exception as exc:  # noqa: BLE001  (installed but broken: say so, never raise)
+            self.unavailable_cause = exc
+            return f"{FAILURE}hip-python failed to import: {type(exc).__name__}: {exc}; {MATCH_HINT}"
         try:
             count = hip.hipGetDeviceCount()
         except RuntimeError as exc:  # hip-python without a ROCm runtime raises a plain RuntimeError
