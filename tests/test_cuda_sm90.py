@@ -194,3 +194,17 @@ def test_family_rule_picks_wgmma_for_large_problems(backend, rng):
     assert backend.plan(a, b, mdt).variant.endswith("(wgmma)")
     assert backend.plan(a[:16], b, mdt).variant.endswith("(mma.sync)")  # decode: mma.sync with split K
     assert backend.plan(a, b, mdt, family="mma_sync").variant.endswith("(mma.sync)")
+
+
+def test_wgmma_layout_probes(backend):
+    """The accumulator of m64n64k16 and the register-A forms of m64n16k16 (f16) / m64n16k8 (tf32), read lane by
+    lane from the hardware (arange probes, backends/probes/wgmma.py), equal mxcore.layouts.hopper's records."""
+    import cupy as cp
+
+    from mxcore.backends.probes import wgmma as probe
+    from mxcore.layouts import hopper
+
+    got = probe.run_probes(cp)
+    np.testing.assert_array_equal(got["d"], hopper.accumulator(64).coords)
+    np.testing.assert_array_equal(got["a_k16"], hopper.register_a(16).coords)
+    np.testing.assert_array_equal(got["a_k8"], hopper.register_a(8).coords)

@@ -70,3 +70,15 @@ def test_tensor_map_needs_aligned_operands():
         sm90.tensor_map(0x1008, 2, 64, 64, 64, 64, 64)
     with pytest.raises(UnsupportedError, match="16-byte aligned"):
         sm90.tensor_map(0x1000, 2, 65, 64, 65, 64, 64)
+
+
+def test_probe_kernels_compile_to_wgmma():
+    require_tool("NVRTC (cuda-bindings + nvidia-cuda-nvrtc)", nvrtc_tools.have_nvrtc())
+    require_tool("cuobjdump + nvdisasm", nvrtc_tools.have_cuobjdump())
+    from mxcore.backends.probes import wgmma as probe
+
+    b = nvrtc_tools.compile_cuda(source(probe.PROBE_FILE), name="probe_wgmma", arch="sm_90a", options=["-std=c++17"])
+    assert set(probe.PROBE_KERNELS) <= set(b.resources)
+    lines = nvrtc_tools.sass_lines(b.sass, "HGMMA")
+    assert len(lines) == 3 and sum(".64x64x16." in x for x in lines) == 1 and sum(".64x16x" in x for x in lines) == 2
+    assert all(r["local_bytes"] == 0 for r in b.resources.values())
