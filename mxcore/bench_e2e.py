@@ -29,7 +29,7 @@ import numpy as np
 __all__ = ["E2E_SHAPES", "run_e2e"]
 
 E2E_SHAPES = [(128, 128, 128), (512, 512, 512), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
-              (16, 8192, 8192)]
+              (16, 8192, 8192), (64, 512, 4096, 4096)]  # the last: (64, 512, 4096) @ a shared (4096, 4096)
 
 
 def _median_wall_per_call(fn, sync, calls: int, repeats: int, warmup: int = 2) -> float:
@@ -99,13 +99,15 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
     rows = []
     for dtype in dtypes:
         mdt = _dt.resolve(dtype, be.target().arch)
-        for m, n, k in shapes:
-            progress(f"{dtype} {m}x{n}x{k} ...", flush=True)
-            pairs = [(torch.randn(m, k, device="cuda", generator=gen, dtype=torch.float32).to(tdt),
+        for shape in shapes:
+            bsz, (m, n, k) = (shape[0], shape[1:]) if len(shape) == 4 else (0, shape)
+            lead = (bsz,) if bsz else ()
+            progress(f"{dtype} {'x'.join(map(str, shape))} ...", flush=True)
+            pairs = [(torch.randn(*lead, m, k, device="cuda", generator=gen, dtype=torch.float32).to(tdt),
                       torch.randn(k, n, device="cuda", generator=gen, dtype=torch.float32).to(tdt))
                      for _ in range(sets)]
-            flops = 2.0 * m * n * k
-            calls = _calls_for(m, n, k)
+            flops = 2.0 * max(bsz, 1) * m * n * k
+            calls = _calls_for(max(bsz, 1) * m, n, k)
             e2e = _median_wall_per_call(
                 _rotating([lambda a=a, b=b: mxcore.matmul(a, b, dtype=dtype, backend=be.name) for a, b in pairs]),
                 sync, calls, repeats)
@@ -116,7 +118,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
             finally:
                 for p in plans:
                     p.close()
-            row = {"dtype": dtype, "m": m, "n": n, "k": k, "input": input_dtype, "variant": variant,
+            row = {"dtype": dtype, "batch": bsz, "m": m, "n": n, "k": k, "input": input_dtype, "variant": variant,
                    "e2e_us": e2e * 1e6, "e2e_tflops": flops / e2e / 1e12,
                    "kernel_us": kern * 1e6, "kernel_tflops": flops / kern / 1e12, "e2e_over_kernel": kern / e2e}
             vendor = None
@@ -124,7 +126,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
                 vdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[mdt.a.name]
                 vp = [(a.to(vdt), b.to(vdt)) for a, b in pairs]
                 vendor = ("torch.matmul", _rotating([lambda a=a, b=b: torch.matmul(a, b) for a, b in vp]))
-            elif baseline and mdt.kind == "fp8" and hasattr(torch, "_scaled_mm"):
+            elif baseline and mdt.kind == "fp8" and not bsz:  # torch._scaled_mm takes 2-D operands
                 vendor = ("torch fp8 pipeline", _rotating([_vendor_fp8(torch, a, b) for a, b in pairs]))
             if vendor is not None:
                 label, fn = vendor
@@ -137,8 +139,12 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
     return rows
 
 
+def _shape(r: dict) -> str:
+    return (f"{r['batch']}x" if r.get("batch") else "") + f"{r['m']}x{r['n']}x{r['k']}"
+
+
 def _fmt(r: dict) -> str:
-    s = (f"{r['dtype']:<8} {r['m']}x{r['n']}x{r['k']:<6} e2e {r['e2e_us']:10.1f} us {r['e2e_tflops']:7.1f} TFLOP/s | "
+    s = (f"{r['dtype']:<8} {_shape(r):<16} e2e {r['e2e_us']:10.1f} us {r['e2e_tflops']:7.1f} TFLOP/s | "
          f"kernel {r['kernel_tflops']:7.1f} | e2e/kernel {r['e2e_over_kernel']:.2f}")
     if "vendor_tflops" in r:
         s += f" | {r['vendor']} {r['vendor_us']:.1f} us {r['vendor_tflops']:.1f} | e2e/vendor {r['e2e_over_vendor']:.2f}"
@@ -150,7 +156,7 @@ def table(rows) -> str:
             f"{'vendor us':>10} {'vendor TF/s':>11} {'e2e/vendor':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['dtype']:<8} {r['m']}x{r['n']}x{r['k']:<10} {r['e2e_us']:10.1f} {r['e2e_tflops']:9.1f} "
+        lines.append(f"{r['dtype']:<8} {_shape(r):<16} {r['e2e_us']:10.1f} {r['e2e_tflops']:9.1f} "
                      f"{r['kernel_tflops']:11.1f} {r['e2e_over_kernel']:8.2f} {r.get('vendor_us', float('nan')):10.1f} "
                      f"{r.get('vendor_tflops', float('nan')):11.1f} {r.get('e2e_over_vendor', float('nan')):10.2f}")
     return "\n".join(lines)
@@ -161,7 +167,7 @@ def cli(argv) -> int:
     p.add_argument("--backend", default="cuda")
     p.add_argument("--dtype", default="fp16,bf16,fp8,mxfp8,mxfp4")
     p.add_argument("--sizes", default="", help="square sizes (comma list); default: the E2E_SHAPES set")
-    p.add_argument("--shapes", default="", help="MxNxK,MxNxK")
+    p.add_argument("--shapes", default="", help="MxNxK or BxMxNxK (a (B, M, K) batch times a shared (K, N)), comma list")
     p.add_argument("--input-dtype", default="fp16", choices=["fp16", "bf16"])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--sets", type=int, default=2)
