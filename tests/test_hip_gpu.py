@@ -775,3 +775,14 @@ def test_broken_hip_python_import_is_a_failure(monkeypatch):
     monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
     reason = hip.HipBackend().is_available()
     assert is_failure(reason) and "OSError" in reason and "ROCm version" in reason
+
+
+def test_version_mismatch_note():
+    """hip-python 6.x/7.x carry the ROCm release they were built for: a different runtime gets a note naming both."""
+    from mxcore.backends.hip.runtime import version_mismatch
+
+    note = version_mismatch("7.2.2.562.43", 60_443_483)
+    assert "ROCm 7.2" in note and "ROCm 6.4" in note and 'hip-python==X.Y.*' in note
+    assert version_mismatch("6.4.4.555.40", 60_443_483) is None
+    assert version_mismatch("10.0.0.0.1.2", 70_200_000) is None  # rocm-bindings version apart from ROCm
+    assert version_mismatch("unknown", 70_200_000) is None

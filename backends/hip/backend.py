@@ -14,7 +14,7 @@ from ... import dtypes as _dt
 from ...errors import BackendUnavailableError, UnsupportedError
 from .fragments import WAVE
 from .plan import HipPlan
-from .runtime import MATCH_HINT, Runtime, rocm_version_text
+from .runtime import MATCH_HINT, Runtime, hip_python_version, rocm_version_text, version_mismatch
 from .variants import ARCHS, ceiling_defines, kernel_specs, select_spec, supported_dtype_names, tile_names
 
 __all__ = ["HipBackend"]
@@ -83,7 +83,8 @@ class HipBackend(Backend):
         except Exception as exc:  # noqa: BLE001  (a device is there: anything else is a failure)
             self.unavailable_cause = exc
             return (f"{FAILURE}{int(n)} AMD GPU(s) found but the HIP runtime failed to initialise through "
-                    f"hip-python {_installed('hip-python')}: {type(exc).__name__}: {exc}; {MATCH_HINT}")
+                    f"hip-python {hip_python_version()} (ROCm runtime {_runtime_version(hip)}): "
+                    f"{type(exc).__name__}: {exc}; {MATCH_HINT}")
         self._rt = rt
         if dev.arch not in ARCHS:
             return f"device {dev.name} is {dev.arch}; mxcore's MFMA kernels target {', '.join(ARCHS)} (CDNA3/CDNA4)"
@@ -106,6 +107,9 @@ class HipBackend(Backend):
             d = rt.device(i)
             out.append(f"{d.name} ({d.arch_full})")
         out[0] += f"; ROCm {rocm_version_text(rt.runtime_version)}, {rt.convention.label}"
+        note = version_mismatch(hip_python_version(), rt.runtime_version)
+        if note:
+            out[0] += f"; WARNING: {note}"
         return out
 
     def target(self) -> Target:
@@ -218,10 +222,10 @@ class HipBackend(Backend):
                             workers=workers)
 
 
-def _installed(dist: str) -> str:
+def _runtime_version(hip) -> str:
+    """ROCm version of the runtime hip-python loaded, for failure reasons (never raises)."""
     try:
-        from importlib.metadata import version
-
-        return version(dist)
+        result = hip.hipRuntimeGetVersion()
+        return rocm_version_text(int(result[1] if isinstance(result, tuple) else result))
     except Exception:  # noqa: BLE001
-        return "(version unknown)"
+        return "unknown"

@@ -133,6 +133,9 @@ class HipPlan(Plan):
         from ...arrays import array_kind, to_numpy
         from ...operands import prepare_one
 
+        if array_kind(x) == "mx" and len(x.shape) == 3:
+            raise UnsupportedError(f"operand {role}: a batched {type(x).__name__}; pass float data (mxcore quantizes "
+                                   "each batch element) or one 2-D quantized tensor per call")
         if array_kind(x) not in ("mx", "numpy"):
             x = to_numpy(x)
         if array_kind(x) == "numpy":

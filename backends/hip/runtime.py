@@ -39,7 +39,8 @@ import numpy as np
 from ...errors import DeviceError, KernelCompileError
 from .cache import cache_key, cache_read, cache_write, hiprtc_options
 
-__all__ = ["Convention", "DeviceInfo", "Runtime", "detect_convention", "device_address", "rocm_version_text"]
+__all__ = ["Convention", "DeviceInfo", "Runtime", "detect_convention", "device_address", "hip_python_version",
+           "rocm_version_text", "version_mismatch"]
 
 MATCH_HINT = ("use the hip-python release that matches your ROCm version: pip install \"hip-python==X.Y.*\" for "
               "ROCm X.Y (mxcore drives the 6.x/7.x and the 10.x call conventions)")
@@ -85,6 +86,29 @@ def rocm_version_text(version: int) -> str:
     if version <= 0:
         return "unknown"
     return f"{version // 10_000_000}.{version // 100_000 % 100}.{version % 100_000}"
+
+
+def hip_python_version() -> str:
+    """The installed hip-python distribution's version ("7.2.2.562.43"), or "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hip-python")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def version_mismatch(hip_python: str, runtime_version: int) -> str | None:
+    """A note when hip-python 6.x/7.x (whose X.Y is the ROCm release it was built for) and the ROCm runtime
+    differ in X.Y; None when they match or cannot be compared (hip-python >= 10 versions its bindings apart)."""
+    parts = hip_python.split(".")
+    if runtime_version <= 0 or len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    built, running = (int(parts[0]), int(parts[1])), (runtime_version // 10_000_000, runtime_version // 100_000 % 100)
+    if built[0] >= 10 or built == running:
+        return None
+    return (f"hip-python {hip_python} is built for ROCm {built[0]}.{built[1]} but the runtime is ROCm "
+            f"{running[0]}.{running[1]}; {MATCH_HINT}")
 
 
 @dataclass(frozen=True)
