@@ -42,7 +42,7 @@ CLANG = os.environ.get("MXCORE_CLANG", "clang-22")
 LLD = os.environ.get("MXCORE_LLD", "ld.lld-22")
 OBJDUMP = os.environ.get("MXCORE_OBJDUMP", "llvm-objdump-22")
 
-# flags every offline compile gets; hiprtc gets the equivalent (see backends/hip.py)
+# flags every offline compile gets; hiprtc gets the equivalent (backends/hip/cache.py COMMON_OPTIONS)
 BASE_FLAGS = ("-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", "-nogpulib", "-nogpuinc")
 DEFAULT_OPTIONS = ("-O3", "-std=c++17")
 SUPPORTED_ARCHS = ("gfx942", "gfx950")

@@ -425,9 +425,7 @@ def test_convention_detected_once_from_the_wrappers(convention):
     fake = FakeHip(convention=convention)
     assert detect_convention(fake.hip).props_returned is (convention == "10")
 
-    def cython_like():  # a builtin without a signature: Cython's embedsignature docstring is read instead
-        pass
-
+    # a builtin without an introspectable signature: Cython's embedsignature docstring is read instead
     wrapper = types.SimpleNamespace(hipGetDeviceProperties=types.SimpleNamespace(
         __doc__="hipGetDeviceProperties(object prop, int deviceId)\nReturns device properties."))
     assert detect_convention(wrapper).props_returned is False
