@@ -270,7 +270,11 @@ def _codes(call, codes, bits: int, what: str, container: str):
 
 
 def _float_out(dtype) -> str:
-    name = str(np.dtype(str(dtype).replace("torch.", ""))) if not str(dtype).endswith("bfloat16") else "bfloat16"
+    """The name of a float dtype given as a numpy/ml_dtypes dtype, a name, or a torch dtype."""
+    text = str(dtype)
+    name = text[len("torch."):] if text.startswith("torch.") else np.dtype(dtype).name
+    if not (name.startswith("float") or name == "bfloat16"):
+        raise InputTypeError(f"dtype={dtype!r}: decoded values are floats; pass float32 (default) or float64")
     return name
 
 

@@ -26,6 +26,11 @@
 #else
 #define MXC_HIP 0
 #endif
+// MXC_HOST: a plain C++ build for CPU tests (tests/test_codec_compile.py runs the kernels' arithmetic on the
+// host, one thread at a time, against numpy); the CTA-level staging of maxima is then skipped.
+#ifndef MXC_HOST
+#define MXC_HOST 0
+#endif
 
 #ifndef MXC_THREADS
 #define MXC_THREADS 256
@@ -39,35 +44,41 @@ typedef long long mxc_i64;
 
 // ---- vendor shim ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ int mxc_bitlen(mxc_u32 x) {
-#if MXC_HIP
+#if MXC_HIP || MXC_HOST
     return x ? 32 - __builtin_clz(x) : 0;
 #else
     return 32 - __clz(x);
 #endif
 }
 __device__ __forceinline__ int mxc_bitlen(mxc_u64 x) {
-#if MXC_HIP
+#if MXC_HIP || MXC_HOST
     return x ? 64 - __builtin_clzll(x) : 0;
 #else
     return 64 - __clzll((long long)x);
 #endif
 }
 __device__ __forceinline__ void mxc_atomic_max(mxc_u32* p, mxc_u32 v) {
-#if MXC_HIP
+#if MXC_HOST
+    *p = *p > v ? *p : v;
+#elif MXC_HIP
     __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 #else
     atomicMax(p, v);
 #endif
 }
 __device__ __forceinline__ void mxc_atomic_max(mxc_u64* p, mxc_u64 v) {
-#if MXC_HIP
+#if MXC_HOST
+    *p = *p > v ? *p : v;
+#elif MXC_HIP
     __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 #else
     atomicMax((unsigned long long*)p, (unsigned long long)v);
 #endif
 }
 __device__ __forceinline__ void mxc_atomic_add(mxc_u32* p, mxc_u32 v) {
-#if MXC_HIP
+#if MXC_HOST
+    *p += v;
+#elif MXC_HIP
     __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 #else
     atomicAdd(p, v);
@@ -308,9 +319,13 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
                                                        mxc_u32* scale_max1, mxc_i64 outer, mxc_i64 K, mxc_i64 inner,
                                                        int block, int rceil) {
     typedef typename In::bits_t B;
+#if MXC_HOST
+    mxc_u32& cta_max = *scale_max1;
+#else
     __shared__ mxc_u32 cta_max;
     if (threadIdx.x == 0) cta_max = 0u;
     __syncthreads();
+#endif
     const mxc_i64 nb = (K + block - 1) / block;
     const mxc_i64 t = mxc_thread_index();
     if (t < outer * nb * inner) {
@@ -393,8 +408,10 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
             if (!bad) mxc_atomic_max(&cta_max, sc + 1u);
         }
     }
+#if !MXC_HOST
     __syncthreads();
     if (threadIdx.x == 0 && cta_max) mxc_atomic_max(scale_max1, cta_max);
+#endif
 }
 
 // per-tensor scale, pass 1: the largest finite magnitude's bits, folded per CTA, then one atomic per CTA
@@ -402,9 +419,13 @@ template <class In>
 __device__ __forceinline__ void mxc_amax_kernel(const typename In::bits_t* x, mxc_i64 n, mxc_i64 stride,
                                                mxc_u64* amax_bits) {
     typedef typename In::bits_t B;
+#if MXC_HOST
+    mxc_u64& cta_max = *amax_bits;
+#else
     __shared__ mxc_u64 cta_max;
     if (threadIdx.x == 0) cta_max = 0ull;
     __syncthreads();
+#endif
     const B absmask = (B)(~((B)1 << (In::width - 1)));
     const B inf = mxc_inf_bits<In>();
     B m = 0;
@@ -413,8 +434,10 @@ __device__ __forceinline__ void mxc_amax_kernel(const typename In::bits_t* x, mx
         if (v < inf && v > m) m = v;
     }
     if (m) mxc_atomic_max(&cta_max, (mxc_u64)m);
+#if !MXC_HOST
     __syncthreads();
     if (threadIdx.x == 0 && cta_max) mxc_atomic_max(amax_bits, cta_max);
+#endif
 }
 
 // per-tensor scale, pass 2: k = ceil(log2(amax / max_normal)) (0 for amax == 0), clamped to [-126, 127], read

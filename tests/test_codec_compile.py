@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 from conftest import require_tool
 
@@ -151,3 +152,195 @@ def test_format_defines_come_from_the_spec(name):
     # the max normal the kernel reconstructs is the spec's
     assert num("MXF_MAXSIG") * 2.0 ** (spec.emax - spec.mbits) == spec.max_normal
     assert d["MXF_CODE_T"] == {1: "mxc_u8", 2: "mxc_u16", 4: "mxc_u32"}[spec.code_dtype.itemsize]
+
+
+# ---- the kernels' arithmetic on the CPU -------------------------------------------------------------------------
+# The same header, built as plain C++ (MXC_HOST) with clang-22 and run one thread at a time through ctypes, must
+# give the numpy path's codes bit for bit: a CI check of the device algorithm without a GPU.
+_HARNESS = r"""
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define MXC_HOST 1
+struct mxc_dim3 { unsigned x, y, z; };
+static mxc_dim3 threadIdx, blockIdx;
+static inline void __syncthreads() {}
+HEADER
+#define RUN(total, CALL) for (long long g_ = 0; g_ < (long long)(total); ++g_) { \
+    blockIdx.x = (unsigned)(g_ / MXC_THREADS); threadIdx.x = (unsigned)(g_ % MXC_THREADS); CALL; }
+#define PER_INPUT(SUF, B) \
+    extern "C" void host_encode_##SUF(const B* x, mxc_code_t* o, mxc_i64 n, int rtz, int ovf, mxc_u32* c) { \
+        RUN(n, mx_encode_##SUF(x, o, n, rtz, ovf, c)) } \
+    extern "C" void host_quantize_mx_##SUF(const B* x, mxc_u8* c, mxc_u8* s, mxc_u32* m, mxc_i64 outer, mxc_i64 K, \
+                                           mxc_i64 inner, int block, int rceil) { \
+        RUN(outer * ((K + block - 1) / block) * inner, mx_quantize_mx_##SUF(x, c, s, m, outer, K, inner, block, rceil)) } \
+    extern "C" void host_quantize_tensor_##SUF(const B* x, mxc_u8* c, mxc_i64 n, mxc_u64* amax, int* k, float* sc, \
+                                               mxc_u32* cnt) { \
+        RUN(n, mx_amax_##SUF(x, n, n, amax)) RUN(n > 0 ? n : 1, mx_quantize_tensor_##SUF(x, c, n, amax, k, sc, cnt)) }
+PER_INPUT(f32, mxc_u32)
+PER_INPUT(f16, mxc_u16)
+PER_INPUT(bf16, mxc_u16)
+PER_INPUT(f64, mxc_u64)
+extern "C" void host_decode_f32(const mxc_code_t* c, mxc_u32* o, mxc_i64 n) { RUN(n, mx_decode_f32(c, o, n, 0)) }
+extern "C" void host_decode_f64(const mxc_code_t* c, mxc_u64* o, mxc_i64 n) { RUN(n, mx_decode_f64(c, o, n, 0)) }
+"""
+
+_SUFFIX = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
+
+
+@pytest.fixture(scope="module")
+def host_codecs(tmp_path_factory):
+    """format name -> ctypes library of the header built for the host (all formats, compiled in parallel)."""
+    import ctypes
+    import subprocess
+
+    if hip_tools.have_clang() is not None:
+        return None
+    from mxcore import kernel_source
+
+    header = kernel_source("nvidia", "mx_codec.cuh")
+    src = tmp_path_factory.mktemp("hostcodec") / "harness.cpp"
+    src.write_text(_HARNESS.replace("HEADER", header))
+
+    def build(name):
+        so = src.with_name(f"codec_{name}.so")
+        defs = [d for d in codec.format_defines(F.get(name))]
+        cmd = [hip_tools.CLANG, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-DMXC_THREADS={codec.THREADS}",
+               *defs, str(src), "-o", str(so)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return ctypes.CDLL(str(so))
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return dict(zip(F.names(), pool.map(build, F.names())))
+
+
+def _ptr(a):
+    import ctypes
+
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def _i(v):
+    import ctypes
+
+    return ctypes.c_longlong(int(v))
+
+
+def _host_encode(lib, spec, x, rounding, overflow):
+    import ctypes
+
+    x = np.ascontiguousarray(x)
+    out = np.zeros(x.shape, spec.code_dtype)
+    cnt = np.zeros(1, np.uint32)
+    fn = getattr(lib, f"host_encode_{_SUFFIX[x.dtype.name]}")
+    fn(_ptr(x), _ptr(out), _i(x.size), ctypes.c_int(rounding == "rtz"), ctypes.c_int(overflow == "nan"), _ptr(cnt))
+    return out, int(cnt[0])
+
+
+def _candidates(spec, rng):
+    """Every value, every midpoint and its float64/float32 neighbours, overflow edges, ±0, ±inf, NaN, random bits."""
+    import ml_dtypes
+
+    from mxcore import _codec_host as H
+
+    codes = np.arange(1 << spec.bits) if spec.bits <= 8 else rng.integers(0, 1 << spec.bits, 4096)
+    v = np.unique(np.abs(H.decode(codes, spec, dtype=np.float64)))
+    v = v[np.isfinite(v)]
+    mids = (v[:-1] + v[1:]) / 2
+    ulp = 2.0 ** (spec.emax - spec.mbits)
+    edges = np.array([spec.max_normal + ulp / 2, spec.max_normal + ulp, 2.0 ** (spec.emax + 1), spec.min_subnormal / 2,
+                      0.75 * spec.min_subnormal, 2.0 ** -149, 3.4028234663852886e38, 1e300, 5e-324, 0.0, np.inf, np.nan])
+    pos = np.concatenate([v, mids, np.nextafter(mids, np.inf), np.nextafter(mids, 0),
+                          np.nextafter(mids.astype(np.float32), np.float32(np.inf)).astype(np.float64), edges])
+    x = np.concatenate([pos, -pos])
+    out = {}
+    for dt in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+        with np.errstate(over="ignore"):
+            a = x.astype(dt)
+        bits = np.dtype(f"u{np.dtype(dt).itemsize}")
+        rand = (np.arange(1 << 16, dtype=np.uint16) if bits.itemsize == 2
+                else rng.integers(0, np.iinfo(bits).max, 4096, dtype=bits, endpoint=True))
+        out[np.dtype(dt).name] = np.concatenate([a, rand.view(dt)])
+    return out
+
+
+@pytest.mark.parametrize("name", F.names())
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_kernel_arithmetic_on_host_matches_numpy(host_codecs, name, rng):
+    """encode (every policy, every input type), decode (every code), quantize_tensor: kernel == numpy."""
+    require_tool("clang-22", hip_tools.have_clang())
+    from mxcore import _codec_host as H
+
+    lib, spec = host_codecs[name], F.get(name)
+    for dt, x in _candidates(spec, rng).items():
+        isnan = np.isnan(x.astype(np.float64))
+        for rounding in ("rne", "rtz"):
+            for overflow in ("saturate", "nan"):
+                got, nans = _host_encode(lib, spec, x, rounding, overflow)
+                want = H.encode(x, spec, rounding=rounding, overflow=overflow, nan="zero")
+                assert np.array_equal(got, want), (dt, rounding, overflow, np.flatnonzero(got != want)[:5])
+                assert nans == (0 if spec.has_nan else int(isnan.sum()))
+    codes = (np.arange(1 << spec.bits) if spec.bits <= 16 else rng.integers(0, 1 << spec.bits, 1 << 16)).astype(
+        spec.code_dtype)
+    for fn, odt in (("host_decode_f32", np.uint32), ("host_decode_f64", np.uint64)):
+        out = np.zeros(codes.shape, odt)
+        getattr(lib, fn)(_ptr(codes), _ptr(out), _i(codes.size))
+        want = H.decode(codes, spec, dtype=np.float32 if odt == np.uint32 else np.float64)
+        assert np.array_equal(out, want.view(odt)), np.flatnonzero(out != want.view(odt))[:5]
+    if spec.bits <= 8 and spec.signed:
+        from mxcore import mx
+
+        for x in (rng.standard_normal(300) * 2.0 ** rng.integers(-30, 30, 300), np.zeros(5),
+                  np.array([1.0, np.inf, -3.0, 1e-300]), rng.standard_normal(64) * 2.0 ** -140):
+            if spec.has_nan:
+                x = np.append(x, np.nan)
+            for dt in (np.float32, np.float64):
+                xs = x.astype(dt)
+                c, amax, k, sc, cnt = (np.zeros(xs.size, np.uint8), np.zeros(1, np.uint64), np.zeros(1, np.int32),
+                                       np.zeros(1, np.float32), np.zeros(1, np.uint32))
+                getattr(lib, f"host_quantize_tensor_{_SUFFIX[np.dtype(dt).name]}")(
+                    _ptr(xs), _ptr(c), _i(xs.size), _ptr(amax), _ptr(k), _ptr(sc), _ptr(cnt))
+                want = mx.quantize_tensor(xs, name)
+                assert np.array_equal(c, want.codes) and int(k[0]) == want.scale_exp and float(sc[0]) == want.scale
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_mx_kernel_arithmetic_on_host_matches_numpy(host_codecs, fmt, rng):
+    """quantize_mx (fixed-32 and any-block paths, both axes, both scale rules, special blocks) == numpy."""
+    import ctypes
+
+    import ml_dtypes
+
+    require_tool("clang-22", hip_tools.have_clang())
+    from mxcore import mx
+
+    name, spec = mx.mx_element(fmt)
+    lib = host_codecs[spec.name]
+    k = 100
+    rows = [np.zeros(k), -np.zeros(k), np.where(np.arange(k) == 40, np.nan, 1.0), np.where(np.arange(k) == 3, -np.inf, 2.0)]
+    rows += [rng.standard_normal(k) * 2.0 ** e for e in (-150, -135, -128, -127, -126, 0, 100, 127)]
+    r = rng.uniform(-1, 1, k) * spec.max_normal
+    r[::7] = spec.max_normal
+    rows += [r, np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal), np.float32(np.inf)), r)]
+    rows.append(rng.standard_normal(k) * 2.0 ** rng.integers(-40, 40, k))
+    x64 = np.stack(rows)
+    for dt in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+        with np.errstate(over="ignore"):
+            xh = x64.astype(dt)
+        for axis, block in ((1, 32), (0, 32), (1, 7), (1, 64)):
+            xa = xh if axis == 1 else np.ascontiguousarray(xh.T)
+            for rule in ("floor", "rceil"):
+                want = mx.quantize_mx(xa, fmt, axis=axis, block=block, scale_rounding=rule)
+                outer, kk, inner = (xa.shape[0], xa.shape[1], 1) if axis == 1 else (1, xa.shape[0], xa.shape[1])
+                c = np.zeros(xa.shape, np.uint8)
+                s = np.zeros(want.scales.shape, np.uint8)
+                m = np.zeros(1, np.uint32)
+                getattr(lib, f"host_quantize_mx_{_SUFFIX[np.dtype(dt).name]}")(
+                    _ptr(xa), _ptr(c), _ptr(s), _ptr(m), _i(outer), _i(kk), _i(inner), ctypes.c_int(block),
+                    ctypes.c_int(rule == "rceil"))
+                assert np.array_equal(s, want.scales), (dt, axis, block, rule)
+                assert np.array_equal(c, want.codes), (dt, axis, block, rule)
+                assert (int(m[0]) - 1 if m[0] else 127) == want.scale_max

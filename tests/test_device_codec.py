@@ -1,0 +1,363 @@
+"""GPU tests of the device codecs: every result compared bit for bit with the numpy path.
+
+Decode of every code of every format (all 2^16 codes of fp16/bf16, sampled codes of tf32/fp32); encode of
+float32/float64/float16/bfloat16 bit-pattern classes (every code's value, every midpoint between neighbours
+and its neighbours one ulp away, overflow edges, ±0, ±inf, NaN payloads, random bit patterns, all 65536
+half/bfloat16 patterns) under every rounding / overflow / NaN policy; OCP-MX blocks that are all zero, hold
+NaN/inf, straddle 2^-127, K tails, both scale_rounding rules, both block axes, other block lengths;
+per-tensor scaling; dequantization; packing; CuPy and torch inputs; a non-default stream.  Inputs: exactly
+chosen values plus fresh random ones (seed printed on failure).  Run: ``pytest -m nvidia_gpu``.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mxcore
+from mxcore import _codec_host as H
+from mxcore import formats as F
+from mxcore.errors import FormatError, InputTypeError, ShapeError, UnsupportedError
+
+pytestmark = pytest.mark.nvidia_gpu
+
+LIBS = ["cupy", "torch"]
+MX = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"]
+FP8 = ["e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e2m1"]
+POLICIES = [(r, o, n) for r in ("rne", "rtz") for o in ("saturate", "nan") for n in ("raise", "zero")]
+
+
+# ---- moving arrays ------------------------------------------------------------------------------------------------
+def dev(a, lib):
+    a = np.asarray(a)
+    if lib == "cupy":
+        import cupy
+
+        if a.dtype == ml_dtypes.bfloat16:
+            pytest.skip("CuPy has no bfloat16 arrays")
+        return cupy.asarray(a)
+    import torch
+
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).cuda()
+    if a.dtype == np.uint16:
+        a = a.astype(np.int32)
+    elif a.dtype == np.uint32:
+        a = a.astype(np.int64)
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def host(a, view=None):
+    """A device result on the host (raw bits kept), optionally reinterpreted as ``view``."""
+    mod = type(a).__module__
+    if mod.startswith("cupy"):
+        h = a.get()
+    else:
+        import torch
+
+        t = a.detach()
+        name = str(t.dtype).replace("torch.", "")
+        if name in ("uint16", "uint32", "bfloat16"):
+            t = t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+        h = t.cpu().numpy()
+    return h.view(view) if view is not None else h
+
+
+def kind_of(a):
+    return "cupy" if type(a).__module__.startswith("cupy") else "torch"
+
+
+def same_bits(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if got.dtype.kind == "f":
+        got, want = got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}")
+    bad = np.flatnonzero(got.ravel() != want.ravel())
+    assert bad.size == 0, f"{bad.size} mismatches, first at {bad[:5]}: got {got.ravel()[bad[:5]]}, want {want.ravel()[bad[:5]]}"
+
+
+# ---- decode -------------------------------------------------------------------------------------------------------
+def _all_codes(spec, rng):
+    if spec.bits <= 16:
+        return np.arange(1 << spec.bits, dtype=spec.code_dtype)
+    specials = np.array([0, 1, spec.max_code, spec.max_code + 1, *spec.nan_codes, *spec.inf_codes,
+                         (1 << spec.bits) - 1, 1 << (spec.bits - 1)], np.uint64)
+    rand = rng.integers(0, 1 << spec.bits, 1 << 16, dtype=np.uint64)
+    return np.concatenate([specials, rand]).astype(spec.code_dtype)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("name", F.names())
+def test_decode_every_code(name, lib, rng):
+    spec = F.get(name)
+    codes = _all_codes(spec, rng)
+    d = dev(codes, lib)
+    for dtype in (np.float32, np.float64):
+        got = F.decode(d, name, dtype=dtype)
+        assert kind_of(got) == lib
+        same_bits(host(got), H.decode(codes, name, dtype=dtype))
+    if spec.bits < 8:
+        with pytest.raises(FormatError):
+            F.decode(dev(np.array([1 << spec.bits], np.int32), lib), name)
+
+
+# ---- encode -------------------------------------------------------------------------------------------------------
+def _encode_inputs(spec, rng) -> np.ndarray:
+    """float64 candidates: every value, midpoint and ±ulp neighbours, edges, specials (cast per input dtype)."""
+    if spec.bits <= 8:
+        vals = H.decode(np.arange(1 << spec.bits), spec, dtype=np.float64)
+    else:
+        vals = H.decode(_all_codes(spec, rng)[:4096], spec, dtype=np.float64)
+    v = np.unique(np.abs(vals[np.isfinite(vals)]))
+    mids = (v[:-1] + v[1:]) / 2
+    near = [np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
+            np.nextafter(mids.astype(np.float32), np.float32(np.inf)).astype(np.float64),
+            np.nextafter(mids.astype(np.float32), np.float32(0)).astype(np.float64)]
+    top = spec.max_normal
+    ulp = 2.0 ** (spec.emax - spec.mbits)
+    edges = [top, top + ulp / 2, top + ulp / 4, top + ulp, 2.0 ** (spec.emax + 1), 1.5 * 2.0 ** (spec.emax + 1),
+             spec.min_subnormal / 2, spec.min_subnormal / 4, 0.75 * spec.min_subnormal, spec.min_normal,
+             2.0 ** -149, 2.0 ** -126, 3.4028234663852886e38, 2.0 ** 127, 1e300, 1e-300, 5e-324, 0.0]
+    pos = np.concatenate([v, mids, *near, np.array(edges)])
+    return np.concatenate([pos, -pos, [np.inf, -np.inf]])
+
+
+def _with_specials(x: np.ndarray, dtype, rng) -> np.ndarray:
+    """``x`` cast to ``dtype`` plus NaN payloads and random bit patterns of that dtype."""
+    with np.errstate(over="ignore"):
+        a = x.astype(dtype)
+    bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    if np.dtype(dtype).itemsize == 2:
+        pats = np.arange(1 << 16, dtype=np.uint16)  # every half / bfloat16 pattern
+    else:
+        pats = rng.integers(0, np.iinfo(bits).max, 8192, dtype=bits, endpoint=True)
+    nan = {2: [0x7E01, 0xFE00, 0x7C01, 0xFFFF], 4: [0x7FC00001, 0x7F800001, 0xFFC00000, 0xFFFFFFFF],
+           8: [0x7FF8000000000001, 0x7FF0000000000001, 0xFFF8000000000000]}[np.dtype(dtype).itemsize]
+    return np.concatenate([a, pats.view(dtype), np.array(nan, bits).view(dtype)])
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("name", F.names())
+def test_encode_every_policy_and_input_type(name, lib, rng):
+    spec = F.get(name)
+    base = _encode_inputs(spec, rng)
+    for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+        if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+            continue
+        x = _with_specials(base, dtype, rng)
+        for rounding, overflow, nan in POLICIES:
+            xs = x if (spec.has_nan or nan == "zero") else x[~np.isnan(x.astype(np.float64))]
+            want = H.encode(xs, spec, rounding=rounding, overflow=overflow, nan=nan)
+            got = F.encode(dev(xs, lib), name, rounding=rounding, overflow=overflow, nan=nan)
+            assert kind_of(got) == lib
+            same_bits(host(got, want.dtype), want)
+    if not spec.has_nan:
+        with pytest.raises(FormatError, match="NaN"):
+            F.encode(dev(np.array([1.0, np.nan], np.float32), lib), name)
+    with pytest.raises(UnsupportedError, match="stochastic"):
+        F.encode(dev(np.ones(3, np.float32), lib), name, rounding="stochastic", rng=0)
+    with pytest.raises(InputTypeError):
+        F.encode(dev(np.ones(3, np.int32), lib), name)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_encode_keeps_shape_and_handles_views(lib, rng):
+    x = rng.standard_normal((6, 10)).astype(np.float32) * 100
+    d = dev(x, lib)
+    view = d.T if lib == "cupy" else d.t()
+    got = F.encode(view, "e4m3fn")
+    same_bits(host(got), H.encode(x.T, "e4m3fn"))
+    if lib == "cupy":
+        same_bits(host(F.encode(d[:, ::-1], "e5m2")), H.encode(x[:, ::-1], "e5m2"))
+
+
+# ---- packing ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 33])
+def test_pack_unpack(lib, n, rng):
+    c4 = rng.integers(0, 16, (3, n), dtype=np.uint8)
+    c6 = rng.integers(0, 64, (3, n), dtype=np.uint8)
+    p4, p6 = F.pack_fp4(dev(c4, lib)), F.pack_fp6(dev(c6, lib))
+    same_bits(host(p4), H.pack_fp4(c4))
+    same_bits(host(p6), H.pack_fp6(c6))
+    same_bits(host(F.unpack_fp4(p4, n)), c4)
+    same_bits(host(F.unpack_fp6(p6, n)), c6)
+    with pytest.raises(FormatError):
+        F.pack_fp4(dev(c6 | 0x10, lib))
+
+
+# ---- MX ------------------------------------------------------------------------------------------------------------
+def _mx_rows(spec, rng, k: int) -> np.ndarray:
+    """Rows of length k: zeros, -0, NaN/inf blocks, blocks straddling 2^-127, huge blocks, exact amax edges,
+    fresh random magnitudes."""
+    rows = [np.zeros(k), -np.zeros(k)]
+    r = rng.standard_normal(k)
+    r[min(40, k - 1)] = np.nan
+    rows.append(r)
+    r = rng.standard_normal(k)
+    r[0], r[-1] = np.inf, -np.inf
+    rows.append(r)
+    for e in (-150, -140, -133, -130, -128, -127, -126, -120, -5, 0, 7, 100, 120, 126, 127):
+        rows.append(rng.standard_normal(k) * 2.0 ** e)
+    for e in (-127, 0, 60):  # amax exactly max_normal * 2^e, and one float32 ulp above (rceil's edge)
+        r = rng.uniform(-1, 1, k) * spec.max_normal * 2.0 ** e
+        r[::7] = spec.max_normal * 2.0 ** e
+        rows.append(r)
+        rows.append(np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal * 2.0 ** e),
+                                                                  np.float32(np.inf)).astype(np.float64), r))
+    rows.append(rng.standard_normal(k) * 2.0 ** rng.integers(-30, 30, k))
+    rows.append(np.where(rng.random(k) < 0.5, 2.0 ** -127 * rng.standard_normal(k), rng.standard_normal(k)))
+    return np.stack(rows)
+
+
+def _check_mx(x_host, x_dev, fmt, axis, block, rounding):
+    want = mxcore.quantize_mx(x_host, fmt, axis=axis, block=block, scale_rounding=rounding)
+    got = mxcore.quantize_mx(x_dev, fmt, axis=axis, block=block, scale_rounding=rounding)
+    assert got.device is not None and got.shape == want.shape
+    same_bits(host(got.codes), want.codes)
+    same_bits(host(got.scales), want.scales)
+    assert int(host(got.scale_max)) == want.scale_max
+    back = got.to_host()
+    same_bits(back.codes, want.codes)
+    return got, want
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("fmt", MX)
+def test_quantize_mx_bit_identical(fmt, lib, rng):
+    spec = F.get(mxcore.mx.mx_element(fmt)[1].name)
+    for k in (100, 64, 31):
+        x64 = _mx_rows(spec, rng, k)
+        for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+            if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+                continue
+            with np.errstate(over="ignore"):
+                xh = x64.astype(dtype)
+            for rounding in ("floor", "rceil"):
+                _check_mx(xh, dev(xh, lib), fmt, -1, 32, rounding)
+                xt = np.ascontiguousarray(xh.T)
+                _check_mx(xt, dev(xt, lib), fmt, 0, 32, rounding)
+    x = rng.standard_normal((2, 50, 3)).astype(np.float32)
+    for block in (16, 7, 50):
+        _check_mx(x, dev(x, lib), fmt, 1, block, "floor")
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_quantize_mx_views_and_errors(lib, rng):
+    x = rng.standard_normal((40, 70)).astype(np.float32)
+    d = dev(x, lib)
+    view = d.T if lib == "cupy" else d.t()
+    _check_mx(np.ascontiguousarray(x.T), view, "mxfp4", 0, 32, "floor")
+    with pytest.raises(ShapeError):
+        mxcore.quantize_mx(d, "mxfp8", block=10**9)
+    with pytest.raises(InputTypeError):
+        mxcore.quantize_mx(dev(np.ones((2, 4), np.int32), lib), "mxfp8")
+
+
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("fmt", MX)
+def test_mx_dequantize_and_pack_on_device(fmt, lib, rng):
+    x = (rng.standard_normal((9, 70)) * 2.0 ** rng.integers(-20, 20, (9, 70))).astype(np.float32)
+    x[3, 33] = np.nan
+    got, want = _check_mx(x, dev(x, lib), fmt, -1, 32, "floor")
+    for dtype in (np.float32, np.float64):
+        d = mxcore.dequantize(got, dtype=dtype)
+        assert kind_of(d) == lib
+        h, w = host(d), mxcore.dequantize(want, dtype=dtype)
+        assert np.array_equal(np.isnan(h), np.isnan(w))
+        same_bits(np.where(np.isnan(w), 0, h), np.where(np.isnan(w), 0, w))
+    same_bits(host(got.packed()), want.packed())
+    same_bits(host(got.scale_values()), want.scale_values())
+    again = got.to_host().to_device(like=got.codes)
+    same_bits(host(again.codes), want.codes)
+    assert int(host(again.scale_max)) == want.scale_max
+
+
+# ---- per-tensor ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("fmt", FP8)
+def test_quantize_tensor_bit_identical(fmt, lib, rng):
+    spec = F.get(fmt)
+    cases = [rng.standard_normal((33, 65)) * 10, np.zeros((4, 4)), rng.standard_normal(1000) * 2.0 ** -140,
+             rng.standard_normal(100) * 1e30, np.array([spec.max_normal * 2.0 ** -3, -1.0, 0.5]),
+             np.array([np.nextafter(np.float32(spec.max_normal), np.float32(np.inf)), 1.0])]
+    special = rng.standard_normal(300)
+    special[[5, 50]] = [np.inf, -np.inf]
+    if spec.has_nan:
+        special[[7, 70]] = [np.nan, -np.nan]
+    cases.append(special)
+    for x64 in cases:
+        for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+            if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+                continue
+            with np.errstate(over="ignore"):
+                xh = np.asarray(x64).astype(dtype)
+            want = mxcore.quantize_tensor(xh, fmt)
+            got = mxcore.quantize_tensor(dev(xh, lib), fmt)
+            assert got.device == lib and kind_of(got.scale) == lib
+            same_bits(host(got.codes), want.codes)
+            assert int(host(got.scale_exp)) == want.scale_exp and float(host(got.scale)) == want.scale
+            for dtype_out in (np.float32, np.float64):
+                h, w = host(mxcore.dequantize(got, dtype=dtype_out)), mxcore.dequantize(want, dtype=dtype_out)
+                assert np.array_equal(np.isnan(h), np.isnan(w))
+                same_bits(np.where(np.isnan(w), 0, h), np.where(np.isnan(w), 0, w))
+    x64 = np.array([1.0, 1e300, -1e-300, 5e-324])  # float64 only: clamps of the exponent, exact rounding
+    same_bits(host(mxcore.quantize_tensor(dev(x64, lib), fmt).codes), mxcore.quantize_tensor(x64, fmt).codes)
+    if not spec.has_nan:
+        with pytest.raises(FormatError):
+            mxcore.quantize_tensor(dev(np.array([np.nan, 1.0], np.float32), lib), fmt)
+
+
+# ---- streams and devices ------------------------------------------------------------------------------------------
+def test_torch_non_default_stream(rng):
+    import torch
+
+    src = torch.from_numpy(rng.standard_normal((1024, 1024)).astype(np.float32)).cuda()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.zeros_like(src)
+        torch.cuda._sleep(100_000_000)  # the copy below lands late: a kernel on another stream would read zeros
+        x.copy_(src)
+        q = mxcore.quantize_mx(x, "mxfp8")
+        t = mxcore.quantize_tensor(x, "e4m3fn")
+    s.synchronize()
+    want = mxcore.quantize_mx(src.cpu().numpy(), "mxfp8")
+    same_bits(host(q.codes), want.codes)
+    same_bits(host(t.codes), mxcore.quantize_tensor(src.cpu().numpy(), "e4m3fn").codes)
+
+
+def test_cupy_non_default_stream(rng):
+    import cupy
+
+    spin = cupy.RawKernel(r'''extern "C" __global__ void spin(long long n) {
+        long long t0 = clock64(); while (clock64() - t0 < n) {} }''', "spin")
+    src = rng.standard_normal((1024, 1024)).astype(np.float32)
+    with cupy.cuda.Stream(non_blocking=True) as s:
+        x = cupy.zeros(src.shape, cupy.float32)
+        spin((1,), (1,), (np.int64(200_000_000),))
+        x.set(src, stream=s)
+        q = mxcore.quantize_mx(x, "mxfp4", scale_rounding="rceil")
+        s.synchronize()
+    same_bits(host(q.codes), mxcore.quantize_mx(src, "mxfp4", scale_rounding="rceil").codes)
+
+
+def test_second_device_if_present(rng):
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("one GPU")
+    import torch
+
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    with cupy.cuda.Device(1):
+        xc = cupy.asarray(x)
+    q = mxcore.quantize_mx(xc, "mxfp8")
+    assert q.codes.device.id == 1
+    same_bits(host(q.codes), mxcore.quantize_mx(x, "mxfp8").codes)
+    qt = mxcore.quantize_mx(torch.from_numpy(x).to("cuda:1"), "mxfp8")
+    assert qt.codes.device.index == 1
+    same_bits(host(qt.codes), mxcore.quantize_mx(x, "mxfp8").codes)
