@@ -42,7 +42,7 @@ def launch_diagnostic(plan, name: str) -> None:
     v, code = plan.variant_, DIAG_NAMES[name]
     smem = _diag_smem(plan)
     kern = plan.backend.kernels.get(plan.cp, plan.dev.ordinal, ("diag", v, code, smem), DIAG_FILE, "mx_gemm_diag",
-                                    gemm_options(v) + [f"-DMX_DIAG={code}"], smem)
+                                    (*gemm_options(v), f"-DMX_DIAG={code}"), smem)
     out = plan.out
     ldc = out.shape[-1]
     kern(plan._grid, (v.threads,), plan._args(out, ldc, plan._alpha, OUT_KIND[plan.out_dtype], 0, plan.m * ldc),

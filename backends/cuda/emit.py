@@ -29,7 +29,7 @@ def compile_jobs(arch: str) -> list[dict]:
     jobs = []
     for v in all_variants(arch):
         jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": _dtype_label(v), "tile": v.tile,
-                     "options": gemm_options(v), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
+                     "options": list(gemm_options(v)), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
                      "ldmatrix": True, "cp_async": True,
                      "mma": "QMMA" if v.element.esize == 1 and not v.element.cvt else "HMMA"})
     for kname in PREP_KERNELS:

@@ -11,6 +11,7 @@ accumulator coordinates — is a formula of :data:`FRAGMENT_FORMULAS`, emitted a
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -148,8 +149,10 @@ class Variant:
         return TILES[self.tile].threads
 
 
-def gemm_options(v: Variant) -> list[str]:
-    """NVRTC options (all -D) that specialise gemm.cu (and gemm_diag.cu) into variant ``v``."""
+@functools.lru_cache(maxsize=None)
+def gemm_options(v: Variant) -> tuple[str, ...]:
+    """NVRTC options (all -D) that specialise gemm.cu (and gemm_diag.cu) into variant ``v`` (built once per
+    variant: a plan looks its kernel up by them on every call)."""
     from mxcore import layouts
 
     t = TILES[v.tile]
@@ -179,7 +182,7 @@ def gemm_options(v: Variant) -> list[str]:
     ]
     for key, (names, params) in _MACROS.items():
         opts += [_macro(names[0], params, f[key][0]), _macro(names[1], params, f[key][1])]
-    return opts
+    return tuple(opts)
 
 
 # ------------------------------------------------------------------------------------------------------------
