@@ -88,6 +88,12 @@ def _cmd_kernels(argv) -> int:
     from .dtypes import check_arch
 
     arch = check_arch(args.arch, args.vendor)
+    backend = get("cuda" if args.vendor == "nvidia" else "hip")
+    if not backend.supported_dtypes(arch):
+        from .support import TARGETS
+
+        have = ", ".join(a for _, name, a in TARGETS if name == backend.name)
+        raise CLIError(f"the {backend.name} backend has no kernels for {arch}; the support matrix lists {have}")
     out = Path(args.emit)
     if out.exists() and not out.is_dir():
         raise CLIError(f"--emit {args.emit}: exists and is not a folder; name a new or existing folder")
@@ -95,7 +101,6 @@ def _cmd_kernels(argv) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CLIError(f"--emit {args.emit}: cannot create the folder ({exc.strerror})") from None
-    backend = get("cuda" if args.vendor == "nvidia" else "hip")
     rows = [r.as_dict() if isinstance(r, KernelRecord) else dict(r) for r in backend.emit_kernels(arch, out)]
     (out / "manifest.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     keys = [k for k in ("kernel", "dtype", "tile", "registers", "vgpr", "agpr", "shared_bytes", "lds_bytes") if

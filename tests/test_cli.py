@@ -84,7 +84,8 @@ def test_kernels_emit_onto_a_file(tmp_path):
 
 @pytest.mark.parametrize("vendor,arch,says", [("nvidia", "sm_75", "needs sm_80 or newer"),
                                               ("nvidia", "gfx942", "amd arch, not nvidia"),
-                                              ("amd", "gfx900", "unknown arch 'gfx900'")])
+                                              ("amd", "gfx900", "unknown arch 'gfx900'"),
+                                              ("amd", "gfx940", "no kernels for gfx940")])
 def test_kernels_checks_the_arch_first(tmp_path, vendor, arch, says):
     assert says in error_line("kernels", "--vendor", vendor, "--arch", arch, "--emit", str(tmp_path))
     assert list(tmp_path.iterdir()) == []  # nothing compiled or written
