@@ -76,6 +76,8 @@ class Plan:
     variant: str = ""
     #: names of loop diagnostics ``gemm_diagnostic`` accepts (empty: none)
     diagnostics: tuple = ()
+    #: batch size of a 3-D problem ((B, M, K) @ (B, K, N) or @ (K, N): the result is (B, M, N)); None for 2-D
+    batch: int | None = None
 
     def gemm(self) -> None:
         raise NotImplementedError

@@ -356,7 +356,7 @@ def test_batched_runs_as_one_launch(backend, rng, dtype):
     for da, db, how in cases:
         p = backend.plan(da, db, mdt, family="mma_sync")
         if how == "folded":
-            assert p.batch is None and p.m == nb * m  # one 2-D GEMM over the stacked rows
+            assert p.batch == nb and p.m == nb * m and p._grid[1] == 1  # one 2-D GEMM over the stacked rows
         else:
             assert p.batch == nb and p._grid[1] == nb  # the batch is the grid's y dimension: one launch
         p.gemm()

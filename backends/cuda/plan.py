@@ -47,7 +47,9 @@ class CudaPlan(Plan):
                  split: int = 0, fold: tuple | None = None):
         self.backend, self.cp, self.dev, self.stream = backend, cp, dev, stream
         self.da, self.db, self.out = da, db, out
-        self.m, self.n, self.batch, self.out_dtype = m, n, batch, out_dtype
+        self.m, self.n, self.out_dtype = m, n, out_dtype
+        self._nb = 1 if batch is None else batch  # batch elements in the grid (a folded batch is part of M)
+        self.batch = fold[0] if fold is not None else batch
         self._prep, self._like, self._fold = prep, result_like, fold
         self._tile, self._convert, self._split = tile, fp8_convert, split
         with cp.cuda.Device(dev.ordinal):  # the kernel handle and its shared-memory limit are per device
@@ -56,7 +58,7 @@ class CudaPlan(Plan):
     # ---- launch parameters, once per plan ----------------------------------------------------------------
     def _bind(self) -> None:
         a, b, m, n = self.da, self.db, self.m, self.n
-        nb = self.batch or 1
+        nb = max(1, self._nb)  # an empty batch launches nothing (gemm() returns first)
         if nb > MAX_BATCH:
             raise UnsupportedError(f"batch {nb} is above {MAX_BATCH} (the grid's y dimension); split the batch")
         if a.elem in ("e4m3", "e5m2"):
@@ -106,7 +108,7 @@ class CudaPlan(Plan):
                 self._kernel(self._grid, (v.threads,), self._args(out, ldc, self._alpha, OUT_KIND[self.out_dtype], 0,
                                                                    m * ldc), shared_mem=v.smem_bytes)
                 return
-            nb = self.batch or 1
+            nb = self._nb
             ws = cp.empty((self._splits, nb, m, n), dtype=cp.float32)  # fp32 partial products, summed in z order
             one = (np.float32(1), np.float32(1))
             self._kernel(self._grid, (v.threads,), self._args(ws, n, one, 0, nb * m * n, m * n),
