@@ -81,3 +81,8 @@ def test_backend_and_plan_follow_the_contract():
     assert set(be.tiles("fp16")) == set(cuda.TILES) and "tile" in be.options
     assert be.supported_dtypes("sm_80")[:4] == ["fp32", "tf32", "fp16", "bf16"]
     assert "e4m3fn" in be.supported_dtypes("sm_89") and be.supported_dtypes("sm_75") == []
+
+
+def test_unknown_option_is_a_typed_error():
+    with pytest.raises(UnsupportedError, match="no option.*tile_size.*its options are: tile"):
+        cuda.CudaBackend().matmul(None, None, None, tile_size=3)

@@ -232,6 +232,10 @@ class CudaBackend(Backend):
 
     def matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None, **options):
         """``a @ b`` on the operands' GPU (see :meth:`plan` for ``out`` and the options)."""
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise UnsupportedError(f"the cuda backend takes no option(s) {', '.join(unknown)}; its options are: "
+                                   f"{', '.join(self.options)}")
         p = self.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, out=out, **options)
         p.gemm()
         return p.result()
