@@ -194,6 +194,18 @@ def _sm_count(cp, ordinal: int) -> int:
     return _SMS[ordinal]
 
 
+def _external_stream(cp, torch_stream, ordinal: int):
+    """torch's stream as a CuPy stream (the CUDA stream protocol where CuPy has it, else ExternalStream)."""
+    from_external = getattr(cp.cuda.Stream, "from_external", None)
+    if from_external is not None and hasattr(torch_stream, "__cuda_stream__"):
+        return from_external(torch_stream)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cp.cuda.ExternalStream(torch_stream.cuda_stream, ordinal)
+
+
 @contextlib.contextmanager
 def _on(x):
     """Enter ``x``'s device and the caller's current stream; yield the :class:`_Call`."""
@@ -209,8 +221,7 @@ def _on(x):
         dev = x.device
         ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
         with cp.cuda.Device(ordinal):
-            stream = cp.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream, ordinal)
-            with stream:
+            with _external_stream(cp, torch.cuda.current_stream(dev), ordinal):
                 yield _Call(cp, kind, ordinal, torch.device("cuda", ordinal))
         return
     if kind == "cupy":
@@ -365,6 +376,24 @@ def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
         cp = call.cp
         smax = cp.where(smax1[0] == 0, cp.uint32(128), smax1[0]).astype(cp.int32) - 1
         return codes_r, scales_r, call.native(smax.astype(cp.uint8))
+
+
+def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int = 32, rceil: bool = False):
+    """A zero-argument callable that launches only the MX quantization kernel on ``x`` (outputs allocated once),
+    on the current stream: what ``mxcore.bench_quant`` times as the kernel's own bandwidth."""
+    with _on(x) as call:
+        xb, suf = call.float_bits(x)
+        shape = tuple(xb.shape)
+        axis = axis % len(shape)
+        outer, k, inner = _outer_inner(shape, axis)
+        nb = -(-k // block)
+        codes, _ = call.empty(shape, "uint8")
+        scales, _ = call.empty(shape[:axis] + (nb,) + shape[axis + 1:], "uint8")
+        smax1 = call.counter()
+        fn = call.module(spec).get_function(f"mx_quantize_mx_{suf}")
+        grid = (-(-(outer * nb * inner) // THREADS),)
+        args = (xb, codes, scales, smax1, _i64(outer), _i64(k), _i64(inner), np.int32(block), np.int32(rceil))
+    return lambda: fn(grid, (THREADS,), args)
 
 
 def quantize_tensor(x, spec: FormatSpec):
