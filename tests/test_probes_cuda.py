@@ -516,3 +516,17 @@ def _require_sm120(cupy_device):
 def test_gpu_block_scaled_probe(rec, cupy_device, rng):
     _require_sm120(cupy_device)
     check_block_scaled(rec, rng, "cuda")
+
+
+def test_family_dispatch():
+    """Each record goes to its family module; a device the family does not run on is refused by name."""
+    from mxcore.errors import UnsupportedError
+
+    mma, mfma = layouts.get("m16n8k16.f16"), layouts.get("v_mfma_f32_32x32x8_f16")
+    assert probes.family(mma) is probes.nvidia and probes.family(mfma) is probes.amd
+    assert probes.probe_kernel(layouts.get("ldmatrix.x2")) == probes.ldmatrix_probe_kernel(layouts.get("ldmatrix.x2"))
+    z = np.zeros((16, 16))
+    with pytest.raises(UnsupportedError, match="runs on 'cuda'"):
+        probes.run_matrices(mma, z, z[:, :8], z[:, :8], device="hip")
+    with pytest.raises(UnsupportedError, match="no probe kernel"):
+        probes.family(object())

@@ -84,7 +84,7 @@ def _known_archs(vendor: str | None = None) -> list[str]:
     recs = list(_fixed_records()) + list(nvidia.LDMATRIX) + [cdna4.f8f6f4(n, "e4m3fn", "e4m3fn")
                                                               for n in cdna4.F8F6F4_SHAPES]
     archs = {a for r in recs if vendor in (None, r.vendor) for a in r.archs}
-    if _dt.layout_arch(sorted(_dt.FNUZ_ARCHS)[0]) in archs:
+    if any(_dt.layout_arch(a) in archs for a in _dt.FNUZ_ARCHS):  # CDNA3 parts that share gfx942's records
         archs |= _dt.FNUZ_ARCHS
     return sorted(archs)
 
