@@ -13,7 +13,7 @@ from .._contract import FAILURE, Backend, Target
 from ... import dtypes as _dt
 from ...errors import BackendUnavailableError, UnsupportedError
 from .fragments import WAVE
-from .plan import HipPlan
+from .plan import HipPlan, device_operands
 from .runtime import MATCH_HINT, Runtime, hip_python_version, rocm_version_text, version_mismatch
 from .variants import ARCHS, ceiling_defines, kernel_specs, select_spec, supported_dtype_names, tile_names
 
@@ -140,16 +140,11 @@ class HipBackend(Backend):
             raise UnsupportedError(f"hip backend takes no option(s) {', '.join(sorted(options))}; its options are: "
                                    f"{', '.join(self.options)}")
         rt = self.runtime()
-        views_device = None
-        from .plan import device_operands
-
-        views = device_operands(a, b, mdt)
-        if views:
-            views_device = views[0].device
-        arch = rt.device(views_device).arch
+        views = device_operands(a, b, mdt) or []  # device arrays: their GPU's arch picks the variant
+        arch = rt.device(views[0].device if views else None).arch
         spec = select_spec(arch, mdt, int(a.shape[-2]), int(b.shape[-1]), tile=tile)
         return HipPlan(rt, spec, a, b, mdt, out_dtype=_dt.canonical_out_dtype(out_dtype),
-                       scale_rounding=scale_rounding, fp8_convert=fp8_convert)
+                       scale_rounding=scale_rounding, fp8_convert=fp8_convert, views=views)
 
     def matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
                fp8_convert: bool = False, poison: bool = False):

@@ -44,7 +44,8 @@ def device_operands(a, b, mdt):
 class HipPlan(Plan):
     """One staged ``a @ b`` on an AMD GPU (see the module docstring); frees its device memory on close."""
 
-    def __init__(self, rt, spec, a, b, mdt, *, out_dtype="float32", scale_rounding="floor", fp8_convert=False):
+    def __init__(self, rt, spec, a, b, mdt, *, out_dtype="float32", scale_rounding="floor", fp8_convert=False,
+                 views=None):
         self.rt, self.spec, self.mdt = rt, spec, mdt
         self.a, self.b = a, b
         self.out_dtype, self.scale_rounding, self.fp8_convert = out_dtype, scale_rounding, fp8_convert
@@ -57,7 +58,7 @@ class HipPlan(Plan):
             raise UnsupportedError(f"batch sizes differ: {sa[0]} and {sb[0]}")
         self.m, self.k, self.n = int(sa[-2]), int(sa[-1]), int(sb[-1])
         self.variant = f"{spec.entry} {tile_name(spec)}"
-        self.views = device_operands(a, b, mdt)
+        self.views = views if views is not None else device_operands(a, b, mdt)  # None or [] on the host path
         self.device = self.views[0].device if self.views else rt.current_device()
         self.stream = self.views[0].stream if self.views else None
         self.info = rt.device(self.device)
