@@ -784,3 +784,19 @@ def test_version_mismatch_note():
     assert version_mismatch("6.4.4.555.40", 60_443_483) is None
     assert version_mismatch("10.0.0.0.1.2", 70_200_000) is None  # rocm-bindings version apart from ROCm
     assert version_mismatch("unknown", 70_200_000) is None
+
+
+def test_fake_api_batched_goes_to_one_launch(fake_gfx950, rng, monkeypatch):
+    """mxcore.matmul hands a batch to the hip backend whole (Backend.batched): one launch, batch in grid Z."""
+    import mxcore
+    from mxcore import backends
+
+    fake, be = fake_gfx950
+    monkeypatch.setitem(backends._INSTANCES, "hip", be)
+    a3 = np.stack([_exact_inputs(rng, 9, 14, 33)[0] for _ in range(4)])
+    b = _exact_inputs(rng, 9, 14, 33)[1]
+    got = mxcore.matmul(a3, b, dtype="mxfp4", backend="hip")
+    want = mxcore.matmul(a3, b, dtype="mxfp4", backend="reference")
+    np.testing.assert_array_equal(got, want)
+    ((_name, launch, _dev, _stream),) = fake.launches
+    assert launch.grid[2] == 4 and launch.sbb == 0
