@@ -12,8 +12,8 @@ and scales may be numpy, CuPy or torch CUDA arrays) or as float data quantized o
 ``mx_transpose_bytes``, or padded by ``mx_prep_codes``), or decoded to f16 (``fp8_path="decode"``).  MX codes
 are decoded with the block scale folded in, value * 2^(scale - smax), to bf16 (``mx_decode_codes`` in the
 operand's own layout, else the transposing ``mx_prep_codes``); the epilogue multiplies by 2^(smax - 127).  smax,
-the largest finite scale code, is one device reduction and one scalar read, cached on the quantized object
-together with the staged buffer (quantize once, multiply many times).
+the largest finite scale code, is ``MXTensor.scale_max`` (computed by the quantizer; one scalar read for a
+device tensor).  The staged buffer is cached on the quantized object (quantize once, multiply many times).
 
 Batched operands (3-D) are staged into one buffer with a batch stride (0 for an operand shared by the batch).
 """
@@ -185,8 +185,7 @@ class Stager:
     # ---- quantized dtypes -----------------------------------------------------------------------------------
     def upload(self, op) -> tuple:
         """(codes, scales, smax) of a prepared fp8/MX operand on this device, once per plan: device arrays as they
-        are, host arrays copied; smax, the largest finite scale code (127 when there is none), is one device
-        reduction and one scalar read (MX only; None for fp8)."""
+        are, host arrays copied; smax: the largest finite scale code (127 when there is none; MX only)."""
         cp = self.cp
         codes = as_cupy(cp, op.codes)
         if op.mx is None:
@@ -194,9 +193,8 @@ class Stager:
         if op.mx.block != MX_BLOCK_KERNEL:
             raise UnsupportedError(f"operand {op.role} is an MXTensor with blocks of {op.mx.block}; the CUDA kernels "
                                    f"read OCP MX blocks of {MX_BLOCK_KERNEL} along K: quantize with block=32")
-        scales = as_cupy(cp, op.mx.scales)
-        top = int(cp.where(scales != 0xFF, scales.astype(cp.int16), -1).max()) if scales.size else -1
-        return codes, scales, (top if top >= 0 else 127)
+        # the MXTensor carries its largest finite scale code (a 0-d device array for device tensors: one read)
+        return codes, as_cupy(cp, op.mx.scales), int(op.mx.scale_max)
 
     def stage_quantized(self, op, role: str, path: str, src=None, uploaded=None) -> DevOperand:
         """Stage a prepared fp8/MX operand (``mxcore.operands.Operand``; 2-D).  ``src``: the user's quantized
