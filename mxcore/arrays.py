@@ -30,18 +30,17 @@ def to_numpy(x) -> np.ndarray:
     if kind == "cupy":
         return x.get()
     if kind == "torch":
+        import ml_dtypes
+        import torch
+
         t = x.detach()
         if t.device.type != "cpu":
             t = t.cpu()
         name = str(t.dtype).replace("torch.", "")
         if name == "bfloat16":  # numpy has no bfloat16: go through the raw bits
-            import ml_dtypes
-
-            return t.view(__import__("torch").int16).numpy().view(ml_dtypes.bfloat16)
+            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         if name.startswith("float8"):
-            import ml_dtypes
-
-            return t.view(__import__("torch").uint8).numpy().view(getattr(ml_dtypes, name))
+            return t.view(torch.uint8).numpy().view(getattr(ml_dtypes, name))
         return t.numpy()
     return np.asarray(x)
 
