@@ -12,8 +12,10 @@ writes D's registers back the same way.  Everything layout-specific happens on t
   (mma.sync and ldmatrix, through CuPy), :mod:`.amd` (MFMA, through the hip backend's runtime).
 * :mod:`.experiments`: the instruction as a tiny GEMM (:func:`run_matrices`), the "where did each element go"
   experiment (:func:`arange_probe`, :func:`where_elements`) and test inputs with one right answer.
+* :mod:`.wgmma`: the Hopper wgmma layout probes (B comes from shared memory through a descriptor, so that
+  family has its own driver instead of the register protocol below).
 
-Adding a family (e.g. Hopper wgmma): a module beside these with ``DEVICE`` ("cuda" | "hip"),
+Adding a register-fed family: a module beside these with ``DEVICE`` ("cuda" | "hip"),
 ``handles(layout) -> bool``, ``probe_kernel(layout) -> ProbeKernel`` and ``run(layout, a_regs, b_regs,
 c_regs, *, scale_a=None, scale_b=None) -> D slots``, listed in :data:`FAMILIES` before the family it
 specialises (first match wins).
