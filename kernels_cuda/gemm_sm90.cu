@@ -17,6 +17,10 @@
 //   SM90_TA/TB     1: the operand is M-major (A) / N-major (B) (16-bit only; wgmma's transpose bit); 0: K-major
 //   SM90_BN        block tile N (= the wgmma N), 64..256
 //   SM90_STAGES    ring depth
+//   SM90_TMA_STORE 2 (fp16/bf16) or 4 (fp32): each consumer writes its output into a 128-byte-swizzled
+//                 shared-memory buffer (64 rows x SM90_EPI_COLS columns per round) that TMA stores (map_c: dims
+//                 {N, M}, boxes of 128 bytes x 64 rows; TMA clips at M and N); the next tile's main loop runs
+//                 while the store drains.  0: direct predicated stores from registers (any output and pitch).
 //   SM90_CLUSTER  1, or 2: two blocks (tile rows 2p, 2p + 1, same tile column) per cluster; each loads half of
 //                 the B tile and multicasts it to both; a stage is refilled once both blocks' consumers freed it
 //   SM90_PROMOTE   fp8: 1 = accumulate each stage (128 K) in a scratch accumulator and add it to the fp32 main
@@ -53,6 +57,12 @@
 #endif
 #ifndef SM90_CLUSTER
 #define SM90_CLUSTER 1  // 2: clusters of 2 blocks along M share the B tile through TMA multicast
+#endif
+#ifndef SM90_TMA_STORE
+#define SM90_TMA_STORE 0  // output bytes (2: fp16/bf16, 4: fp32) through shared memory and TMA stores; 0: direct
+#endif
+#ifndef SM90_EPI_COLS
+#define SM90_EPI_COLS SM90_BN  // columns per epilogue round (SM90_BN or SM90_BN / 2)
 #endif
 #ifndef SM90_GROUP_M
 #define SM90_GROUP_M 16
@@ -114,7 +124,13 @@
 #define SM90_A_BYTES (SM90_BM * 128)        // per stage
 #define SM90_B_BYTES (SM90_BN * 128)
 #define SM90_STAGE_BYTES (SM90_A_BYTES + SM90_B_BYTES)
-#define SM90_ACC (SM90_BN / 2)              // fp32 accumulator registers per consumer thread
+#define SM90_ACC (SM90_BN / 2)
+#if SM90_TMA_STORE
+#define SM90_BOX_COLS (128 / SM90_TMA_STORE)  // output columns per 128-byte box row
+#define SM90_EPI_BYTES (2 * 64 * SM90_EPI_COLS * SM90_TMA_STORE)  // both consumers' output buffers
+#else
+#define SM90_EPI_BYTES 0
+#endif              // fp32 accumulator registers per consumer thread
 
 // The driver's CUtensorMap (cuda.h is not available to NVRTC): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaMap {
@@ -173,6 +189,21 @@ __device__ __forceinline__ u32 cluster_ctarank() {
 }
 __device__ __forceinline__ void barrier_cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void barrier_cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_bulk_tensor_2d_store(const TmaMap* map, int c0, int c1, u32 src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 ::"l"((u64)map), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_bulk_wait_group_read0() {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_bulk_wait_group0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void prefetch_tensormap(const TmaMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
 }
@@ -286,13 +317,15 @@ __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
 #endif
 
 extern "C" __global__ void __launch_bounds__(384, 1) SM90_CLUSTER_ATTR
-mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b, void* __restrict__ C, int M,
-             int N, int K, i64 ldc, float alpha0, float alpha1, int out_kind, int pair_ok) {
+mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
+             const __grid_constant__ TmaMap map_c, void* __restrict__ C, int M, int N, int K, i64 ldc, float alpha0,
+             float alpha1, int out_kind, int pair_ok) {
     extern __shared__ __align__(1024) u8 smem_raw[];
     // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
     u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
     const u32 ring = smem_u32(smem);
-    const u32 bars = ring + SM90_STAGES * SM90_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
+    const u32 epi = ring + SM90_STAGES * SM90_STAGE_BYTES;  // output buffers (SM90_TMA_STORE)
+    const u32 bars = epi + SM90_EPI_BYTES;  // full[s] at bars + 8 s, empty[s] after them
     const u32 full0 = bars, empty0 = bars + 8 * SM90_STAGES;
 
     const int wg = threadIdx.x / 128;
@@ -311,6 +344,9 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
     if (threadIdx.x == 0) {
         prefetch_tensormap(&map_a);
         prefetch_tensormap(&map_b);
+#if SM90_TMA_STORE
+        prefetch_tensormap(&map_c);
+#endif
         for (int s = 0; s < SM90_STAGES; ++s) {
             mbarrier_init(full0 + 8 * s, 1);
             mbarrier_init(empty0 + 8 * s, 2 * SM90_CLUSTER);
@@ -433,6 +469,45 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             release_stage(empty0 + 8 * prev, t);
 #endif
             // epilogue: accumulator j of n8 block b: row 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1)
+#if SM90_TMA_STORE
+            // 128-byte swizzled boxes of 64 rows x 128 bytes: (row r, 16-byte chunk j) at r * 128 + ((j ^ r % 8) << 4);
+            // a warp's 8 rows land in 8 different chunks (no bank conflict)
+            const u32 buf = epi + c * (64 * SM90_EPI_COLS * SM90_TMA_STORE);
+#pragma unroll
+            for (int half = 0; half < SM90_BN / SM90_EPI_COLS; ++half) {
+                if (t == 0) cp_async_bulk_wait_group_read0();  // the previous store has read the buffer
+                bar_sync(1 + c, 128);
+#pragma unroll
+                for (int bb = 0; bb < SM90_EPI_COLS / 8; ++bb) {
+                    const int b = half * (SM90_EPI_COLS / 8) + bb;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = 16 * warp + lane / 4 + 8 * h;
+                        const int col = 8 * bb + 2 * (lane % 4);  // in this round's buffer
+                        const int byte = (col % SM90_BOX_COLS) * SM90_TMA_STORE;
+                        const u32 addr = buf + (col / SM90_BOX_COLS) * (64 * 128) + r * 128 +
+                                         (((byte >> 4) ^ (r % 8)) << 4) + (byte & 15);
+                        const float v0 = alpha * acc[4 * b + 2 * h], v1 = alpha * acc[4 * b + 2 * h + 1];
+#if SM90_TMA_STORE == 4
+                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+#else
+                        const u32 bits = out_kind == 1 ? (u32)f32_to_f16(v0) | ((u32)f32_to_f16(v1) << 16)
+                                                       : (u32)f32_to_bf16(v0) | ((u32)f32_to_bf16(v1) << 16);
+                        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(bits) : "memory");
+#endif
+                    }
+                }
+                fence_proxy_async_shared();  // generic-proxy stores -> the copy engine's reads
+                bar_sync(1 + c, 128);
+                if (t == 0) {
+#pragma unroll
+                    for (int q = 0; q < SM90_EPI_COLS / SM90_BOX_COLS; ++q)
+                        cp_async_bulk_tensor_2d_store(&map_c, tn * SM90_BN + half * SM90_EPI_COLS + SM90_BOX_COLS * q,
+                                                      tm * SM90_BM + 64 * c, buf + q * (64 * 128));
+                    cp_async_bulk_commit_group();
+                }
+            }
+#else
             const int row0 = tm * SM90_BM + 64 * c + 16 * warp + lane / 4;
             const int col0 = tn * SM90_BN + 2 * (lane % 4);
 #pragma unroll
@@ -446,7 +521,11 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                                    col + 1 < N, pair_ok, out_kind);
                 }
             }
+#endif
         }
+#if SM90_TMA_STORE
+        if (t == 0) cp_async_bulk_wait_group0();  // the last stores are complete
+#endif
     }
 #if SM90_CLUSTER > 1
     barrier_cluster_arrive();  // no block leaves while its peer may still multicast into it or arrive on it

@@ -9,6 +9,7 @@ nvidia_gpu; skipped without CuPy, a GPU, or when the GPU is not sm_90).  Every c
   accumulator's measured precision, so each window is exact and the fp32 sum of windows too); fast accumulation
   with K <= 520 and integers in [-2, 2] (every partial sum below 2^11).
 * The fp8 tensor-core accumulator's precision, measured: p bits such that 2^e + 1 survives for e < p.
+* fp16/bf16 outputs through direct stores and through the TMA-store epilogue (row pitch a multiple of 16 bytes).
 * Random normal inputs within |err| <= (K + 2) 2^-23 Σ|ab| (fp16/bf16/tf32), plus 2^-20 Σ|ab| (fp32 3xTF32),
   plus 2^-p Σ|ab| (fp8 promoted: one rounding to p bits per 128-K window), or (K/32 + 1) 2^-p Σ|ab| (fp8 fast:
   one rounding per k32 wgmma into the running sum).
@@ -66,7 +67,7 @@ def _operands(cp, a, b, dtype, major):
     return _layout(cp, a.astype(storage), major[0]), _layout(cp, b.astype(storage), major[1])
 
 
-def _run(backend, a, b, dtype, out_dtype="float32", **options):
+def _run(backend, a, b, dtype, out_dtype="float32", expect_store=None, **options):
     import cupy as cp
 
     mdt = _dt.resolve(dtype, "sm_90")
@@ -75,6 +76,8 @@ def _run(backend, a, b, dtype, out_dtype="float32", **options):
     out.fill(0x7FC0 if out_dtype == "bfloat16" else np.nan)  # poison (bf16 NaN bits)
     plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, family="wgmma", **options)
     assert plan.variant.endswith("(wgmma)"), plan.variant
+    if expect_store is not None:
+        assert ("_tmastore" in plan.variant) == expect_store, plan.variant
     plan.gemm()
     host = cp.asnumpy(out)
     if out_dtype == "bfloat16":
@@ -110,13 +113,18 @@ def test_fp8_fast_accumulation_exact(backend, rng, dtype, shape):
     np.testing.assert_array_equal(got, reference_matmul(a, b, dtype).astype(np.float64))
 
 
+@pytest.mark.parametrize("shape", [(70, 50, 96), (300, 600, 1000), (129, 264, 4100)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "e4m3fn", "mxfp4"], ids=_id)
 @pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
-def test_low_precision_outputs(backend, rng, dtype, out_dtype):
+def test_low_precision_outputs(backend, rng, dtype, out_dtype, shape):
+    """16-bit outputs: direct stores when N is odd-sized (70x50), the TMA-store epilogue when the row pitch is a
+    multiple of 16 bytes (TMA clips the partial tiles at M and N)."""
     import cupy as cp
 
-    a, b = _ints(rng, (70, 96), -4, 4), _ints(rng, (96, 50), -4, 4)
-    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype, out_dtype)
+    m, n, k = shape
+    a, b = _ints(rng, (m, k), -4, 4), _ints(rng, (k, n), -4, 4)
+    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype, out_dtype,
+               expect_store=n % 8 == 0)
     np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, out_dtype=out_dtype).astype(np.float64))
 
 

@@ -2,8 +2,8 @@
 
 One persistent kernel, specialised by ``-D`` defines (:meth:`Sm90Variant.options`): a producer warpgroup issues
 TMA loads (128-byte swizzle, zero fill past M/N/K) into a multi-stage ring of full/empty mbarriers; two consumer
-warpgroups run ``wgmma.mma_async`` m64nNk{16,8,32} from shared memory and write fp32/fp16/bf16 straight from
-their accumulators, scaled by the per-tensor power-of-two factors.  Optional clusters of two blocks along M share
+warpgroups run ``wgmma.mma_async`` m64nNk{16,8,32} from shared memory and write fp32/fp16/bf16, scaled by the
+per-tensor power-of-two factors.  Optional clusters of two blocks along M share
 the B tile through TMA multicast.
 
 * Elements: f16, bf16 (all four majorness combinations through wgmma's transpose bits), tf32 (K-major; fp32 runs
@@ -35,9 +35,11 @@ SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
 BM = 128  # two consumer warpgroups of 64 rows
 THREADS = 384  # producer + two consumers
 STAGE_K_BYTES = 128  # K bytes per row per stage: one 128-byte swizzle row
+SMEM_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_90 (opt-in)
 _ELEM_CODE = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 3, "e5m2": 3}
 _FP8 = ("e4m3", "e5m2")
 _OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
+_STORES = (0, 2, 4)  # direct stores, TMA store of 16-bit or fp32 outputs
 
 #: block tiles: name -> (BN, stages, cluster size along M).  128x256 (cluster of 2) is the 16-bit/tf32/fast-fp8
 #: default; promoted fp8 keeps two accumulators (main + per-128-K scratch), so its N is 192 (NOTES_SM90.md).
@@ -61,6 +63,7 @@ class Sm90Variant:
     b_kmajor: bool
     tile: str
     promote: bool = True
+    tma_store: int = 0  # output bytes (2: fp16/bf16, 4: fp32) stored through shared memory + TMA; 0: direct
     group_m: int = 16
 
     def __post_init__(self):
@@ -84,11 +87,23 @@ class Sm90Variant:
 
     @property
     def stages(self) -> int:
-        return SM90_TILES[self.tile][1]
+        """The tile's ring depth, less where the output buffers of the TMA-store epilogue need the room."""
+        per = (BM + self.bn) * STAGE_K_BYTES
+        fit = (SMEM_LIMIT - 1024 - 2 * 64 * self.epi_cols * self.tma_store) // (per + 16)
+        return min(SM90_TILES[self.tile][1], fit)
 
     @property
     def cluster(self) -> int:
         return SM90_TILES[self.tile][2]
+
+    @property
+    def epi_cols(self) -> int:
+        """Output columns per epilogue round (TMA store): the most whole 128-byte boxes dividing BN whose buffers
+        for both consumers fit in 32 KB (BN 256: 128 columns of 16-bit, 64 of fp32)."""
+        if not self.tma_store:
+            return 0
+        box = STAGE_K_BYTES // self.tma_store
+        return max(c for c in range(box, self.bn + 1, box) if self.bn % c == 0 and 2 * 64 * c * self.tma_store <= 32768)
 
     @property
     def bk(self) -> int:
@@ -101,19 +116,25 @@ class Sm90Variant:
 
     @property
     def smem_bytes(self) -> int:
-        """Ring + 2 mbarriers per stage + 1 KB for aligning the ring to the 128-byte swizzle's 1024-byte period."""
-        return self.stages * (BM + self.bn) * STAGE_K_BYTES + 16 * self.stages + 1024
+        """Ring + output buffers (TMA store: 2 warpgroups x 64 rows x epi_cols) + 2 mbarriers per stage + 1 KB for
+        aligning the ring to the 128-byte swizzle's 1024-byte period."""
+        epi = 2 * 64 * self.epi_cols * self.tma_store
+        return self.stages * (BM + self.bn) * STAGE_K_BYTES + epi + 16 * self.stages + 1024
 
     @property
     def name(self) -> str:
         e = self.elem if self.elem == self.b_elem else f"{self.elem}_{self.b_elem}"
         acc = "" if self.elem not in _FP8 else ("_promote" if self.promote else "_fast")
-        return f"sm90_{e}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}_{self.tile}{acc}"
+        epi = f"_tmastore{8 * self.tma_store}" if self.tma_store else ""
+        return f"sm90_{e}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}_{self.tile}{acc}{epi}"
 
     def options(self) -> list[str]:
         o = ["--gpu-architecture=sm_90a", "-std=c++17", f"-DSM90_ELEM={_ELEM_CODE[self.elem]}",
              f"-DSM90_TA={int(not self.a_kmajor)}", f"-DSM90_TB={int(not self.b_kmajor)}", f"-DSM90_BN={self.bn}",
-             f"-DSM90_STAGES={self.stages}", f"-DSM90_CLUSTER={self.cluster}", f"-DSM90_GROUP_M={self.group_m}"]
+             f"-DSM90_STAGES={self.stages}", f"-DSM90_CLUSTER={self.cluster}", f"-DSM90_GROUP_M={self.group_m}",
+             f"-DSM90_TMA_STORE={int(self.tma_store)}"]
+        if self.tma_store:
+            o.append(f"-DSM90_EPI_COLS={self.epi_cols}")
         if self.elem in _FP8:
             o += [f"-DSM90_PROMOTE={int(self.promote)}", f"-DSM90_A_E5M2={int(self.elem == 'e5m2')}",
                   f"-DSM90_B_E5M2={int(self.b_elem == 'e5m2')}"]
@@ -121,11 +142,12 @@ class Sm90Variant:
 
 
 def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote: bool = True,
-                tile: str | None = None) -> Sm90Variant:
-    """The default variant of an element pair (measured on an H200: NOTES_SM90.md)."""
+                tile: str | None = None, tma_store: int = 0) -> Sm90Variant:
+    """The default variant of an element pair (measured on an H200: NOTES_SM90.md).  ``tma_store``: the output's
+    element bytes when its row pitch is a multiple of 16 bytes and its base 16-byte aligned (TMA), else 0."""
     if tile is None:
         tile = "128x192" if (elem in _FP8 and promote) else "128x256c2"
-    return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile, promote)
+    return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile, promote, tma_store)
 
 
 def all_sm90_variants() -> list[Sm90Variant]:
@@ -134,12 +156,15 @@ def all_sm90_variants() -> list[Sm90Variant]:
     for e in ("f16", "bf16"):
         for ak in (True, False):
             for bk in (True, False):
-                out.append(choose_sm90(e, e, ak, bk))
-    out.append(choose_sm90("tf32", "tf32", True, True))
+                for store in _STORES:
+                    out.append(choose_sm90(e, e, ak, bk, tma_store=store))
+    for store in _STORES:
+        out.append(choose_sm90("tf32", "tf32", True, True, tma_store=store))
     for a in _FP8:
         for b in _FP8:
             for promote in (True, False):
-                out.append(choose_sm90(a, b, True, True, promote))
+                for store in _STORES:
+                    out.append(choose_sm90(a, b, True, True, promote, tma_store=store))
     return out
 
 
@@ -244,7 +269,10 @@ class Sm90Plan(CudaPlan):
         a, b, m, n = self.da, self.db, self.m, self.n
         if (self.batch or 1) > 1 or a.bstride or b.bstride:
             raise UnsupportedError("the wgmma kernel multiplies one matrix; batches run on family='mma_sync'")
-        v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile)
+        out = self.out
+        ob = out.dtype.itemsize  # 2 (fp16, bf16 bits) or 4 (fp32)
+        store = ob if out.size > 0 and (out.shape[-1] * ob) % 16 == 0 and out.data.ptr % 16 == 0 else 0
+        v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile, store)
         self.variant_ = v
         self.variant = f"{v.name} (wgmma)"
         self.diagnostics = ()
@@ -264,10 +292,15 @@ class Sm90Plan(CudaPlan):
     def _maps(self) -> None:
         v = self.variant_
         if self.da.k == 0 or self.out.size == 0:
-            self._map_a = self._map_b = None
+            self._map_a = self._map_b = self._map_c = None
             return
         self._map_a = operand_map(v, self.da, self.m, BM)
         self._map_b = operand_map(v, self.db, self.n, v.bn // v.cluster)
+        # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
+        out = self.out
+        ob = v.tma_store
+        self._map_c = (tensor_map(out.data.ptr, ob, self.n, self.m, out.shape[-1], STAGE_K_BYTES // ob, 64) if ob
+                       else np.zeros(1, dtype="V128"))
 
     def gemm(self) -> None:
         cp, out, v = self.cp, self.out, self.variant_
@@ -280,7 +313,7 @@ class Sm90Plan(CudaPlan):
             ldc = out.shape[-1]
             pair_ok = int(ldc % 2 == 0 and out.data.ptr % 8 == 0)
             self._kernel(self._grid, (THREADS,), (
-                self._map_a, self._map_b, out, np.int32(self.m), np.int32(self.n), np.int32(self.da.k),
+                self._map_a, self._map_b, self._map_c, out, np.int32(self.m), np.int32(self.n), np.int32(self.da.k),
                 np.int64(ldc), self._alpha[0], self._alpha[1], np.int32(_OUT_KIND[self.out_dtype]),
                 np.int32(pair_ok)), shared_mem=v.smem_bytes)
 
