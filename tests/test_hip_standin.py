@@ -11,8 +11,10 @@ for both call conventions:
 
 Checked: availability and the device description, the argument bytes of every GEMM launch against the code
 object's kernel-argument metadata and the expected strides/sizes, bit-exact fp16 results in both majors,
-grid splitting at the device's grid-Y limit and batches in grid Z, hiprtc's error log, events, and which
-initialisation problems are absences (skip) and which are failures (issue 13 items 1, 2 and 4).
+grid splitting at the device's grid-Y limit and batches in grid Z, hiprtc's error log, hip error codes, events,
+which initialisation problems are absences (skip) and which are failures, and tests/test_hip_gpu.py's own
+``amd_gpu`` tests run (a subset) and pass -- or fail, never skip, when initialisation fails (issue 13 items 1,
+2 and 4).
 With CI=true a missing compiler or an uninstallable wheel fails these tests instead of skipping them.
 """
 
@@ -171,3 +173,13 @@ def test_amd_gpu_tests_run_on_the_standin(wheels, runtime_lib, tmp_path):
                                 "exact_every_dtype and shape0 or fp8_encoding_mismatch or mx_tensors_and_mixed")
     summary = output.strip().splitlines()[-1]
     assert rc == 0 and "3 passed" in summary and "skipped" not in summary, output[-4000:]
+
+
+def test_failed_initialisation_fails_the_amd_gpu_tests(wheels, runtime_lib, tmp_path):
+    """A device that is counted but does not come up: the hardware tests fail with the reason instead of
+    skipping (issue 13 item 2)."""
+    rc, output = _amd_gpu_tests(wheels, runtime_lib, tmp_path, "fp8_encoding_mismatch",
+                                MXSTANDIN_FAIL="hipGetDevicePropertiesR0600")
+    summary = output.strip().splitlines()[-1]
+    assert rc != 0 and "skipped" not in summary and ("1 error" in summary or "1 failed" in summary), output[-4000:]
+    assert "hipGetDeviceProperties" in output and "hipErrorInvalidDevice" in output
