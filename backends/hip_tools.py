@@ -9,7 +9,9 @@ hands to hiprtc, with Debian's clang-22::
 ``kernels_hip/hip_shim.h`` supplies what hiprtc predefines (``__global__``, ``threadIdx``,
 ``__syncthreads`` ...).  Resources (VGPR/AGPR/SGPR counts, LDS and scratch bytes) are read from the
 code object's ``NT_AMDGPU_METADATA`` note (MessagePack), decoded here, so they work equally for a
-hiprtc-built code object.
+hiprtc-built code object.  Code objects are kept in the disk cache (:class:`mxcore.kernels.DiskCache`, kind
+``clang``) under a hash of the source text, name, arch, every flag and the force-included shim's text, and
+``clang-22 --version``; clang runs as a subprocess, so a thread pool compiles in parallel.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from ..errors import KernelCompileError
+from ..kernels import DiskCache, cache_key
 
 __all__ = [
     "CLANG",
@@ -98,18 +101,33 @@ def _shim_text() -> str:
     return kernel_source("amd", "hip_shim.h")
 
 
-def compile_hip(source: str, *, name: str, arch: str, options=()) -> HipBinary:
-    """Compile ``source`` for ``arch`` with clang-22; raise KernelCompileError with the log on failure."""
+_COMPILED = DiskCache("clang", ".co")
+
+
+def compile_hip(source: str, *, name: str, arch: str, options=(), cache: bool = True) -> HipBinary:
+    """Compile ``source`` for ``arch`` with clang-22; raise KernelCompileError with the log on failure.  With
+    ``cache`` the code object comes from / goes to the disk cache (failures are never cached)."""
     why = have_clang()
     if why is not None:
         raise KernelCompileError(f"cannot compile {name} offline: {why}", source=name, options=options, arch=arch)
     opts = tuple(options)
+    shim_text = _shim_text()
+    key = cache_key("clang", CLANG, source, name, arch, BASE_FLAGS, DEFAULT_OPTIONS, opts, shim_text, clang_version())
+    blob = _COMPILED.get(key) if cache else None
+    if blob is None or blob[:4] != b"\x7fELF":
+        blob = _clang_compile(source, name, arch, opts, shim_text)
+        if cache:
+            _COMPILED.put(key, blob)
+    return HipBinary(blob, name=name, arch=arch, options=opts)
+
+
+def _clang_compile(source: str, name: str, arch: str, opts: tuple, shim_text: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="mxcore_hip_") as tmp:
         shim = os.path.join(tmp, "hip_shim.h")
         src = os.path.join(tmp, "kernel.hip")
         out = os.path.join(tmp, "kernel.co")
         with open(shim, "w") as f:
-            f.write(_shim_text())
+            f.write(shim_text)
         with open(src, "w") as f:
             f.write(source)
         # -ffile-prefix-map and -cuid: the temp path must not leak into the code object (reproducible builds)
@@ -129,8 +147,7 @@ def compile_hip(source: str, *, name: str, arch: str, options=()) -> HipBinary:
                 arch=arch,
             )
         with open(out, "rb") as f:
-            blob = f.read()
-    return HipBinary(blob, name=name, arch=arch, options=opts)
+            return f.read()
 
 
 def disassemble(code_object: bytes) -> str:

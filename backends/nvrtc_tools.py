@@ -1,41 +1,55 @@
-"""Offline CUDA compile tools: NVRTC (pip wheels) to cubin, cuobjdump SASS, resource usage.  No GPU needed.
+"""Offline CUDA compile tools: NVRTC (pip wheels) to cubin, SASS disassembly, resource usage.  No GPU needed.
 
-Used by CI (tests/test_cuda_compile.py), by ``CudaBackend.emit_kernels`` and by the probes helper.
+Used by CI (tests/test_cuda_compile.py), by the CUDA backend's ``emit_kernels`` and by the probes.
 
 * ``have_nvrtc()`` / ``have_cuobjdump()``: ``None`` when the tool is usable, else the reason.
 * ``compile_cuda(source, name=, arch=, options=, name_expressions=) -> CudaBinary``: compiles for a *real*
   architecture (``sm_80``, ``sm_89``, ``sm_90``, ``sm_90a``, ``sm_120`` ...), so ptxas runs and PTX errors show
-  up here rather than on a user's GPU.  A failure raises :class:`KernelCompileError` carrying the log.
+  up here rather than on a user's GPU.  A failure raises :class:`KernelCompileError` carrying the log.  Results
+  are kept in the disk cache (:class:`mxcore.kernels.DiskCache`, kind ``nvrtc``) under a hash of the source text,
+  name, arch, options and the NVRTC identity; NVRTC releases the GIL, so a thread pool compiles in parallel.
 * ``CudaBinary``: ``cubin``, ``ptx``, ``log``, ``lowered_names``, ``resources`` (per kernel: registers,
-  shared_bytes (static), local_bytes (stack frame), spill_stores, spill_loads, barriers) and ``sass``
-  (``cuobjdump -sass`` text; needs cuobjdump and nvdisasm, e.g. from the ``nvidia-cuda-cuobjdump`` and
-  ``nvidia-cuda-nvdisasm`` wheels).
-* ``sass_counts(sass) -> Counter`` of opcode mnemonics (first dotted part: ``HMMA``, ``LDSM``, ``LDGSTS`` ...).
+  shared_bytes (static), local_bytes (stack frame), spill_stores, spill_loads, barriers) and ``sass``.
+* ``disassemble_many(cubins) -> [sass text]``: SASS of many cubins with one ``nvdisasm`` run per architecture
+  (nvdisasm's start-up costs more than disassembling a large kernel): the code sections of all cubins go through
+  ``nvdisasm --binary SMxx`` as one raw instruction stream and the listing is cut back at the section bounds.
+  Per cubin the text has one ``Function : name`` header per kernel and ``/*offset*/ INSTR ;`` lines (offsets
+  from the kernel's start, branch labels numbered per cubin); it is cached on disk (kind ``sass``).
+  ``disassemble(cubin)`` is the one-cubin case.  Both need nvdisasm (the ``nvidia-cuda-nvdisasm`` wheel).
+* ``sass_counts(sass) -> Counter`` of opcode mnemonics (first dotted part: ``HMMA``, ``LDSM``, ``LDGSTS`` ...);
+  ``sass_lines(sass, opcode)`` the instruction texts of one opcode.
 
 Every import of ``cuda.bindings`` happens inside a function: importing this module imports no CUDA library.
 """
 
 from __future__ import annotations
 
+import base64
 import collections
 import functools
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mxcore.errors import KernelCompileError
+from mxcore.kernels import DiskCache, cache_key
 
 __all__ = [
     "CudaBinary",
     "compile_cuda",
     "cuobjdump_path",
     "disassemble",
+    "disassemble_many",
     "have_cuobjdump",
     "have_nvrtc",
+    "nvrtc_identity",
     "nvrtc_version",
     "sass_counts",
     "sass_lines",
@@ -107,6 +121,20 @@ def nvrtc_version() -> tuple[int, int] | None:
 
 
 @functools.lru_cache(maxsize=1)
+def nvrtc_identity() -> str:
+    """NVRTC's version plus the versions of the wheels that carry it (part of every compile cache key)."""
+    from importlib import metadata
+
+    wheels = []
+    for dist in ("nvidia-cuda-nvrtc", "cuda-bindings"):
+        try:
+            wheels.append(f"{dist}=={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return " ".join([f"nvrtc {nvrtc_version()}", *wheels])
+
+
+@functools.lru_cache(maxsize=1)
 def have_cuobjdump() -> str | None:
     """None when ``cuobjdump -sass`` works (it needs nvdisasm beside it or on PATH), else why not."""
     exe = cuobjdump_path()
@@ -144,9 +172,9 @@ class CudaBinary:
 
     @property
     def sass(self) -> str:
-        """``cuobjdump -sass`` of the cubin (computed once)."""
+        """SASS of the cubin (:func:`disassemble`; computed once)."""
         if self._sass is None:
-            self._sass = _cuobjdump(self.cubin, "-sass")
+            self._sass = disassemble(self.cubin)
         return self._sass
 
     def resource_usage(self) -> str:
@@ -172,20 +200,55 @@ def _check_arch(arch: str) -> None:
         )
 
 
-def compile_cuda(source: str, *, name: str, arch: str, options=(), name_expressions=()) -> CudaBinary:
+_COMPILED = DiskCache("nvrtc", ".json.z")
+_CACHE_FORMAT = 1  # bump when what a cache entry holds changes
+
+
+def compile_cuda(source: str, *, name: str, arch: str, options=(), name_expressions=(),
+                 cache: bool = True) -> CudaBinary:
     """Compile CUDA C++ ``source`` with NVRTC to a cubin for ``arch`` (ptxas runs: PTX errors are caught here).
 
     ``options`` are extra NVRTC options (``-DNAME=VALUE``, ``-std=c++17`` ...).  ``name_expressions`` are C++
-    names (template instantiations) whose mangled names come back in ``lowered_names``.
+    names (template instantiations) whose mangled names come back in ``lowered_names``.  With ``cache`` the
+    result comes from / goes to the disk cache, keyed on everything above plus :func:`nvrtc_identity` (the
+    cache holds NVRTC's own outputs; ``resources`` are parsed from the cached log each time).  Failures are
+    never cached.
     """
     _check_arch(arch)
     reason = have_nvrtc()
     if reason is not None:
         raise KernelCompileError(f"cannot compile {name}: {reason}", source=name, options=options, arch=arch)
+    opts = [f"--gpu-architecture={arch}", "-Xptxas=-v", *options]
+    key = cache_key("nvrtc", _CACHE_FORMAT, source, name, opts, list(name_expressions), nvrtc_identity())
+    entry = _load_entry(key) if cache else None
+    if entry is None:
+        entry = _nvrtc_compile(source, name, arch, opts, tuple(name_expressions))
+        if cache:
+            _COMPILED.put(key, zlib.compress(json.dumps({**entry, "cubin": base64.b64encode(entry["cubin"]).decode()})
+                                             .encode(), 1))
+    return CudaBinary(name=name, arch=arch, cubin=entry["cubin"], ptx=entry["ptx"], log=entry["log"],
+                      options=tuple(opts), lowered_names=dict(entry["lowered"]), resources=parse_ptxas_log(entry["log"]))
+
+
+def _load_entry(key: str) -> dict | None:
+    blob = _COMPILED.get(key)
+    if blob is None:
+        return None
+    try:
+        entry = json.loads(zlib.decompress(blob))
+        entry["cubin"] = base64.b64decode(entry["cubin"])
+        if entry["cubin"][:4] == b"\x7fELF" and {"ptx", "log", "lowered"} <= set(entry):
+            return entry
+    except (ValueError, KeyError, TypeError, zlib.error):
+        pass
+    return None
+
+
+def _nvrtc_compile(source: str, name: str, arch: str, opts: list, name_expressions: tuple) -> dict:
+    """One NVRTC compile: {"cubin", "ptx", "log", "lowered"}; raises KernelCompileError with the log."""
     from cuda.bindings import nvrtc
 
     ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    opts = [f"--gpu-architecture={arch}", "-Xptxas=-v", *options]
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
     if err != ok:
         raise KernelCompileError(f"nvrtcCreateProgram failed: {err}", source=name, options=opts, arch=arch)
@@ -221,8 +284,7 @@ def compile_cuda(source: str, *, name: str, arch: str, options=(), name_expressi
                 lowered[expr] = low.decode() if isinstance(low, bytes) else str(low)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    return CudaBinary(name=name, arch=arch, cubin=bytes(cubin), ptx=ptx, log=log, options=tuple(opts),
-                      lowered_names=lowered, resources=parse_ptxas_log(log))
+    return {"cubin": bytes(cubin), "ptx": ptx, "log": log, "lowered": lowered}
 
 
 _RE_ENTRY = re.compile(r"Compiling entry function '([^']+)' for")
@@ -276,9 +338,123 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
     return proc.stdout
 
 
+_SASS = DiskCache("sass", ".txt.z")
+_SASS_FORMAT = 1  # bump when the text disassemble_many makes changes
+
+
+@functools.lru_cache(maxsize=1)
+def _nvdisasm() -> tuple[str, str, frozenset]:
+    """(path, version line, the --binary architecture names it accepts)."""
+    reason = have_cuobjdump()
+    if reason is not None:
+        raise KernelCompileError(f"cannot disassemble: {reason}")
+    exe = _find_exe("nvdisasm")
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    helptext = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
+    archs = frozenset(re.findall(r"'(SM\d+[a-z]?)'", helptext))
+    return exe, version.splitlines()[-1] if version else "", archs
+
+
+def _elf_sections(blob: bytes) -> list[tuple[str, int, int, int, int]]:
+    """(name, type, flags, offset, size) of every section of an ELF64 little-endian image."""
+    if blob[:4] != b"\x7fELF" or blob[4] != 2 or blob[5] != 1:
+        raise KernelCompileError("not an ELF64 little-endian cubin")
+    (shoff,) = struct.unpack_from("<Q", blob, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQ", blob, shoff + i * shentsize) for i in range(shnum)]
+    names_at = heads[shstrndx][4]
+    out = []
+    for name, typ, flags, _addr, off, size in heads:
+        start = names_at + name
+        out.append((blob[start:blob.index(b"\0", start)].decode(), typ, flags, off, size))
+    return out
+
+
+def _code_sections(cubin: bytes) -> tuple[int, list[tuple[str, bytes]]]:
+    """(SM number, [(kernel or function name, machine code)]) of a cubin, code sections in file order."""
+    flags, abi = struct.unpack_from("<I", cubin, 0x30)[0], cubin[8]
+    sm = (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF  # e_flags layout changed with ELF ABI version 8
+    code = [(name[len(".text."):], cubin[off:off + size]) for name, typ, fl, off, size in _elf_sections(cubin)
+            if typ == 1 and fl & 0x4 and name.startswith(".text.") and size]  # PROGBITS, SHF_EXECINSTR
+    return sm, code
+
+
+_RE_INSTR = re.compile(r"^(\s*/\*)([0-9a-f]{4,})(\*/\s+)(.*)$")
+_RE_OPCODE = re.compile(r"^(?:@!?U?P[0-9T]+\s+)?([A-Z][A-Z0-9_]*)")
+_BRANCHES = frozenset({"BRA", "BRX", "BSSY", "CALL", "JMP", "JMX", "RET", "SSY", "PBK", "PCNT"})  # code-address operands
+_RE_HEX = re.compile(r"\b0x([0-9a-f]+)\b")
+
+
+def disassemble_many(cubins) -> list[str]:
+    """The SASS of each cubin (see the module docstring), with one nvdisasm run per architecture among the
+    cubins not yet in the disk cache."""
+    cubins = [bytes(c) for c in cubins]
+    exe, version, archs = _nvdisasm()
+    keys = [cache_key("sass", _SASS_FORMAT, c, version) for c in cubins]
+    out: list = [None] * len(cubins)
+    groups: dict = {}
+    for i, (cubin, key) in enumerate(zip(cubins, keys)):
+        blob = _SASS.get(key)
+        if blob is not None:
+            out[i] = zlib.decompress(blob).decode()
+            continue
+        sm, code = _code_sections(cubin)
+        name = next((a for a in (f"SM{sm}a", f"SM{sm}") if a in archs), None)  # "a": the arch-specific superset
+        if name is None:
+            raise KernelCompileError(f"nvdisasm ({version}) cannot decode sm_{sm}; it knows {', '.join(sorted(archs))}")
+        if any(len(c) % 16 for _, c in code):
+            raise KernelCompileError(f"a code section of this sm_{sm} cubin is not a whole number of 16-byte "
+                                     "instructions; disassemble it with cuobjdump -sass")
+        groups.setdefault(name, []).append((i, code))
+    for name, members in groups.items():
+        for i, text in _disassemble_raw(exe, name, members):
+            out[i] = text
+            _SASS.put(keys[i], zlib.compress(text.encode(), 1))
+    return out
+
+
+def _disassemble_raw(exe: str, arch_name: str, members: list) -> list[tuple[int, str]]:
+    """One ``nvdisasm --binary`` run over the concatenated code of ``members`` ([(index, [(fn, code)])]); the
+    listing cut back per function, offsets and branch targets made function-relative."""
+    import bisect
+
+    raw = bytearray()
+    spans = []  # (start, end, member position, function name)
+    for pos, (_, code) in enumerate(members):
+        for fn, blob in code:
+            spans.append((len(raw), len(raw) + len(blob), pos, fn))
+            raw += blob
+    starts = [sp[0] for sp in spans]
+    with tempfile.TemporaryDirectory(prefix="mxcore_sass_") as tmp:
+        path = Path(tmp) / "code.bin"
+        path.write_bytes(bytes(raw))
+        proc = subprocess.run([exe, "--binary", arch_name, str(path)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise KernelCompileError(f"nvdisasm --binary {arch_name} failed (exit {proc.returncode})",
+                                 log=proc.stderr[-4000:])
+    lines: list = [[] for _ in spans]
+    for line in proc.stdout.splitlines():
+        m = _RE_INSTR.match(line)
+        if not m:
+            continue
+        off = int(m.group(2), 16)
+        k = bisect.bisect_right(starts, off) - 1
+        start, end = spans[k][0], spans[k][1]
+        body = m.group(4)
+        op = _RE_OPCODE.match(body)
+        if op and op.group(1) in _BRANCHES:
+            body = _RE_HEX.sub(lambda h: f"0x{int(h.group(1), 16) - start:x}"
+                               if start <= int(h.group(1), 16) < end else h.group(0), body)
+        lines[k].append(f"{m.group(1)}{off - start:04x}{m.group(3)}{body}")
+    texts: dict = {}
+    for k, (_, _, pos, fn) in enumerate(spans):
+        texts.setdefault(pos, []).append(f"\t\tFunction : {fn}\n" + "\n".join(lines[k]) + "\n")
+    return [(members[pos][0], "".join(texts.get(pos, []))) for pos in range(len(members))]
+
+
 def disassemble(cubin: bytes) -> str:
-    """``cuobjdump -sass`` of a cubin given as bytes (e.g. one read back from an emitted kernel folder)."""
-    return _cuobjdump(cubin, "-sass")
+    """SASS of one cubin given as bytes (e.g. read back from an emitted kernel folder): :func:`disassemble_many`."""
+    return disassemble_many([cubin])[0]
 
 
 _RE_SASS = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?")

@@ -2,11 +2,38 @@
 and a tested database of per-instruction register layouts.
 
 Importing mxcore imports numpy and ml_dtypes only; GPU libraries load when a backend is used.
+
+Layout: an installed mxcore (wheel) holds ``mxcore/backends``, ``mxcore/kernels_cuda`` and
+``mxcore/kernels_hip``; a source checkout keeps them beside ``mxcore/`` at the repository root
+(pyproject's ``package-dir`` maps them).  Imported from a checkout — Python started at the root, an
+editable install, or ``PYTHONPATH`` pointing there — this package adds the root to its ``__path__``, so
+``mxcore.backends`` is ``<root>/backends`` and a checkout behaves as an install does.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+# The sub-packages that live beside mxcore/ in a checkout (pyproject.toml [tool.setuptools.package-dir]).
+CHECKOUT_SIBLINGS = ("backends", "kernels_cuda", "kernels_hip")
+
+
+def _checkout_root():
+    """The repository root when this package runs from a source checkout, else None."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    root = here.parent
+    if (here / "backends").exists() or not (root / "pyproject.toml").is_file():
+        return None  # an installed package carries its sub-packages inside
+    if all((root / name).is_dir() for name in CHECKOUT_SIBLINGS) and (root / "backends" / "__init__.py").is_file():
+        return root
+    return None
+
+
+_ROOT = _checkout_root()
+if _ROOT is not None and str(_ROOT) not in __path__:
+    __path__.append(str(_ROOT))
 
 from . import dtypes, errors
 from .api import matmul
