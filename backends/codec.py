@@ -468,9 +468,10 @@ def to_device(a: np.ndarray, like):
     if kind == "torch":
         import torch
 
+        a = np.array(a, copy=True, order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
         if a.dtype.name in ("uint16", "uint32"):
-            return torch.from_numpy(a.view(_SIGNED_OF[a.dtype.name])).to(like.device)
-        return torch.from_numpy(np.ascontiguousarray(a)).to(like.device)
+            a = a.view(_SIGNED_OF[a.dtype.name])
+        return torch.from_numpy(a).to(like.device)
     if kind is None:
         raise InputTypeError(f"to_device(like=...) takes a CuPy array or torch CUDA tensor, got {type(like).__name__}")
     import cupy as cp

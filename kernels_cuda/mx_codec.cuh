@@ -299,6 +299,43 @@ __device__ __forceinline__ void mxc_encode_kernel(const typename In::bits_t* x, 
     if (i < n) out[i] = (mxc_code_t)mxc_encode<In>(x[i], 0, rtz != 0, ovf_nan != 0, nan_count);
 }
 
+// The MX element encode: rne, saturating, for a finite input of at most 32 bits times 2^-k, in straight-line
+// integer code (no branches: the block is 32 of these).  Same result as mxc_encode<In>(b, k, false, false, 0)
+// for every finite b, given what the MX scale guarantees: |x| * 2^-k < 2^(MXF_EMAX + 1).
+template <class In>
+__device__ __forceinline__ mxc_u32 mxc_encode_mx(typename In::bits_t b, int k) {
+    const mxc_u32 neg = (mxc_u32)(b >> (In::width - 1)) & 1u;
+    const int fld = (int)((b >> In::mbits) & (typename In::bits_t)((1 << In::ebits) - 1));
+    const mxc_u32 mant = (mxc_u32)(b & (((typename In::bits_t)1 << In::mbits) - 1));
+    const mxc_u32 s = fld ? (mant | (1u << In::mbits)) : mant;
+    const int e = (fld ? fld : 1) - In::bias - In::mbits - k;  // value = s * 2^e
+    const int top = s ? e + mxc_bitlen(s) - 1 : MXF_EMIN;
+    const int eq = top > MXF_EMIN ? top : MXF_EMIN;
+    const int shift = eq - MXF_MBITS - e;  // r = s / 2^shift; negative only for a short subnormal input significand
+    const int rs = shift > 0 ? (shift < 31 ? shift : 31) : 0;  // s < 2^24: 25 or more leaves 0, below half
+    const int ls = shift < 0 ? (shift > -31 ? -shift : 31) : 0;
+    const mxc_u32 r = (s << ls) >> rs;
+    const mxc_u32 rem = s & ((1u << rs) - 1u);
+    const mxc_u32 half = (1u << rs) >> 1;
+    const mxc_u32 up = (rem > half) ? 1u : ((rem == half && rs) ? (r & 1u) : 0u);
+    mxc_u32 mag = ((mxc_u32)(eq - MXF_EMIN) << MXF_MBITS) + r + up;
+    mag = mag < (mxc_u32)MXF_MAX_MAGCODE ? mag : (mxc_u32)MXF_MAX_MAGCODE;
+#if MXF_SPECIALS == 2
+    return mag | ((neg && mag) ? MXF_SIGN_BIT : 0u);
+#else
+    return mag | (neg ? MXF_SIGN_BIT : 0u);
+#endif
+}
+
+// the element code inside a finite MX block: straight-line for inputs of at most 32 bits, generic for float64
+template <class In>
+__device__ __forceinline__ mxc_u32 mxc_mx_element(typename In::bits_t b, int k) {
+#if MXF_SUBNORMALS && MXF_BITS <= 8
+    if constexpr (In::width <= 32) return mxc_encode_mx<In>(b, k);
+#endif
+    return mxc_encode<In>(b, k, false, false, 0);
+}
+
 // OCP MX: the input viewed as [outer][K][inner] (contiguous), blocks of `block` along K.  One thread per block:
 // it reads its elements once (into registers when block == MXC_MX_BLOCK), writes the codes and the E8M0 scale,
 // and the CTA folds the largest finite scale code into *scale_max1 (stored + 1; 0: no finite scale).
@@ -373,7 +410,7 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
             const int k = mxc_mx_exp<In>(amax, rceil != 0);
             mxc_u32 c[MXC_MX_BLOCK];
 #pragma unroll
-            for (int j = 0; j < MXC_MX_BLOCK; ++j) c[j] = bad ? 0u : mxc_encode<In>(v[j], k, false, false, 0);
+            for (int j = 0; j < MXC_MX_BLOCK; ++j) c[j] = bad ? 0u : mxc_mx_element<In>(v[j], k);
             if (vec && ((((unsigned long long)q) & 15u) == 0u)) {
                 mxc_v16* qv = (mxc_v16*)q;
 #pragma unroll
@@ -402,7 +439,7 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
             const bool bad = amax >= inf;
             const int k = mxc_mx_exp<In>(amax, rceil != 0);
             for (int j = 0; j < len; ++j)
-                q[(mxc_i64)j * inner] = (mxc_u8)(bad ? 0u : mxc_encode<In>(p[(mxc_i64)j * inner], k, false, false, 0));
+                q[(mxc_i64)j * inner] = (mxc_u8)(bad ? 0u : mxc_mx_element<In>(p[(mxc_i64)j * inner], k));
             const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
             scales[(o * nb + kb) * inner + i] = (mxc_u8)sc;
             if (!bad) mxc_atomic_max(&cta_max, sc + 1u);

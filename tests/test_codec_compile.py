@@ -321,7 +321,8 @@ def test_mx_kernel_arithmetic_on_host_matches_numpy(host_codecs, fmt, rng):
     lib = host_codecs[spec.name]
     k = 100
     rows = [np.zeros(k), -np.zeros(k), np.where(np.arange(k) == 40, np.nan, 1.0), np.where(np.arange(k) == 3, -np.inf, 2.0)]
-    rows += [rng.standard_normal(k) * 2.0 ** e for e in (-150, -135, -128, -127, -126, 0, 100, 127)]
+    rows += [rng.standard_normal(k) * 2.0 ** e for e in (-150, -135, -128, -127, -126, -20, 0, 100, 127)]
+    rows.append(np.where(np.arange(k) % 3 == 0, 2.0 ** -24, 3 * 2.0 ** -24))  # half subnormals of 1-2 bits
     r = rng.uniform(-1, 1, k) * spec.max_normal
     r[::7] = spec.max_normal
     rows += [r, np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal), np.float32(np.inf)), r)]

@@ -19,6 +19,7 @@ import mxcore
 from mxcore import _codec_host as H
 from mxcore import formats as F
 from mxcore.errors import FormatError, InputTypeError, ShapeError, UnsupportedError
+from mxcore.mx import mx_element
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -208,6 +209,8 @@ def _mx_rows(spec, rng, k: int) -> np.ndarray:
         rows.append(np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal * 2.0 ** e),
                                                                   np.float32(np.inf)).astype(np.float64), r))
     rows.append(rng.standard_normal(k) * 2.0 ** rng.integers(-30, 30, k))
+    rows.append(rng.standard_normal(k) * 2.0 ** -20)  # float16 subnormals
+    rows.append(np.where(np.arange(k) % 3 == 0, 2.0 ** -24, 3 * 2.0 ** -24))
     rows.append(np.where(rng.random(k) < 0.5, 2.0 ** -127 * rng.standard_normal(k), rng.standard_normal(k)))
     return np.stack(rows)
 
@@ -228,7 +231,7 @@ def _check_mx(x_host, x_dev, fmt, axis, block, rounding):
 @pytest.mark.parametrize("lib", LIBS)
 @pytest.mark.parametrize("fmt", MX)
 def test_quantize_mx_bit_identical(fmt, lib, rng):
-    spec = F.get(mxcore.mx.mx_element(fmt)[1].name)
+    spec = mx_element(fmt)[1]
     for k in (100, 64, 31):
         x64 = _mx_rows(spec, rng, k)
         for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
