@@ -70,7 +70,7 @@ _LAZY = {
     "to_device": ("mx", "to_device"),
     "to_host": ("mx", "to_host"),
     "reference_matmul": ("reference", "reference_matmul"),
-    "info": ("info", "info"),
+    "info": ("_info", "info"),
     "formats": ("formats", None),
     "layouts": ("layouts", None),
     "emulate": ("emulate", None),

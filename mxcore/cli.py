@@ -29,7 +29,7 @@ DEMO_DTYPES = ["fp32", "tf32", "fp16", "bf16", "fp8", "e5m2", "e4m3fnuz", "e5m2f
 
 def _cmd_info(argv) -> int:
     argparse.ArgumentParser(prog="mxcore info", description="backends, devices, archs and versions").parse_args(argv)
-    import mxcore  # through the package's lazy attribute: importing the submodule by name would shadow mxcore.info
+    import mxcore
 
     print(mxcore.info())
     return 0
