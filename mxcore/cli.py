@@ -21,6 +21,7 @@ _DELEGATED = {
     "formats": ("mxcore.formats", "print format properties and code tables: formats [NAME] [--table]"),
     "layout": ("mxcore.layouts", "show an instruction's fragment layout: layout NAME --operand A [--out f.svg]"),
     "bench": ("mxcore.bench", "benchmark against the vendor library: bench [--backend cuda] [--dtype ...]"),
+    "selftest": ("mxcore.selftest", "check this GPU: layout probes, GEMM matrix, compiler output: selftest [--out F]"),
 }
 
 DEMO_DTYPES = ["fp32", "tf32", "fp16", "bf16", "fp8", "e5m2", "e4m3fnuz", "e5m2fnuz",
