@@ -75,7 +75,7 @@ def test_variant_compiles_to_wgmma_and_tma(binaries, v):
     assert len(lines) == 4 and counts[other] == 0, counts
     assert all(f".64x{v.bn}x{kstep}." in line for line in lines), lines
     assert counts["UTMALDG"] >= 2 and counts["USETMAXREG"] == 2
-    assert (counts["UTMASTG"] > 0) == v.tma_store  # the TMA-store epilogue, or direct stores
+    assert (counts["UTMASTG"] > 0) == bool(v.tma_store)  # the TMA-store epilogue, or direct stores
     assert counts["LDL"] == 0 and counts["STL"] == 0 and counts["HMMA"] == 0
 
 
