@@ -477,3 +477,80 @@ def test_formats_module_is_split_and_small():
     assert F.FORMATS is mxcore._format_specs.FORMATS and F.FormatSpec is mxcore._format_specs.FormatSpec
     for path in Path(mxcore.__file__).parent.glob("*.py"):
         assert len(path.read_text().splitlines()) <= 600, path.name
+
+
+# ---- device dispatch, without a GPU -------------------------------------------------------------------------------
+class _FakeGpuArray:
+    """A DLPack producer that says it lives on CUDA device 0 (nothing can read it: only the checks that run before
+    any device work are reachable)."""
+
+    def __init__(self, shape=(4, 64), dtype=np.float32, dev_type=2):
+        self.shape, self.dtype, self._dev = shape, np.dtype(dtype), dev_type
+
+    def __dlpack_device__(self):
+        return (self._dev, 0)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("the device must not be touched in this test")
+
+
+def test_device_kind_without_gpu_libraries():
+    from mxcore._device_arrays import device_kind
+
+    assert device_kind(np.ones(3)) is None and device_kind([1.0]) is None and device_kind(1.0) is None
+    assert device_kind(_FakeGpuArray()) == "dlpack" and device_kind(_FakeGpuArray(dev_type=10)) == "dlpack"
+    assert device_kind(_FakeGpuArray(dev_type=1)) is None  # DLPack CPU
+    import subprocess
+    import sys
+
+    probe = ("import sys, numpy as np, mxcore, mxcore.backends.codec; mxcore.quantize_mx(np.ones((2, 40)), 'mxfp4'); "
+             "mxcore.formats.encode(np.ones(3), 'fp8'); print(sorted({'cupy', 'torch'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_device_policy_errors_come_before_any_device_work():
+    x = _FakeGpuArray()
+    with pytest.raises(FormatError, match="rounding"):
+        F.encode(x, "e4m3fn", rounding="nearest")
+    from mxcore.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="stochastic"):
+        F.encode(x, "e4m3fn", rounding="stochastic", rng=0)
+
+
+def test_device_array_without_cupy_is_a_clear_error():
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here")
+    from mxcore.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="CuPy"):
+        F.encode(_FakeGpuArray(), "e4m3fn")
+
+
+def test_codec_module_source_per_vendor():
+    """CuPy on ROCm compiles the HIP unit (hiprtc), CuPy on CUDA the CUDA unit; both inline one header."""
+    from mxcore.backends import codec
+
+    made = []
+
+    class _Runtime:
+        def __init__(self, hip):
+            self.is_hip = hip
+
+    class _FakeCupy:
+        def __init__(self, hip):
+            self.cuda = type("cuda", (), {"runtime": _Runtime(hip)})
+
+        def RawModule(self, code, options):  # noqa: N802 (CuPy's name)
+            made.append((code, options))
+            return object()
+
+    spec = F.get("e2m1")
+    for hip, unit in ((True, "amd"), (False, "nvidia")):
+        call = codec._Call(_FakeCupy(hip), "cupy", 1000 + hip)
+        call.module(spec)
+        assert made[-1] == codec.compile_inputs(spec, unit)
+    codec._MODULES.clear()

@@ -274,3 +274,40 @@ def test_block_longer_than_the_axis_is_refused_without_allocating():
     # a short axis keeps the OCP block of 32 (one partial block), and a block up to K is allowed
     assert mx.quantize_mx(x[:, :10], "mxfp8").scales.shape == (2, 1)
     assert mx.quantize_mx(x, "mxfp8", block=40).scales.shape == (2, 1)
+
+
+def test_device_quantize_checks_before_device_work():
+    """Block, axis and policy errors on device data are raised before anything touches the device."""
+
+    class Fake:
+        shape, dtype = (4, 64), np.dtype(np.float32)
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(ShapeError, match="longer"):
+        mx.quantize_mx(Fake(), "mxfp8", block=10**9)
+    with pytest.raises(ShapeError, match="axis"):
+        mx.quantize_mx(Fake(), "mxfp8", axis=5)
+    with pytest.raises(UnsupportedError, match="scale_rounding"):
+        mx.quantize_mx(Fake(), "mxfp8", scale_rounding="ceil")
+    with pytest.raises(UnsupportedError, match="signed format"):
+        mx.quantize_tensor(Fake(), "e8m0")
+
+
+def test_mxtensor_host_fields_and_round_trip_helpers():
+    x = np.linspace(-3, 3, 2 * 70).reshape(2, 70).astype(np.float32)
+    x[1, 40:] = np.nan
+    t = mx.quantize_mx(x, "mxfp4")
+    assert t.device is None and t.to_host() is t and mx.to_host(t) is t
+    finite = t.scales[t.scales != 0xFF]
+    assert t.scale_max == int(finite.max())
+    allnan = mx.MXTensor(np.zeros((1, 4), np.uint8), np.full((1, 1), 0xFF, np.uint8), "mxfp4", 1)
+    assert allnan.scale_max == 127
+    s = mx.quantize_tensor(np.array([1.0, 300.0]), "e4m3fn")
+    assert s.scale == 2.0 ** s.scale_exp and s.to_host() is s
+    with pytest.raises(InputTypeError, match="same place"):
+        mx.MXTensor(np.zeros((1, 4), np.uint8), type("D", (), {"__dlpack_device__": lambda self: (2, 0)})(),
+                    "mxfp4", 1)
+    with pytest.raises(InputTypeError):
+        mx.to_device(t, like=np.zeros(3))
