@@ -44,8 +44,11 @@ __all__ = [
     "entry_points",
     "format_defines",
     "pack",
+    "max_finite_scale",
     "quantize_mx",
+    "quantize_mx_kernel_only",
     "quantize_tensor",
+    "to_device",
     "unpack",
 ]
 

@@ -32,6 +32,15 @@ Per-tensor scaling (:func:`quantize_tensor`, the plain ``fp8`` matmul dtypes): `
 (or all-non-finite) tensor gets scale 1.  The exponent is clamped to [-126, 127] so the scale is a
 normal float32 (GPU kernels take it as a float32); finite values beyond that saturate.  NaN encodes
 to the format's NaN; ±inf to inf (e5m2) or NaN (formats without inf).
+
+Device data (CuPy arrays, torch CUDA tensors, DLPack producers on a GPU) is quantized on its GPU, on the
+caller's current stream, by the kernels of ``kernels_cuda/mx_codec.cuh`` (``mxcore.backends.codec``), with
+the same codes and scales bit for bit: :func:`quantize_mx` is one pass that reads the input once and writes
+codes, scales and ``MXTensor.scale_max``; :func:`quantize_tensor` is one amax reduction and one encode pass
+that reads the scale from device memory (``ScaledTensor.scale`` / ``scale_exp`` stay on the device).
+Neither synchronises.  The tensors keep the input's kind of array; ``to_host()`` / ``to_device(like=...)``
+(and :func:`to_host` / :func:`to_device`) move them.  ``block`` other than 32 is a codec feature only:
+matmul takes blocks of 32.
 """
 
 from __future__ import annotations
