@@ -43,6 +43,7 @@ from .kernels import kernel_source
 __all__ = [
     "__version__",
     "MXCoreError",
+    "bench_quantize",
     "MXTensor",
     "ScaledTensor",
     "dequantize",
@@ -68,6 +69,7 @@ _LAZY = {
     "quantize_tensor": ("mx", "quantize_tensor"),
     "dequantize": ("mx", "dequantize"),
     "to_device": ("mx", "to_device"),
+    "bench_quantize": ("bench_quant", "bench_quantize"),
     "to_host": ("mx", "to_host"),
     "reference_matmul": ("reference", "reference_matmul"),
     "info": ("_info", "info"),
