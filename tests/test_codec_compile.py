@@ -206,7 +206,9 @@ def host_codecs(tmp_path_factory):
     def build(name):
         so = src.with_name(f"codec_{name}.so")
         defs = [d for d in codec.format_defines(F.get(name))]
-        cmd = [hip_tools.CLANG, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-DMXC_THREADS={codec.THREADS}",
+        # no C library, LLVM's own linker: only what CI installs (clang-22, lld-22) is needed
+        cmd = [hip_tools.CLANG, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-nostdlib", "-fuse-ld=lld",
+               f"-DMXC_THREADS={codec.THREADS}",
                *defs, str(src), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
