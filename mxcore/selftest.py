@@ -77,7 +77,13 @@ class Report:
 
 
 def _label(dtype) -> str:
-    return dtype if isinstance(dtype, str) else "x".join(dtype)
+    return dtype if isinstance(dtype, str) else " x ".join(dtype)
+
+
+def _canonical(dtype, arch: str):
+    """A dtype request as the table's row: one canonical name, or an (A, B) pair of them."""
+    mdt = _dt.resolve(dtype, arch)
+    return mdt.a.name if mdt.a.name == mdt.b.name else (mdt.a.name, mdt.b.name)
 
 
 def _first_mismatch(got: np.ndarray, want: np.ndarray, bound=None) -> str:
@@ -431,7 +437,7 @@ def run(backend, *, dtypes=None, shapes=SHAPES, seed: int = 20261123, log=print)
     driver = (_CudaDriver if backend.name == "cuda" else _HipDriver)(backend)
     report = Report(backend.name, _versions(driver))
     supported = backend.supported_dtypes()
-    rows = _dtype_rows(supported)
+    rows = _dtype_rows(supported) if dtypes is None else list(dict.fromkeys(_canonical(d, driver.arch) for d in dtypes))
     want = None if dtypes is None else [_dt.resolve(d, driver.arch).name for d in dtypes]
     rng = np.random.default_rng(seed)
     records = driver.probe_records(want)
@@ -444,9 +450,6 @@ def run(backend, *, dtypes=None, shapes=SHAPES, seed: int = 20261123, log=print)
     used: dict = {}
     for dtype in rows:
         label = _label(dtype)
-        canon = _dt.resolve(dtype, driver.arch).name
-        if want is not None and canon not in want:
-            continue
         names = dtype if isinstance(dtype, tuple) else (dtype,)
         if any(n not in supported for n in names):
             report.table[label] = "unsupported"
