@@ -42,7 +42,7 @@ SHAPES = ((1, 1, 1), (17, 33, 65), (127, 255, 257))
 MAJORS = (("row", "row"), ("row", "col"), ("col", "row"), ("col", "col"))
 RANDOM_SHAPE = (64, 80, 300)
 MARK = {"passed": "✅", "failed": "❌", "unsupported": "➖"}
-GPU_BACKENDS = ("cuda", "hip")
+GPU_BACKENDS = ("cuda", "hip")  # the backends with a driver below (auto tries them in this order)
 
 
 @dataclass
@@ -433,8 +433,13 @@ def select_backend(name: str):
 
 def run(backend, *, dtypes=None, shapes=SHAPES, seed: int = 20261123, log=print) -> Report:
     """Run the three stages on ``backend`` (a usable GPU backend object) and return the :class:`Report`."""
+    from .errors import UnsupportedError
+
+    drivers = {"cuda": _CudaDriver, "hip": _HipDriver}
+    if backend.name not in drivers:
+        raise UnsupportedError(f"selftest runs on the GPU backends ({', '.join(drivers)}), not {backend.name!r}")
     t_start = time.perf_counter()
-    driver = (_CudaDriver if backend.name == "cuda" else _HipDriver)(backend)
+    driver = drivers[backend.name](backend)
     report = Report(backend.name, _versions(driver))
     supported = backend.supported_dtypes()
     rows = _dtype_rows(supported) if dtypes is None else list(dict.fromkeys(_canonical(d, driver.arch) for d in dtypes))

@@ -109,6 +109,11 @@ def test_reference_backend_is_refused(tmp_path):
     out = tmp_path / "r.json"
     assert selftest.main(["--backend", "reference", "--out", str(out)]) == 2
     assert "reference itself" in json.loads(out.read_text())["not_run"]
+    from mxcore.backends import get
+    from mxcore.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="GPU backends"):
+        selftest.run(get("reference"))
 
 
 def test_no_gpu_backend_exits_2_with_each_reason(tmp_path, monkeypatch, capsys):
