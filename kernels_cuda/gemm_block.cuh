@@ -1,4 +1,4 @@
-// mxcore NVIDIA mma.sync GEMM block: D tile = alpha0 * alpha1 * (A[M,K] @ B[K,N]), fp32 accumulation on tensor
+// mxcore NVIDIA mma.sync GEMM block: D tile = 2^e * (A[M,K] @ B[K,N]), fp32 accumulation on tensor
 // cores.  The loop pieces and the block's main loop, shared by gemm.cu (the GEMM, mx_gemm) and gemm_diag.cu (loop diagnostics for
 // the benchmark, mx_gemm_diag).  Specialised with -D defines by backends/cuda/variants.py (never edited by text
 // substitution):
@@ -207,12 +207,12 @@ struct FullLoop {
     static constexpr bool LOADS = true, MATH = true, SYNC = true;
 };
 
-// The GEMM of one block: D tile = alpha0 * alpha1 * (A @ B) over this block's batch element and K range (see
+// The GEMM of one block: D tile = 2^e * (A @ B) (e: out_scale) over this block's batch element and K range (see
 // gemm.cu for the arguments).  LOOP: which parts of the main loop run (FullLoop for the GEMM).
 template <class LOOP>
 __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C,
-                                           int M, int N, int K, i64 lda, i64 ldb, i64 ldc, float alpha0,
-                                           float alpha1, int out_kind, int k_split, i64 split_stride,
+                                           int M, int N, int K, i64 lda, i64 ldb, i64 ldc, int exp0,
+                                           const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int k_split, i64 split_stride,
                                            i64 a_bstride, i64 b_bstride, i64 c_bstride) {
     extern __shared__ __align__(128) u8 smem[];
     {  // this block's batch element (y) and K range (z)
@@ -364,7 +364,7 @@ __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* _
 
     // epilogue: scale, convert, predicated stores; the two columns of a register pair (c0,c1 / c2,c3) go out
     // as one 8-byte (fp32) or 4-byte (fp16/bf16) store when both are inside N and the address is aligned
-    const float alpha = alpha0 * alpha1;
+    const float alpha = out_scale(exp0, exp_a, exp_b, exp_u8);
     const int osize = out_kind == 0 ? 4 : 2;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)

@@ -154,14 +154,16 @@ __device__ __forceinline__ u32 scaled_bits(u32 tv, u32 sc, int exp_bias, int dst
 }
 
 // dst[i * ld + col_off + j] from codes[i * s_r + j * s_c] and, if scales != 0, the E8M0 scale
-// scales[i * ss_r + (j / 32) * ss_c]: value = decode(code) * 2^(scale - exp_bias)  (scale 255 = NaN).
+// scales[i * ss_r + (j / 32) * ss_c]: value = decode(code) * 2^(scale - exp_bias)  (scale 255 = NaN).  exp_bias_at:
+// when not null, exp_bias is read there (a device MXTensor's uint8 scale_max: no host read).
 // Each block first decodes all 256 codes into a shared table (exact fp32 values, or the final bits when there
 // are no scales); with a scale, v * 2^e is formed in fp32 (exact: <= 4 significant bits and e >= -126 keep it
 // above 2^-149) and rounded once by cvt.rn; e outside [-126, 127] takes the exact double path.
 extern "C" __global__ void __launch_bounds__(256)
 mx_prep_codes(const u8* __restrict__ codes, int rows, int cols, i64 s_r, i64 s_c, int src_row_fast,
-              const u8* __restrict__ scales, i64 ss_r, i64 ss_c, int exp_bias, int ebits, int mbits, int bias,
-              int special, void* __restrict__ dst, int dst_kind, i64 ld, i64 col_off) {
+              const u8* __restrict__ scales, i64 ss_r, i64 ss_c, int exp_bias, const u8* __restrict__ exp_bias_at,
+              int ebits, int mbits, int bias, int special, void* __restrict__ dst, int dst_kind, i64 ld, i64 col_off) {
+    if (exp_bias_at) exp_bias = *exp_bias_at;
     __shared__ u32 tile[32][33];
     __shared__ u32 table[256];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -219,16 +221,18 @@ mx_transpose_bytes(const u8* __restrict__ src, int R, int C, i64 lds, u8* __rest
     *(uint4*)(dst + (i64)(c0 + j) * ldd + r0 + rb) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Split-K epilogue: C[i, j] = convert(alpha0 * alpha1 * sum_z ws[z * slice + i * N + j]), z in order (deterministic).
-// out_kind 0 fp32, 1 fp16, 2 bf16.  Grid-stride loop over M * N.
+// Split-K epilogue: C[i, j] = convert(2^e * sum_z ws[z * slice + i * N + j]), z in order (deterministic); e as in
+// the GEMM (exp0, exp_a, exp_b, exp_u8: mx_common.cuh out_scale).  out_kind 0 fp32, 1 fp16, 2 bf16.  Grid-stride
+// loop over M * N.
 extern "C" __global__ void __launch_bounds__(256)
 mx_splitk_reduce(const float* __restrict__ ws, int splits, i64 slice, void* __restrict__ C, int M, int N, i64 ldc,
-                 float alpha0, float alpha1, int out_kind) {
+                 int exp0, const void* __restrict__ exp_a, const void* __restrict__ exp_b, int exp_u8, int out_kind) {
+    const float alpha = out_scale(exp0, exp_a, exp_b, exp_u8);
     const i64 total = (i64)M * N;
     for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
         float acc = 0.f;
         for (int z = 0; z < splits; ++z) acc += ws[z * slice + t];
-        const float v = acc * (alpha0 * alpha1);
+        const float v = acc * alpha;
         const i64 i = t / N, j = t % N, o = i * ldc + j;
         if (out_kind == 0)
             ((float*)C)[o] = v;
@@ -240,12 +244,14 @@ mx_splitk_reduce(const float* __restrict__ ws, int splits, i64 slice, void* __re
 // Elementwise decode without transposition (the 16-bit GEMM reads either majorness): dst[e] for the contiguous
 // [rows][cols] code array, 8 codes per thread (8-byte loads, 16-byte stores; cols % 8 == 0).  table[code]: the
 // destination bits (no scales) or the exact fp32 value of the code (with scales, applied as in mx_prep_codes).
+// exp_bias / exp_bias_at as in mx_prep_codes.
 // Element (i, j) reads scale scales[(i / bi) * s_i + (j / bj) * s_j]: (bi, bj) = (1, 32) for A, (32, 1) for B
 // (B: s_j == 1 and s_i % 8 == 0, so a thread's 8 scales are one aligned 8-byte load).
 extern "C" __global__ void __launch_bounds__(256)
 mx_decode_codes(const u8* __restrict__ codes, int rows, int cols, const u32* __restrict__ table,
-                const u8* __restrict__ scales, int bi, int bj, i64 s_i, i64 s_j, int exp_bias, int dst_kind,
-                u16* __restrict__ dst) {
+                const u8* __restrict__ scales, int bi, int bj, i64 s_i, i64 s_j, int exp_bias,
+                const u8* __restrict__ exp_bias_at, int dst_kind, u16* __restrict__ dst) {
+    if (exp_bias_at) exp_bias = *exp_bias_at;
     const i64 chunks = (i64)rows * cols / 8;
     for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < chunks; t += (i64)gridDim.x * blockDim.x) {
         const i64 e0 = t * 8;

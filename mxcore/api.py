@@ -9,6 +9,8 @@ host), and whether a batch runs as one launch (backends with ``batched``) or one
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import dtypes as _dt
@@ -123,17 +125,9 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
         raise ShapeError(f"batch sizes differ: a has {sa[0]}, b has {sb[0]}")
     if scale_rounding not in ("floor", "rceil"):
         raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP v1.0) or 'rceil' (cuBLAS)")
-    be = select(backend)
-    _check_options(be, options)
-    arch = be.target().arch
-    mdt = _dt.resolve(infer_dtype(a, b) if dtype is None else dtype, arch)
-    out = _dt.canonical_out_dtype(out_dtype, allow_float64=be.name == "reference")
-    reason = be.supports(mdt)
-    if reason is not None:
-        raise UnsupportedError(
-            f"backend {be.name!r} cannot run dtype {mdt.name} here: {reason}. "
-            f"It can run: {', '.join(be.supported_dtypes())}; or choose the reference backend (backend='reference')"
-        )
+    be, mdt, out = _resolved(backend, infer_dtype(a, b) if dtype is None else dtype, out_dtype)
+    if options:
+        _check_options(be, options)
     where = _common_placement(a, b) if be.vendor != "cpu" else ("host", None)
     batched = len(sa) == 3
     if batched and sa[0] == 0:
@@ -157,6 +151,46 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
                           scale_rounding=scale_rounding, **options) for i in range(sa[0])]
         return _stack(results)
     return be.matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding, **options)
+
+
+_RESOLVED: dict = {}  # (backend, MXCORE_BACKEND, dtype, out_dtype, arch) -> (backend object, MatmulDType, out)
+
+
+def _resolved(backend, dtype, out_dtype):
+    """The backend, resolved dtype and output dtype of a call, checked once per (backend request, environment,
+    dtype, out_dtype, arch) and then served from a cache (every error is raised before anything is cached)."""
+    from .backends import _INSTANCES, select
+
+    env = os.environ.get("MXCORE_BACKEND")
+    try:
+        hit = _RESOLVED.get((backend, env, dtype, out_dtype))
+    except TypeError:  # an unhashable dtype (a list pair): resolve without the cache
+        hit, env = None, None
+    if hit is not None:
+        be, by_arch = hit
+        if _INSTANCES.get(be.name) is be and be.is_available() is None:  # still the registry's, still usable
+            got = by_arch.get(be.target().arch)
+            if got is not None:
+                return (be,) + got
+    be = select(backend)
+    arch = be.target().arch
+    mdt = _dt.resolve(dtype, arch)
+    out = _dt.canonical_out_dtype(out_dtype, allow_float64=be.name == "reference")
+    reason = be.supports(mdt)
+    if reason is not None:
+        raise UnsupportedError(
+            f"backend {be.name!r} cannot run dtype {mdt.name} here: {reason}. "
+            f"It can run: {', '.join(be.supported_dtypes())}; or choose the reference backend (backend='reference')"
+        )
+    if env is not None or "MXCORE_BACKEND" not in os.environ:
+        if len(_RESOLVED) > 256:
+            _RESOLVED.clear()
+        key = (backend, os.environ.get("MXCORE_BACKEND"), dtype, out_dtype)
+        try:
+            _RESOLVED.setdefault(key, (be, {}))[1][arch] = (mdt, out)
+        except TypeError:
+            pass
+    return be, mdt, out
 
 
 def _check_options(be, options) -> None:

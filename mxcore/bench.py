@@ -197,6 +197,10 @@ def _table(rows) -> str:
 
 
 def _cli(argv) -> int:
+    if "--end-to-end" in argv:  # what a user calls, beside the kernel and the vendor pipeline: mxcore.bench_e2e
+        from mxcore.bench_e2e import cli
+
+        return cli([x for x in argv if x != "--end-to-end"])
     p = argparse.ArgumentParser(prog="mxcore bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="cuda", help="cuda, hip, or auto (the first available GPU backend)")
     p.add_argument("--dtype", default="fp16,bf16,tf32,fp8,mxfp8,mxfp4")
@@ -209,6 +213,8 @@ def _cli(argv) -> int:
                    "backend has for the dtype; tuning)")
     p.add_argument("--b-colmajor", action="store_true", help="B column-major (K contiguous) instead of row-major")
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
+    p.add_argument("--end-to-end", action="store_true", help="time mxcore.matmul as a user calls it (quantization, "
+                   "staging, output) beside the kernel and the vendor pipeline: mxcore.bench_e2e's options apply")
     p.add_argument("--loop-ceilings", action="store_true",
                    help="also time the kernel's main loop with parts removed: smem-resident, mma alone, feed alone")
     args = p.parse_args(argv)

@@ -55,6 +55,20 @@ def _is_scaled(x) -> bool:
     return type(x).__name__ == "ScaledTensor" and type(x).__module__.startswith("mxcore")
 
 
+def _on_device(x) -> bool:
+    mod = type(x).__module__ or ""
+    return mod.startswith("cupy") or (mod.startswith("torch") and getattr(x.device, "type", "cpu") != "cpu")
+
+
+def _byte_dtype(x):
+    """uint8 in ``x``'s array library (a view of fp8 codes as bytes)."""
+    if (type(x).__module__ or "").startswith("torch"):
+        import torch
+
+        return torch.uint8
+    return np.uint8
+
+
 def _dtype_name(x) -> str:
     dt = getattr(x, "dtype", None)
     return getattr(dt, "name", str(dt)).replace("torch.", "")
@@ -102,7 +116,10 @@ class Operand:
     ``values``: float array in the dtype's storage type (float kinds; tf32 values, already rounded to tf32,
     in float32), else None.
     ``codes``: uint8 element codes, logical shape (fp8 and MX kinds).
-    ``mx``: the :class:`MXTensor` (MX kind).  ``tensor_scale``: per-tensor scale (fp8 kind).
+    ``mx``: the :class:`MXTensor` (MX kind).  ``scale_exp``: the per-tensor scale's exponent (fp8 kind; the
+    scale is 2^scale_exp): an int, or, for a device ScaledTensor, its 0-d int32 device array, carried as it is so
+    that a GPU backend reads it on the device (nothing here reads it back).  ``tensor_scale``: the scale as a
+    float (reading it from a device ScaledTensor synchronises; the reference and host paths use it).
     """
 
     dtype: _dt.OperandDType
@@ -111,7 +128,16 @@ class Operand:
     values: np.ndarray | None = None
     codes: np.ndarray | None = None
     mx: object = None
-    tensor_scale: float = 1.0
+    scale_exp: object = 0
+
+    @property
+    def tensor_scale(self) -> float:
+        e = self.scale_exp
+        if not isinstance(e, (int, np.integer)):
+            from .arrays import to_numpy
+
+            e = int(to_numpy(e))  # a device scalar: one device->host read
+        return float(np.ldexp(1.0, int(e)))
 
     @property
     def scales(self):
@@ -130,7 +156,9 @@ class Operand:
 
 
 def prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str = "floor") -> Operand:
-    """Prepare one host operand (role "a": M×K, blocks along axis 1; "b": K×N, blocks along axis 0)."""
+    """Prepare one operand (role "a": M×K, blocks along axis 1; "b": K×N, blocks along axis 0): host data of any
+    kind; quantized objects (MXTensor / ScaledTensor, host or device) and raw device fp8 codes are passed through
+    without reading device memory."""
     from . import mx
 
     axis = 1 if role == "a" else 0  # K is A's columns and B's rows
@@ -157,10 +185,15 @@ def prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str = "floor
         if _is_scaled(x):
             if _dt.canonical_operand(x.fmt) != od.name:
                 raise UnsupportedError(_fp8_mismatch(role, x.fmt, od.name))
-            return Operand(od, role, tuple(x.codes.shape), codes=x.codes, tensor_scale=float(x.scale))
+            return Operand(od, role, tuple(x.codes.shape), codes=x.codes, scale_exp=x.scale_exp)
         if _is_mx(x):
             raise UnsupportedError(f"operand {role} is an MXTensor but dtype {od.name} is per-tensor fp8; "
                                    f"pass dtype={x.fmt!r} to use its block scales")
+        if _on_device(x) and _dtype_name(x).startswith("float8"):  # raw device fp8 codes: read as bytes, scale 1
+            name = _dtype_name(x)
+            if name != _numpy_name(od.element):
+                raise UnsupportedError(_fp8_mismatch(role, name.replace("float8_", ""), od.name))
+            return Operand(od, role, tuple(x.shape), codes=x.view(_byte_dtype(x)))
         host = np.asarray(x)
         name = host.dtype.name
         if name.startswith("float8"):
@@ -168,7 +201,7 @@ def prepare_one(x, od: _dt.OperandDType, role: str, scale_rounding: str = "floor
                 raise UnsupportedError(_fp8_mismatch(role, name.replace("float8_", ""), od.name))
             return Operand(od, role, tuple(host.shape), codes=host.view(np.uint8))
         t = mx.quantize_tensor(host, od.element)
-        return Operand(od, role, tuple(host.shape), codes=t.codes, tensor_scale=float(t.scale))
+        return Operand(od, role, tuple(host.shape), codes=t.codes, scale_exp=t.scale_exp)
     # float kinds
     if _is_mx(x) or _is_scaled(x):
         raise UnsupportedError(f"operand {role} is quantized ({x.fmt}) but dtype is {od.name}; pass dtype={x.fmt!r}")

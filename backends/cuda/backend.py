@@ -37,12 +37,14 @@ slices).
 
 from __future__ import annotations
 
+import numpy as np
+
 from mxcore.arrays import array_kind
 from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 
 from .._contract import Backend, Target
 from .compile import KernelCache
-from .device import device_info, resolve_ordinal, stream_for
+from .device import device_info, external_stream, resolve_ordinal, stream_for
 from .families import family_for
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
@@ -59,11 +61,14 @@ class CudaBackend(Backend):
     name = "cuda"
     vendor = "nvidia"
     options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate")
+    batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
+    device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
 
     def __init__(self):
         self.unavailable_cause = None
         self.kernels = KernelCache()
         self._reason = None
+        self._fast: dict = {}  # per-call fast path: layout key -> plan whose launch is re-pointed (see matmul)
 
     # ---- availability ---------------------------------------------------------------------------------------
     def is_available(self) -> str | None:
@@ -78,6 +83,13 @@ class CudaBackend(Backend):
                 self.unavailable_cause = exc
                 self._reason = f"CuPy with an NVIDIA GPU is needed ({type(exc).__name__}: {exc})"
         return self._reason or None
+
+    @property
+    def cp_module(self):
+        cp = self.__dict__.get("_cp")
+        if cp is None:
+            cp = self.__dict__["_cp"] = self._cupy()
+        return cp
 
     def _cupy(self):
         reason = self.is_available()
@@ -186,6 +198,13 @@ class CudaBackend(Backend):
                 if fold:
                     out = out.reshape(m, n)
         like = _result_like(cp, out_dtype, a, b)
+        if fam == "wgmma" and (da.exp_at is not None or db.exp_at is not None):
+            # the wgmma kernel takes its output scale by value (alpha0, alpha1); device scale exponents are read
+            # by the mma.sync epilogue only
+            if family == "wgmma":
+                raise UnsupportedError("family='wgmma' takes host per-tensor scales only; these operands carry "
+                                       "device scales (device ScaledTensor/MXTensor): use family='mma_sync'")
+            fam = "mma_sync"
         if fam == "wgmma":  # the sm_90a family (sm90.py): same staging and output, its own launch
             from .sm90 import Sm90Plan
 
@@ -203,18 +222,20 @@ class CudaBackend(Backend):
             out = cp.empty(shape, dtype=store)
         elif tuple(out.shape) != shape or out.dtype != store or not out.flags.c_contiguous:
             raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
-        parts = [self.plan(a[i] if a.ndim == 3 else a, b[i] if b.ndim == 3 else b, mdt, out_dtype=out_dtype,
+        parts = [self.plan(_item(a, i) if a.ndim == 3 else a, _item(b, i) if b.ndim == 3 else b, mdt, out_dtype=out_dtype,
                            scale_rounding=scale_rounding, out=out[i], **options) for i in range(batch)]
         return BatchLoopPlan(parts, out, _result_like(cp, out_dtype, a, b))
 
     def _quantized_prep(self, stager, a, b, mdt, scale_rounding, path):
-        """fp8/MX operands: quantized objects as they are (codes/scales on any device), float data quantized on
-        the host by mxcore.operands.prepare; returns the staging callable."""
+        """fp8/MX operands: quantized objects as they are (codes/scales on any device), device float data quantized
+        on its GPU (mxcore.quantize_mx / quantize_tensor), host data by mxcore.operands.prepare; device scales stay
+        on the device.  Returns the staging callable."""
         from mxcore.arrays import to_numpy
         from mxcore.operands import prepare
 
         kinds = [array_kind(x) for x in (a, b)]
-        host = [x if kd in ("mx", "numpy") else to_numpy(x) for x, kd in zip((a, b), kinds)]
+        host = [x if kd in ("mx", "numpy") else _quantize_device(x, od, role, scale_rounding) if _on_gpu(x)
+                else to_numpy(x) for x, kd, od, role in zip((a, b), kinds, (mdt.a, mdt.b), ("a", "b"))]
         opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
         src = [x if kd == "mx" else None for x, kd in zip((a, b), kinds)]
         up: dict = {}  # uploads once per plan: prep() re-runs the device work only
@@ -236,9 +257,61 @@ class CudaBackend(Backend):
         if unknown:
             raise UnsupportedError(f"the cuda backend takes no option(s) {', '.join(unknown)}; its options are: "
                                    f"{', '.join(self.options)}")
+        if out is None and not options and mdt.kind == "float":
+            fast = self._fast_call(a, b, mdt, out_dtype)
+            if fast is not None:
+                return fast
         p = self.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, out=out, **options)
         p.gemm()
         return p.result()
+
+    def _fast_call(self, a, b, mdt, out_dtype: str):
+        """fp16/bf16 device operands the kernel reads in place: the plan is built once per layout (device, dtypes,
+        shapes, strides, 16-byte alignment, output dtype) and later calls only allocate the output and launch it
+        with the new addresses.  None when the operands do not qualify (the caller builds a plan)."""
+        ka, kb = array_kind(a), array_kind(b)
+        if ka != kb or ka not in ("torch", "cupy") or mdt.a.name not in ("fp16", "bf16"):
+            return None
+        if ka == "torch":
+            if a.device.type != "cuda" or b.device.type != "cuda" or a.requires_grad or b.requires_grad:
+                return None
+            pa, pb = a.data_ptr(), b.data_ptr()
+            key = (ka, a.device.index, b.device.index, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(),
+                   b.stride(), pa % 16, pb % 16, mdt.a.name, out_dtype)
+        else:
+            pa, pb = a.data.ptr, b.data.ptr
+            key = (ka, a.device.id, b.device.id, a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, pa % 16,
+                   pb % 16, mdt.a.name, out_dtype)
+        entry = self._fast.get(key)
+        if entry is None:
+            if len(self._fast) > 256:
+                self._fast.clear()
+            p = self.plan(a, b, mdt, out_dtype=out_dtype)
+            p.gemm()
+            result = p.result()
+            ok = type(p) is CudaPlan and p.da.direct and p.db.direct and p._launch is not None
+            self._fast[key] = (p.template(), ka, p._fold or tuple(p.out.shape), p.out.dtype) if ok else False
+            return result
+        if entry is False:
+            return None
+        p, ka, shape, store = entry
+        cp = self.cp_module
+        if ka == "torch":
+            import torch
+
+            dev = a.device
+            if cp.cuda.runtime.getDevice() != p.dev.ordinal:
+                return None
+            stream = external_stream(cp, torch.cuda.current_stream(dev).cuda_stream)
+            out = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=dev)
+            p.relaunch(np.uint64(pa), np.uint64(pb), np.uint64(out.data_ptr()), stream)
+            return out
+        if cp.cuda.runtime.getDevice() != p.dev.ordinal:
+            return None
+        stream = cp.cuda.get_current_stream()
+        out = cp.empty(shape, dtype=store)
+        p.relaunch(np.uint64(pa), np.uint64(pb), out, stream)
+        return out
 
     # ---- benchmark hooks ------------------------------------------------------------------------------------
     def timer(self):
@@ -282,6 +355,53 @@ class CudaBackend(Backend):
         from .emit import emit_kernels
 
         return emit_kernels(arch, out_dir, workers=workers)
+
+
+_TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+class _TorchOut(dict):
+    def __missing__(self, key):
+        import torch
+
+        self[key] = getattr(torch, _TORCH_OUT_NAMES[key])
+        return self[key]
+
+
+_TORCH_OUT = _TorchOut()
+
+
+def _on_gpu(x) -> bool:
+    kind = array_kind(x)
+    return kind == "cupy" or (kind == "torch" and x.device.type == "cuda")
+
+
+def _quantize_device(x, od, role: str, scale_rounding: str):
+    """A 2-D device float operand quantized on its GPU (raw fp8 code arrays pass as they are)."""
+    from mxcore import mx
+
+    name = getattr(x.dtype, "name", str(x.dtype)).replace("torch.", "")
+    if name.startswith("float8"):
+        return x
+    if od.kind == "mx":
+        return mx.quantize_mx(x, od.name, axis=1 if role == "a" else 0, scale_rounding=scale_rounding)
+    return mx.quantize_tensor(x, od.element)
+
+
+def _item(x, i: int):
+    """Batch element ``i`` of a 3-D operand (an MXTensor/ScaledTensor is sliced along its codes and scales; the
+    batch's scale maximum / scale stays shared, which keeps the product exact)."""
+    if array_kind(x) != "mx":
+        return x[i]
+    from mxcore.mx import MXTensor, ScaledTensor
+
+    if isinstance(x, MXTensor):
+        if x.axis == 0:
+            raise ShapeError("a batched MXTensor must have its blocks along M/K/N (axis 1 or 2), not the batch axis")
+        return MXTensor(x.codes[i], x.scales[i], x.fmt, x.axis - 1, x.block, tuple(x.shape[1:]), x.scale_max)
+    if isinstance(x, ScaledTensor):
+        return ScaledTensor(x.codes[i], x.scale, x.fmt, x.scale_exp)
+    return x[i]
 
 
 def _strides(x) -> tuple:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
-__all__ = ["DeviceInfo", "as_cupy", "device_info", "ordinal_of", "resolve_ordinal", "stream_for"]
+__all__ = ["DeviceInfo", "as_cupy", "device_info", "external_stream", "ordinal_of", "resolve_ordinal", "stream_for"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,20 @@ def stream_for(cp, a, b):
         return cp.cuda.get_current_stream()
     import torch
 
-    return cp.cuda.Stream.from_external(_StreamHandle(torch.cuda.current_stream(t.device).cuda_stream))
+    return external_stream(cp, torch.cuda.current_stream(t.device).cuda_stream)
+
+
+_STREAMS: dict = {}
+
+
+def external_stream(cp, handle: int):
+    """CuPy's view of a foreign (torch) stream handle, one object per handle (made once: ~10 us each)."""
+    s = _STREAMS.get(handle)
+    if s is None:
+        if len(_STREAMS) > 64:
+            _STREAMS.clear()
+        s = _STREAMS[handle] = cp.cuda.Stream.from_external(_StreamHandle(handle))
+    return s
 
 
 class _StreamHandle:

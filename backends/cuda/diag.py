@@ -45,5 +45,5 @@ def launch_diagnostic(plan, name: str) -> None:
                                     (*gemm_options(v), f"-DMX_DIAG={code}"), smem)
     out = plan.out
     ldc = out.shape[-1]
-    kern(plan._grid, (v.threads,), plan._args(out, ldc, plan._alpha, OUT_KIND[plan.out_dtype], 0, plan.m * ldc),
+    kern(plan._grid, (v.threads,), plan._args(out, ldc, plan._scale, OUT_KIND[plan.out_dtype], 0, plan.m * ldc),
          shared_mem=smem)

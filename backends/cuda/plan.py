@@ -1,7 +1,9 @@
 """The CUDA plan: staged operands, output and a bound launch of the mma.sync GEMM (``kernels_cuda/gemm.cu``).
 
-Everything a launch needs — variant, tile, grid, split K, kernel handle, scale factors — is decided once when the
-plan is built (:meth:`CudaPlan._bind`); ``gemm()`` only launches.  Batched problems run as one launch: the batch
+Everything a launch needs — variant, tile, grid, split K, kernel handle, the packed argument tuples — is decided
+once when the plan is built (:meth:`CudaPlan._bind`); ``gemm()`` only launches.  The output scale 2^e travels as
+``(exp0, exp_a, exp_b, exp_u8)`` (:func:`scale_args`): host exponents in exp0, device scalars (a device
+ScaledTensor's scale_exp, a device MXTensor's scale_max) as pointers the epilogue reads, never the host.  Batched problems run as one launch: the batch
 is the grid's y dimension (operand batch strides, 0 for a shared operand) and split K keeps z.  Split K (fp32
 slices + an ordered, deterministic reduction) is used when the output tiles cannot fill the GPU and K is long
 (e.g. 16x8192x8192).
@@ -18,7 +20,7 @@ from .compile import GEMM_FILE
 from .stage import DevOperand
 from .variants import TILES, Variant, choose_tile, gemm_options
 
-__all__ = ["OUT_KIND", "CudaPlan", "split_k"]
+__all__ = ["OUT_KIND", "CudaPlan", "scale_args", "split_k"]
 
 OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
 STORE = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
@@ -36,6 +38,30 @@ def split_k(sms: int, blocks: int, k: int, bk: int, force: int = 0) -> tuple[int
     per = -(-k // max(1, want))
     k_split = -(-per // bk) * bk  # a multiple of the K tile
     return -(-k // k_split), k_split
+
+
+_NULL = np.uint64(0)
+_UNIT = (np.int32(0), _NULL, _NULL, np.int32(0))  # scale 1 (split-K partial products)
+
+
+def scale_args(a: DevOperand, b: DevOperand) -> tuple:
+    """The kernels' output-scale arguments (exp0, exp_a, exp_b, exp_u8) for 2^(a.exp + *a.exp_at + b.exp +
+    *b.exp_at) (mx_common.cuh ``out_scale``): device scalars are passed as pointers, never read here."""
+    ats = [x.exp_at for x in (a, b) if x.exp_at is not None]
+    kinds = {x.dtype.itemsize for x in ats}
+    if len(kinds) > 1 or kinds - {1, 4}:
+        raise UnsupportedError(f"internal: device scale exponents of dtypes {[x.dtype.name for x in ats]}")
+    return (np.int32(a.exp + b.exp), _NULL if a.exp_at is None else a.exp_at,
+            _NULL if b.exp_at is None else b.exp_at, np.int32(kinds == {1}))
+
+
+def host_alpha(a: DevOperand, b: DevOperand) -> tuple:
+    """(alpha0, alpha1) as fp32 of a host-only scale (no ``exp_at``), for kernels that take the scale by value."""
+    if a.exp_at is not None or b.exp_at is not None:
+        raise UnsupportedError("internal: this kernel takes its output scale by value, but the operands carry "
+                               "device scale exponents")
+    e = a.exp + b.exp
+    return np.float32(np.ldexp(1.0, e // 2)), np.float32(np.ldexp(1.0, e - e // 2))
 
 
 class CudaPlan(Plan):
@@ -79,45 +105,91 @@ class CudaPlan(Plan):
         self.variant_ = v
         self.variant = f"{v.name} (mma.sync)"
         blocks = -(-m // t.bm) * -(-n // t.bn)
-        e = a.exp + b.exp
-        self._alpha = (np.float32(2.0 ** (e // 2)), np.float32(2.0 ** (e - e // 2)))
+        self._scale = scale_args(a, b)
         self._splits, self._k_split = split_k(self.dev.sms, blocks * nb, a.k, v.bk, self._split)
         self._grid = (blocks, nb, self._splits)
         self._kernel = self.backend.kernels.get(self.cp, self.dev.ordinal, ("gemm", v), GEMM_FILE, "mx_gemm",
                                                 gemm_options(v), v.smem_bytes)
         self.diagnostics = ("smem", "mma", "feed") if self._splits == 1 else ()
+        self._pack()
 
-    def _args(self, c, ldc: int, alpha, out_kind: int, split_stride: int, c_bstride: int) -> tuple:
+    def _pack(self) -> None:
+        """The launch argument tuples (they hold the buffers: re-packed by clone())."""
+        self._launch = None
+        out = self.out
+        if out is None or out.size == 0 or self.da.k == 0:
+            return
+        ldc = out.shape[-1]
+        if self._splits == 1:
+            self._launch = (self._args(out, ldc, self._scale, OUT_KIND[self.out_dtype], 0, self.m * ldc), None)
+            return
+        nb, m, n = self._nb, self.m, self.n
+        rows = nb * m  # the output is C-contiguous: the batch stacks along M
+        self._red_grid = (max(1, min(-(-rows * n // 256), 4 * self.dev.sms)),)
+        self._red = self.backend.kernels.prep(self.cp, self.dev.ordinal, "mx_splitk_reduce")
+        self._launch = (None, (np.int32(self._splits), np.int64(nb * m * n), out, np.int32(rows), np.int32(n),
+                               np.int64(ldc), *self._scale, np.int32(OUT_KIND[self.out_dtype])))
+
+    def _args(self, c, ldc: int, scale, out_kind: int, split_stride: int, c_bstride: int) -> tuple:
         a, b = self.da, self.db
         return (a.buf, b.buf, c, np.int32(self.m), np.int32(self.n), np.int32(a.k), np.int64(a.ld), np.int64(b.ld),
-                np.int64(ldc), alpha[0], alpha[1], np.int32(out_kind), np.int32(self._k_split),
+                np.int64(ldc), *scale, np.int32(out_kind), np.int32(self._k_split),
                 np.int64(split_stride), np.int64(a.bstride), np.int64(b.bstride), np.int64(c_bstride))
 
     # ---- the contract -------------------------------------------------------------------------------------
     def gemm(self) -> None:
-        cp, m, n = self.cp, self.m, self.n
+        cp = self.cp
         with cp.cuda.Device(self.dev.ordinal), self.stream:
-            if self.out.size == 0:
-                return
-            if self.da.k == 0:  # the empty sum
+            self._gemm()
+
+    def _gemm(self) -> None:
+        """gemm() under the plan's device and stream (the backend's matmul is already there)."""
+        launch = self._launch
+        if launch is None:
+            if self.out.size and self.da.k == 0:  # the empty sum
                 self.out.fill(0)
-                return
-            v, out = self.variant_, self.out
-            ldc = out.shape[-1]
-            if self._splits == 1:
-                self._kernel(self._grid, (v.threads,), self._args(out, ldc, self._alpha, OUT_KIND[self.out_dtype], 0,
-                                                                   m * ldc), shared_mem=v.smem_bytes)
-                return
-            nb = self._nb
-            ws = cp.empty((self._splits, nb, m, n), dtype=cp.float32)  # fp32 partial products, summed in z order
-            one = (np.float32(1), np.float32(1))
-            self._kernel(self._grid, (v.threads,), self._args(ws, n, one, 0, nb * m * n, m * n),
-                         shared_mem=v.smem_bytes)
-            red = self.backend.kernels.prep(cp, self.dev.ordinal, "mx_splitk_reduce")
-            rows = nb * m  # the output is C-contiguous: the batch stacks along M
-            grid = (max(1, min(-(-rows * n // 256), 4 * self.dev.sms)),)
-            red(grid, (256,), (ws, np.int32(self._splits), np.int64(nb * m * n), out, np.int32(rows), np.int32(n),
-                               np.int64(ldc), self._alpha[0], self._alpha[1], np.int32(OUT_KIND[self.out_dtype])))
+            return
+        v = self.variant_
+        args, red = launch
+        if red is None:
+            self._kernel(self._grid, (v.threads,), args, shared_mem=v.smem_bytes)
+            return
+        nb, m, n = self._nb, self.m, self.n
+        ws = self.cp.empty((self._splits, nb, m, n), dtype=self.cp.float32)  # fp32 partials, summed in z order
+        self._kernel(self._grid, (v.threads,), self._args(ws, n, _UNIT, 0, nb * m * n, m * n),
+                     shared_mem=v.smem_bytes)
+        self._red(self._red_grid, (256,), (ws, *red))
+
+    def template(self) -> "CudaPlan":
+        """A copy of this plan without its buffers (operands, output, closures): what :meth:`relaunch` needs."""
+        import copy
+
+        t = copy.copy(self)
+        args, red = self._launch
+        t._launch = ((None, None, None) + args[3:] if args is not None else None,
+                     red[:2] + (None,) + red[3:] if red is not None else None)
+        t.da, t.db = copy.copy(self.da), copy.copy(self.db)
+        t.da.buf = t.db.buf = None
+        t.out = t._prep = t._like = None
+        return t
+
+    def relaunch(self, a_ptr, b_ptr, out, stream) -> None:
+        """This plan's launch on other operands of the same layout (direct operands: ``a_ptr`` / ``b_ptr`` device
+        addresses with the same shapes, strides and 16-byte alignment as the plan's) into ``out`` (a device array
+        of the output's shape, or its address), on ``stream``, under the plan's device.  The per-call fast path of
+        :meth:`CudaBackend.matmul`."""
+        args, red = self._launch
+        v = self.variant_
+        if red is None:
+            self._kernel(self._grid, (v.threads,), (a_ptr, b_ptr, out) + args[3:], shared_mem=v.smem_bytes,
+                         stream=stream)
+            return
+        nb, m, n = self._nb, self.m, self.n
+        with stream:
+            ws = self.cp.empty((self._splits, nb, m, n), dtype=self.cp.float32)
+        self._kernel(self._grid, (v.threads,), (a_ptr, b_ptr) + self._args(ws, n, _UNIT, 0, nb * m * n, m * n)[2:],
+                     shared_mem=v.smem_bytes, stream=stream)
+        self._red(self._red_grid, (256,), (ws,) + red[:2] + (out,) + red[3:], stream=stream)
 
     def prep(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
@@ -136,6 +208,8 @@ class CudaPlan(Plan):
         other = copy.copy(self)
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
             other.da, other.db, other.out = self.da.copy(), self.db.copy(), self.out.copy()
+        if hasattr(other, "_launch"):  # this family's packed arguments hold the buffers
+            other._pack()
         return other
 
     def gemm_diagnostic(self, name: str) -> None:

@@ -12,15 +12,16 @@ and scales may be numpy, CuPy or torch CUDA arrays) or as float data quantized o
 ``mx_transpose_bytes``, or padded by ``mx_prep_codes``), or decoded to f16 (``fp8_path="decode"``).  MX codes
 are decoded with the block scale folded in, value * 2^(scale - smax), to bf16 (``mx_decode_codes`` in the
 operand's own layout, else the transposing ``mx_prep_codes``); the epilogue multiplies by 2^(smax - 127).  smax,
-the largest finite scale code, is ``MXTensor.scale_max`` (computed by the quantizer; one scalar read for a
-device tensor).  The staged buffer is cached on the quantized object (quantize once, multiply many times).
+the largest finite scale code, is ``MXTensor.scale_max`` (computed by the quantizer).  Device scalars are never
+read on the host: a device MXTensor's smax (0-d uint8) and a device ScaledTensor's ``scale_exp`` (0-d int32) go
+to the kernels as pointers (:attr:`DevOperand.exp_at`; the decode kernels' ``exp_bias_at``), host ones as ints.
+The staged buffer is cached on the quantized object (quantize once, multiply many times).
 
 Batched operands (3-D) are staged into one buffer with a batch stride (0 for an operand shared by the batch).
 """
 
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 
@@ -42,8 +43,10 @@ MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
 @dataclass
 class DevOperand:
     """An operand as the GEMM kernel reads it: ``buf`` (kept alive) at ``ld`` elements per row, K-major or not,
-    element ``elem`` ("f16" | "bf16" | "tf32" | "e4m3" | "e5m2"), values times 2^exp, K as the kernel sees it
-    (3xTF32 triples it), batch stride in elements (0: shared by every batch element)."""
+    element ``elem`` ("f16" | "bf16" | "tf32" | "e4m3" | "e5m2"), values times 2^(exp + *exp_at), K as the kernel
+    sees it (3xTF32 triples it), batch stride in elements (0: shared by every batch element).  ``exp_at``: None,
+    or a 0-d device array the epilogue reads (int32: a per-tensor fp8 scale exponent; uint8: an MX scale
+    maximum)."""
 
     buf: object
     ld: int
@@ -52,20 +55,20 @@ class DevOperand:
     exp: int = 0
     k: int = 0
     bstride: int = 0
+    exp_at: object = None
+    direct: bool = False  # buf is the caller's array itself (read in place)
 
     def copy(self) -> "DevOperand":
-        return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride)
+        return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride,
+                          self.exp_at)  # a copy is not the caller's array
 
 
 def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _pow2_exponent(scale: float) -> int:
-    mant, e = math.frexp(float(scale))
-    if mant != 0.5:
-        raise UnsupportedError(f"per-tensor scale {scale!r} is not a power of two")
-    return e - 1
+def _host_int(x) -> bool:
+    return isinstance(x, (int, np.integer))
 
 
 def _logical(arr, role: str):
@@ -134,9 +137,11 @@ class Stager:
         if arr.data.ptr % 16 or (nb > 1 and (s_b < 0 or s_b % 8)):
             return None
         if (s_c == 1 or cols == 1) and (rows == 1 or (s_r > 0 and s_r % 8 == 0)):  # K-major
-            return DevOperand(arr, s_r if rows > 1 else _round_up(cols, 8), True, "", 0, cols, s_b if nb > 1 else 0)
+            return DevOperand(arr, s_r if rows > 1 else _round_up(cols, 8), True, "", 0, cols, s_b if nb > 1 else 0,
+                              direct=True)
         if (s_r == 1 or rows == 1) and (cols == 1 or (s_c > 0 and s_c % 8 == 0)):  # M/N-major
-            return DevOperand(arr, s_c if cols > 1 else _round_up(rows, 8), False, "", 0, cols, s_b if nb > 1 else 0)
+            return DevOperand(arr, s_c if cols > 1 else _round_up(rows, 8), False, "", 0, cols, s_b if nb > 1 else 0,
+                              direct=True)
         return None
 
     def _prep_float(self, arr, kind: str, role: str, dst: str, out=None, col_off: int = 0, ld: int | None = None):
@@ -185,7 +190,8 @@ class Stager:
     # ---- quantized dtypes -----------------------------------------------------------------------------------
     def upload(self, op) -> tuple:
         """(codes, scales, smax) of a prepared fp8/MX operand on this device, once per plan: device arrays as they
-        are, host arrays copied; smax: the largest finite scale code (127 when there is none; MX only)."""
+        are, host arrays copied; smax: the largest finite scale code (127 when there is none; MX only), an int
+        for a host MXTensor, a 0-d uint8 CuPy array (never read here) for a device one."""
         cp = self.cp
         codes = as_cupy(cp, op.codes)
         if op.mx is None:
@@ -193,8 +199,8 @@ class Stager:
         if op.mx.block != MX_BLOCK_KERNEL:
             raise UnsupportedError(f"operand {op.role} is an MXTensor with blocks of {op.mx.block}; the CUDA kernels "
                                    f"read OCP MX blocks of {MX_BLOCK_KERNEL} along K: quantize with block=32")
-        # the MXTensor carries its largest finite scale code (a 0-d device array for device tensors: one read)
-        return codes, as_cupy(cp, op.mx.scales), int(op.mx.scale_max)
+        smax = op.mx.scale_max
+        return codes, as_cupy(cp, op.mx.scales), int(smax) if _host_int(smax) else as_cupy(cp, smax)
 
     def stage_quantized(self, op, role: str, path: str, src=None, uploaded=None) -> DevOperand:
         """Stage a prepared fp8/MX operand (``mxcore.operands.Operand``; 2-D).  ``src``: the user's quantized
@@ -218,25 +224,32 @@ class Stager:
         od = op.dtype
         cols = op.shape[1] if role == "a" else op.shape[0]
         codes, scales, smax = uploaded
-        if od.kind == "fp8":
-            exp = _pow2_exponent(op.tensor_scale)
+        if od.kind == "fp8":  # the per-tensor scale 2^scale_exp goes to the epilogue (a device int32 as a pointer)
+            se = op.scale_exp
+            exp, exp_at = (int(se), None) if _host_int(se) else (0, as_cupy(self.cp, se))
             short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}[od.name]
             if path != "decode":
                 buf, ld = self._stage_bytes(codes, role, od.element)
-                return DevOperand(buf, ld, True, short, exp, cols)
-            fast = self._decode_in_place(codes, role, od.element, "f16", None, 127, exp, cols)
+                return DevOperand(buf, ld, True, short, exp, cols, exp_at=exp_at)
+            fast = self._decode_in_place(codes, role, od.element, "f16", None, (127, None), exp, cols)
             if fast is not None:
+                fast.exp_at = exp_at
                 return fast
             buf, ld = self._prep_codes(codes, role, od.element, "f16")
-            return DevOperand(buf, ld, True, "f16", exp, cols)
+            return DevOperand(buf, ld, True, "f16", exp, cols, exp_at=exp_at)
         element = _dt.MX_ELEMENT[od.name]
-        fast = self._decode_in_place(codes, role, element, "bf16", scales, smax, smax - 127, cols)
+        # decode at 2^(scale - smax), epilogue 2^(smax - 127): smax an int, or read by the kernels on the device
+        bias, exp, exp_at = (smax, smax - 127, None) if _host_int(smax) else ((0, smax), -127, smax)
+        bias = bias if isinstance(bias, tuple) else (bias, None)
+        fast = self._decode_in_place(codes, role, element, "bf16", scales, bias, exp, cols)
         if fast is not None:
+            fast.exp_at = exp_at
             return fast
-        buf, ld = self._prep_codes(codes, role, element, "bf16", scales=scales, exp_bias=smax)
-        return DevOperand(buf, ld, True, "bf16", smax - 127, cols)
+        buf, ld = self._prep_codes(codes, role, element, "bf16", scales=scales, exp_bias=bias)
+        return DevOperand(buf, ld, True, "bf16", exp, cols, exp_at=exp_at)
 
-    def _prep_codes(self, codes, role: str, element: str, dst: str, scales=None, exp_bias: int = 127):
+    def _prep_codes(self, codes, role: str, element: str, dst: str, scales=None, exp_bias: tuple = (127, None)):
+        """``exp_bias``: (int, None), or (0, 0-d uint8 device array) read by the kernel."""
         from mxcore import formats
 
         cp = self.cp
@@ -257,7 +270,7 @@ class Stager:
             return out, ld
         self._prep("mx_prep_codes")(grid, (32, 8), (
             codes_d, np.int32(rows), np.int32(cols), np.int64(s_r), np.int64(s_c), np.int32(int(s_r == 1 and s_c != 1)),
-            sc, np.int64(ss_r), np.int64(ss_c), np.int32(exp_bias), np.int32(spec.ebits), np.int32(spec.mbits),
+            sc, np.int64(ss_r), np.int64(ss_c), np.int32(exp_bias[0]), _ptr(exp_bias[1]), np.int32(spec.ebits), np.int32(spec.mbits),
             np.int32(spec.bias), np.int32(_SPECIAL.get(spec.specials, 0)), out, np.int32(_DST_KIND[dst]),
             np.int64(ld), np.int64(0)))
         return out, ld
@@ -302,7 +315,7 @@ class Stager:
 
         return self.kernels.constant(self.ordinal, ("table", element, dst, scaled), make)
 
-    def _decode_in_place(self, codes, role: str, element: str, dst: str, scales, exp_bias: int, exp: int,
+    def _decode_in_place(self, codes, role: str, element: str, dst: str, scales, exp_bias: tuple, exp: int,
                          cols: int) -> DevOperand | None:
         """Decode codes elementwise in their own layout (A stays K-major, B stays N-major: the 16-bit kernel
         reads both); None when the contiguous dimension is not a multiple of 8 (the transposing path pads)."""
@@ -321,5 +334,10 @@ class Stager:
         grid = (max(1, min(-(-(rows_ * cols_ // 8) // 256), 16 * self.sms)),)
         self._prep("mx_decode_codes")(grid, (256,), (
             codes_d, np.int32(rows_), np.int32(cols_), table, sc, np.int32(bi), np.int32(bj), np.int64(s_i),
-            np.int64(s_j), np.int32(exp_bias), np.int32(_DST_KIND[dst]), out))
+            np.int64(s_j), np.int32(exp_bias[0]), _ptr(exp_bias[1]), np.int32(_DST_KIND[dst]), out))
         return DevOperand(out, cols_, role == "a", dst, exp, cols)
+
+
+def _ptr(x):
+    """A kernel pointer argument: the device array, or a null pointer for None."""
+    return np.uint64(0) if x is None else x
