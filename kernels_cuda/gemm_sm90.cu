@@ -27,7 +27,12 @@
 //                  accumulator (DeepGEMM's promotion); 0 = one accumulator (fast accumulation)
 // Tensor maps (host): K-major operand: dims {K, rows}, box {128 bytes of K, rows of the tile};
 // M/N-major operand: dims {rows, K}, box {64 elements, BK}, the tile loaded as rows/64 boxes.
+//   SM90_SWAP      1: A and B were swapped by the host (small M: C^T = B^T A^T, the weight fills the 128-row
+//                 side); the epilogue stores D transposed, straight from registers
 // out_kind: 0 fp32, 1 fp16, 2 bf16.  ldc in elements.  pair_ok: C's base and ldc allow 2-element stores.
+// Split K: k_split (a multiple of the stage's K) per split; work unit u = (tile u / splits, split u % splits);
+// split z writes its fp32 partial product (alpha 1) at C + z * split_stride elements (direct stores), which the
+// host sums in z order (mx_splitk_reduce).  Without a split: k_split >= K.
 
 #include "mx_common.cuh"
 
@@ -63,6 +68,12 @@
 #endif
 #ifndef SM90_EPI_COLS
 #define SM90_EPI_COLS SM90_BN  // columns per epilogue round (SM90_BN or SM90_BN / 2)
+#endif
+#ifndef SM90_SWAP
+#define SM90_SWAP 0  // 1: the host swapped A and B (decode: C^T = B^T A^T); D is stored transposed
+#endif
+#if SM90_SWAP && SM90_TMA_STORE
+#error "the transposed (swapped) epilogue stores directly (SM90_TMA_STORE 0)"
 #endif
 #ifndef SM90_GROUP_M
 #define SM90_GROUP_M 16
@@ -319,7 +330,7 @@ __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
 extern "C" __global__ void __launch_bounds__(384, 1) SM90_CLUSTER_ATTR
 mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
              const __grid_constant__ TmaMap map_c, void* __restrict__ C, int M, int N, int K, i64 ldc, float alpha0,
-             float alpha1, int out_kind, int pair_ok) {
+             float alpha1, int out_kind, int pair_ok, int k_split, i64 split_stride) {
     extern __shared__ __align__(1024) u8 smem_raw[];
     // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
     u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -337,9 +348,11 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
     const u32 rank = 0;
 #endif
     const int units_m = (tiles_m + SM90_CLUSTER - 1) / SM90_CLUSTER;
-    const int units = units_m * tiles_n;
-    const int unit0 = blockIdx.x / SM90_CLUSTER, unit_step = gridDim.x / SM90_CLUSTER;
     const int kblocks = (K + SM90_BK - 1) / SM90_BK;
+    const int split_blocks = k_split / SM90_BK;  // K blocks per split (k_split: a multiple of SM90_BK, >= K: none)
+    const int splits = (kblocks + split_blocks - 1) / split_blocks;
+    const int units = units_m * tiles_n * splits;  // unit u: tile u / splits, K split u % splits
+    const int unit0 = blockIdx.x / SM90_CLUSTER, unit_step = gridDim.x / SM90_CLUSTER;
 
     if (threadIdx.x == 0) {
         prefetch_tensormap(&map_a);
@@ -367,10 +380,11 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             u32 phase = 0;
             for (int u = unit0; u < units; u += unit_step) {
                 int tm, tn;
-                tile_coords(u, units_m, tiles_n, tm, tn);
+                tile_coords(u / splits, units_m, tiles_n, tm, tn);
                 tm = tm * SM90_CLUSTER + rank;
+                const int kb0 = (u % splits) * split_blocks, kb1 = min(kblocks, kb0 + split_blocks);
                 const int m0 = tm * SM90_BM, n0 = tn * SM90_BN;
-                for (int kb = 0; kb < kblocks; ++kb) {
+                for (int kb = kb0; kb < kb1; ++kb) {
                     mbarrier_wait(empty0 + 8 * s, phase ^ 1);
                     const u32 full = full0 + 8 * s;
                     mbarrier_arrive_expect_tx(full, SM90_STAGE_BYTES);
@@ -417,8 +431,9 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #endif
         for (int u = unit0; u < units; u += unit_step) {
             int tm, tn;
-            tile_coords(u, units_m, tiles_n, tm, tn);
+            tile_coords(u / splits, units_m, tiles_n, tm, tn);
             tm = tm * SM90_CLUSTER + rank;
+            const int kb0 = (u % splits) * split_blocks, kb1 = min(kblocks, kb0 + split_blocks);
 #if SM90_ELEM == 3 && SM90_PROMOTE
 #pragma unroll
             for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
@@ -426,7 +441,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #if !(SM90_ELEM == 3 && SM90_PROMOTE)
             int prev = -1;
 #endif
-            for (int kb = 0; kb < kblocks; ++kb) {
+            for (int kb = kb0; kb < kb1; ++kb) {
                 mbarrier_wait(full0 + 8 * s, phase);
                 const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
                 wgmma_fence();
@@ -445,7 +460,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #if SM90_ELEM == 3 && SM90_PROMOTE
                     wgmma_mma_async(part, da, db, kk > 0);
 #else
-                    wgmma_mma_async(acc, da, db, (kb > 0) || (kk > 0));
+                    wgmma_mma_async(acc, da, db, (kb > kb0) || (kk > 0));
 #endif
                 }
                 wgmma_commit_group();
@@ -508,6 +523,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 }
             }
 #else
+            void* const Cz = (void*)((u8*)C + (u % splits) * split_stride * (out_kind == 0 ? 4 : 2));  // K split's slice
             const int row0 = tm * SM90_BM + 64 * c + 16 * warp + lane / 4;
             const int col0 = tn * SM90_BN + 2 * (lane % 4);
 #pragma unroll
@@ -516,9 +532,18 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = row0 + 8 * h;
+#if SM90_SWAP
+                    // D is C transposed (A, B swapped by the host): D[row, col] -> C[col, row]
                     if (row < M && col < N)
-                        store_pair(C, (i64)row * ldc + col, alpha * acc[4 * b + 2 * h], alpha * acc[4 * b + 2 * h + 1],
+                        store_pair(Cz, (i64)col * ldc + row, alpha * acc[4 * b + 2 * h], 0.f, false, false, out_kind);
+                    if (row < M && col + 1 < N)
+                        store_pair(Cz, (i64)(col + 1) * ldc + row, alpha * acc[4 * b + 2 * h + 1], 0.f, false, false,
+                                   out_kind);
+#else
+                    if (row < M && col < N)
+                        store_pair(Cz, (i64)row * ldc + col, alpha * acc[4 * b + 2 * h], alpha * acc[4 * b + 2 * h + 1],
                                    col + 1 < N, pair_ok, out_kind);
+#endif
                 }
             }
 #endif

@@ -13,7 +13,9 @@ nvidia_gpu; skipped without CuPy, a GPU, or when the GPU is not sm_90).  Every c
 * Random normal inputs within |err| <= (K + 2) 2^-23 Σ|ab| (fp16/bf16/tf32), plus 2^-20 Σ|ab| (fp32 3xTF32),
   plus 2^-p Σ|ab| (fp8 promoted: one rounding to p bits per 128-K window), or (K/32 + 1) 2^-p Σ|ab| (fp8 fast:
   one rounding per k32 wgmma into the running sum).
-Every launch writes into an output poisoned with NaN first.
+fp8/MX operands are passed as host arrays (quantized on the host: host per-tensor scales, which the wgmma kernel
+takes by value).  Shapes with M <= 64 run the swapped (C^T = B^T A^T) variant with split K.  Every launch writes
+into an output poisoned with NaN first.
 """
 
 from __future__ import annotations
@@ -56,15 +58,20 @@ def _ints(rng, shape, lo, hi, pow2=False):
     return x * np.exp2(rng.integers(-1, 2, size=shape)) if pow2 else x
 
 
-def _layout(cp, x, major):
-    d = cp.asarray(x)
-    return cp.asfortranarray(d) if major == "col" else cp.ascontiguousarray(d)
+def _place(cp, x, dtype, major="row"):
+    """Float dtypes: a device array (read in place or prepared on the GPU).  fp8/MX: a host array, quantized on
+    the host with host per-tensor scales (the wgmma kernel takes its scale by value; device-quantized operands
+    carry device scales and run on mma.sync)."""
+    quantized = _dt.resolve(dtype, "sm_90").kind != "float"
+    d = x if quantized else cp.asarray(x)
+    lib = np if quantized else cp
+    return lib.asfortranarray(d) if major == "col" else lib.ascontiguousarray(d)
 
 
 def _operands(cp, a, b, dtype, major):
     mdt = _dt.resolve(dtype, "sm_90")
     storage = np.float16 if (mdt.kind == "float" and mdt.a.name == "fp16") else np.float32
-    return _layout(cp, a.astype(storage), major[0]), _layout(cp, b.astype(storage), major[1])
+    return _place(cp, a.astype(storage), dtype, major[0]), _place(cp, b.astype(storage), dtype, major[1])
 
 
 def _run(backend, a, b, dtype, out_dtype="float32", expect_store=None, **options):
@@ -108,12 +115,13 @@ def test_fp8_fast_accumulation_exact(backend, rng, dtype, shape):
 
     m, n, k = shape
     a, b = _ints(rng, (m, k), -2, 2), _ints(rng, (k, n), -2, 2)
-    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
+    got = _run(backend, _place(cp, a.astype(np.float32), dtype), _place(cp, b.astype(np.float32), dtype), dtype,
                fp8_accumulate="fast")
     np.testing.assert_array_equal(got, reference_matmul(a, b, dtype).astype(np.float64))
 
 
-@pytest.mark.parametrize("shape", [(70, 50, 96), (300, 600, 1000), (129, 264, 4100)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", [(70, 50, 96), (300, 600, 1000), (129, 264, 4100)],
+                         ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "e4m3fn", "mxfp4"], ids=_id)
 @pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
 def test_low_precision_outputs(backend, rng, dtype, out_dtype, shape):
@@ -123,8 +131,8 @@ def test_low_precision_outputs(backend, rng, dtype, out_dtype, shape):
 
     m, n, k = shape
     a, b = _ints(rng, (m, k), -4, 4), _ints(rng, (k, n), -4, 4)
-    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype, out_dtype,
-               expect_store=n % 8 == 0)
+    pa, pb = _place(cp, a.astype(np.float32), dtype), _place(cp, b.astype(np.float32), dtype)
+    got = _run(backend, pa, pb, dtype, out_dtype, expect_store=n % 8 == 0)
     np.testing.assert_array_equal(got, reference_matmul(a, b, dtype, out_dtype=out_dtype).astype(np.float64))
 
 
@@ -139,6 +147,8 @@ def test_large_shapes_exact(backend, rng, dtype, shape):
     da = cp.asarray(_ints(rng, (m, k), -4, 4, not fp8).astype(np.float32))
     db = cp.asarray(_ints(rng, (k, n), -4, 4, not fp8).astype(np.float32))
     want = cp.asnumpy(da.astype(cp.float64) @ db.astype(cp.float64))  # exact: integers/quarters, |sum| < 2^24
+    if fp8:
+        da, db = cp.asnumpy(da), cp.asnumpy(db)
     got = _run(backend, da, db, dtype)
     assert not np.isnan(got).any()
     np.testing.assert_array_equal(got, want)
@@ -153,7 +163,7 @@ def _fp8_accumulator_bits(backend) -> int:
         b = np.zeros((2, 1), np.float32)
         a[0] = [2.0 ** (e // 2), 1.0]
         b[:, 0] = [2.0 ** (e - e // 2), 1.0]
-        got = _run(backend, cp.asarray(a), cp.asarray(b), "e4m3fn", fp8_accumulate="fast")[0, 0]
+        got = _run(backend, a, b, "e4m3fn", fp8_accumulate="fast")[0, 0]
         if got != 2.0**e + 1:
             return e
     return 26
@@ -176,7 +186,7 @@ def test_random_normal_within_bound(backend, rng, dtype):
     a = rng.standard_normal((m, k)) * 3.0
     b = rng.standard_normal((k, n)) * 0.5
     mdt = _dt.resolve(dtype, "sm_90")
-    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype,
+    got = _run(backend, _place(cp, a.astype(np.float32), dtype), _place(cp, b.astype(np.float32), dtype), dtype,
                **({"fp8_accumulate": "fast"} if fast else {}))
     opa, opb = prepare(a.astype(np.float32), b.astype(np.float32), mdt)
     a64, b64 = opa.to_float64(), opb.to_float64()

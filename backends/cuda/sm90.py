@@ -32,6 +32,7 @@ __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Vari
            "choose_sm90", "tensor_map", "wgmma_reason"]
 
 SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
+SM90_REDUCE_FILE, SM90_REDUCE_KERNEL = "gemm_sm90_reduce.cu", "mx_sm90_splitk_reduce"
 BM = 128  # two consumer warpgroups of 64 rows
 THREADS = 384  # producer + two consumers
 STAGE_K_BYTES = 128  # K bytes per row per stage: one 128-byte swizzle row
@@ -49,7 +50,9 @@ SM90_TILES = {
     "128x192": (192, 5, 1),
     "128x192c2": (192, 5, 2),
     "128x128": (128, 6, 1),
+    "128x64": (64, 8, 1),  # swapped small-M problems (decode): 128 rows of the weight x up to 64 rows of M
 }
+SWAP_MAX_M = 64  # M at or below which the operands are swapped (C^T = B^T A^T) so that N fills the 128-row side
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Sm90Variant:
     tile: str
     promote: bool = True
     tma_store: int = 0  # output bytes (2: fp16/bf16, 4: fp32) stored through shared memory + TMA; 0: direct
+    swap: bool = False  # the host swapped A and B; the kernel stores D transposed (direct stores)
     group_m: int = 16
 
     def __post_init__(self):
@@ -76,6 +80,8 @@ class Sm90Variant:
             raise UnsupportedError(f"wgmma reads {self.elem} operands K-major only (transpose bits are 16-bit only)")
         if self.tile not in SM90_TILES:
             raise UnsupportedError(f"tile {self.tile!r} is not a wgmma tile; choose one of {', '.join(SM90_TILES)}")
+        if self.swap and self.tma_store:
+            raise UnsupportedError("the swapped (transposed-output) wgmma variant stores directly (tma_store=0)")
 
     @property
     def esize(self) -> int:
@@ -125,14 +131,14 @@ class Sm90Variant:
     def name(self) -> str:
         e = self.elem if self.elem == self.b_elem else f"{self.elem}_{self.b_elem}"
         acc = "" if self.elem not in _FP8 else ("_promote" if self.promote else "_fast")
-        epi = f"_tmastore{8 * self.tma_store}" if self.tma_store else ""
+        epi = f"_tmastore{8 * self.tma_store}" if self.tma_store else ("_swap" if self.swap else "")
         return f"sm90_{e}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}_{self.tile}{acc}{epi}"
 
     def options(self) -> list[str]:
         o = ["--gpu-architecture=sm_90a", "-std=c++17", f"-DSM90_ELEM={_ELEM_CODE[self.elem]}",
              f"-DSM90_TA={int(not self.a_kmajor)}", f"-DSM90_TB={int(not self.b_kmajor)}", f"-DSM90_BN={self.bn}",
              f"-DSM90_STAGES={self.stages}", f"-DSM90_CLUSTER={self.cluster}", f"-DSM90_GROUP_M={self.group_m}",
-             f"-DSM90_TMA_STORE={int(self.tma_store)}"]
+             f"-DSM90_TMA_STORE={int(self.tma_store)}", f"-DSM90_SWAP={int(self.swap)}"]
         if self.tma_store:
             o.append(f"-DSM90_EPI_COLS={self.epi_cols}")
         if self.elem in _FP8:
@@ -142,9 +148,12 @@ class Sm90Variant:
 
 
 def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote: bool = True,
-                tile: str | None = None, tma_store: int = 0) -> Sm90Variant:
+                tile: str | None = None, tma_store: int = 0, swap: bool = False) -> Sm90Variant:
     """The default variant of an element pair (measured on an H200: NOTES_SM90.md).  ``tma_store``: the output's
-    element bytes when its row pitch is a multiple of 16 bytes and its base 16-byte aligned (TMA), else 0."""
+    element bytes when its row pitch is a multiple of 16 bytes and its base 16-byte aligned (TMA), else 0.
+    ``swap``: the operands are swapped (small M; the element names and majorness are the swapped ones)."""
+    if swap:
+        return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or "128x64", promote, 0, True)
     if tile is None:
         tile = "128x192" if (elem in _FP8 and promote) else "128x256c2"
     return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile, promote, tma_store)
@@ -165,6 +174,12 @@ def all_sm90_variants() -> list[Sm90Variant]:
             for promote in (True, False):
                 for store in _STORES:
                     out.append(choose_sm90(a, b, True, True, promote, tma_store=store))
+                out.append(choose_sm90(a, b, True, True, promote, swap=True))
+    for e in ("f16", "bf16"):
+        for ak in (True, False):
+            for bk in (True, False):
+                out.append(choose_sm90(e, e, ak, bk, swap=True))
+    out.append(choose_sm90("tf32", "tf32", True, True, swap=True))
     return out
 
 
@@ -269,14 +284,21 @@ class Sm90Plan(CudaPlan):
         a, b, m, n = self.da, self.db, self.m, self.n
         if (self.batch or 1) > 1 or a.bstride or b.bstride:
             raise UnsupportedError("the wgmma kernel multiplies one matrix; batches run on family='mma_sync'")
+        if getattr(a, "exp_at", None) is not None or getattr(b, "exp_at", None) is not None:
+            raise UnsupportedError("the wgmma kernel takes the per-tensor scale by value, not from device memory; "
+                                   "use family='mma_sync' for device-quantized operands")
         out = self.out
         ob = out.dtype.itemsize  # 2 (fp16, bf16 bits) or 4 (fp32)
         store = ob if out.size > 0 and (out.shape[-1] * ob) % 16 == 0 and out.data.ptr % 16 == 0 else 0
-        v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile, store)
+        self._swap = m <= SWAP_MAX_M
+        if self._swap:  # C^T = B^T A^T: B (n rows) is the kernel's A, A (m rows) its B; D stored transposed
+            v = choose_sm90(b.elem, a.elem, b.kmajor, a.kmajor, self._promote, self._tile, swap=True)
+        else:
+            v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile, store)
         self.variant_ = v
         self.variant = f"{v.name} (wgmma)"
+        self._kmn = (n, m) if self._swap else (m, n)  # the kernel's M and N
         self.diagnostics = ()
-        self._splits = 1
         e = a.exp + b.exp
         self._alpha = (np.float32(2.0 ** (e // 2)), np.float32(2.0 ** (e - e // 2)))
         self._kernel = self.backend.kernels.get(self.cp, self.dev.ordinal, ("sm90", v), SM90_FILE, SM90_KERNEL,
@@ -286,16 +308,23 @@ class Sm90Plan(CudaPlan):
         if key not in _CLUSTERS:
             _CLUSTERS[key] = max_active_clusters(self._kernel, v) if v.cluster > 1 else self.dev.sms
         resident = _CLUSTERS[key] or self.dev.sms // v.cluster
-        units = -(-m // (BM * v.cluster)) * -(-n // v.bn)
-        self._grid = (max(1, min(units, resident)) * v.cluster,)
+        km, kn = self._kmn
+        units = max(1, -(-km // (BM * v.cluster)) * -(-kn // v.bn))
+        # split K (swapped small-M problems only) when the tiles cannot fill the GPU: fp32 slices, ordered sum
+        kblocks = max(1, -(-a.k // v.bk))
+        splits = min(self.dev.sms // units, kblocks, 16) if self._swap and units < self.dev.sms // 2 else 1
+        per = -(-kblocks // max(1, splits))
+        self._splits, self._k_split = -(-kblocks // per), per * v.bk
+        self._grid = (max(1, min(units * self._splits, resident)) * v.cluster,)
 
     def _maps(self) -> None:
         v = self.variant_
         if self.da.k == 0 or self.out.size == 0:
             self._map_a = self._map_b = self._map_c = None
             return
-        self._map_a = operand_map(v, self.da, self.m, BM)
-        self._map_b = operand_map(v, self.db, self.n, v.bn // v.cluster)
+        (da, db), (km, kn) = (self.db, self.da) if self._swap else (self.da, self.db), self._kmn
+        self._map_a = operand_map(v, da, km, BM)
+        self._map_b = operand_map(v, db, kn, v.bn // v.cluster)
         # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
         out = self.out
         ob = v.tma_store
@@ -310,12 +339,22 @@ class Sm90Plan(CudaPlan):
             if self.da.k == 0:  # the empty sum
                 out.fill(0)
                 return
-            ldc = out.shape[-1]
-            pair_ok = int(ldc % 2 == 0 and out.data.ptr % 8 == 0)
+            ldc, (km, kn) = out.shape[-1], self._kmn
+            dst, alpha, kind = out, self._alpha, _OUT_KIND[self.out_dtype]
+            if self._splits > 1:  # fp32 slices (alpha 1), summed in split order into out
+                dst, alpha, kind = cp.empty((self._splits, self.m, self.n), dtype=cp.float32), (np.float32(1),) * 2, 0
+            pair_ok = int(ldc % 2 == 0 and dst.data.ptr % 8 == 0)
             self._kernel(self._grid, (THREADS,), (
-                self._map_a, self._map_b, self._map_c, out, np.int32(self.m), np.int32(self.n), np.int32(self.da.k),
-                np.int64(ldc), self._alpha[0], self._alpha[1], np.int32(_OUT_KIND[self.out_dtype]),
-                np.int32(pair_ok)), shared_mem=v.smem_bytes)
+                self._map_a, self._map_b, self._map_c, dst, np.int32(km), np.int32(kn), np.int32(self.da.k),
+                np.int64(ldc), alpha[0], alpha[1], np.int32(kind), np.int32(pair_ok), np.int32(self._k_split),
+                np.int64(self.m * self.n)), shared_mem=v.smem_bytes)
+            if self._splits > 1:
+                red = self.backend.kernels.get(cp, self.dev.ordinal, ("sm90", "reduce"), SM90_REDUCE_FILE,
+                                               SM90_REDUCE_KERNEL, ("-std=c++17",))
+                grid = (max(1, min(-(-self.m * self.n // 256), 4 * self.dev.sms)),)
+                red(grid, (256,), (dst, np.int32(self._splits), np.int64(self.m * self.n), out, np.int32(self.m),
+                                   np.int32(self.n), np.int64(ldc), self._alpha[0], self._alpha[1],
+                                   np.int32(_OUT_KIND[self.out_dtype])))
 
     def clone(self) -> "Sm90Plan":
         other = super().clone()
