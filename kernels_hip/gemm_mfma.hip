@@ -8,16 +8,50 @@
 // Structure
 //   block  = MX_WAVES_M x MX_WAVES_N waves (64 lanes each), tile BM x BN, K step BK
 //   wave   = MX_TM x MX_TN instruction tiles of MX_IM x MX_IN, accumulators in registers (fp32)
-//   global -> registers (16-byte vector loads where the operand is contiguous, aligned and in range;
-//   element loads with zero fill at the edges) -> LDS (K-contiguous rows, two buffers) -> fragments.
-//   A is read with strides (sam, sak), B with (sbk, sbn): either major works (one of them must be 1).
-//   Elements are stored as MX_EB-byte units (fp4/fp6 codes: one code per byte) and packed into the
-//   instruction's registers at MX_*_BITS per slot, slot s at bits [s*BITS, (s+1)*BITS).
+//   global -> registers (16-byte vector loads) -> LDS (K-contiguous rows, two buffers) -> fragments.
+//   A is read with strides (sam, sak), B with (sbk, sbn): either major works for 8/16/32-bit elements (one
+//   of them must be 1); an MN-contiguous operand is transposed element by element on its way into LDS.
+//   Elements are stored exactly as the instruction's registers hold them (slot s at bits [s*BITS,
+//   (s+1)*BITS)): fp4 / fp6 codes packed along K by the staging pass (backends/hip/staging.py pack_k, rows
+//   padded with zero codes to MX_KPAD, always K-contiguous), so a fragment is a copy of LDS bytes.
 //   Block scales (MX formats): E8M0 bytes, A scales [M, KB] row-major, B scales [KB, N] row-major,
-//   KB = ceil(K / 32); a missing block reads 127 (2^0) so zero-filled tails stay zero.
+//   KB = ceil(K / 32); a missing block reads 127 (2^0) so zero-filled tails stay zero.  The scales of a
+//   K tile are loaded together with its operand tiles, one tile ahead of the MFMAs that use them.
 //   Batches: blockIdx.z (+ batch0) selects batch b; A, B, D and the scale arrays advance by their batch
 //   strides (0 broadcasts one operand over the batch).  Grid Y covers M tiles from m_tile0 on: the host
 //   splits tall problems into several launches when M / BM exceeds the device's grid-Y limit.
+//
+// Two paths, chosen per block at run time (uniform branch):
+//   fast    the block lies inside D, both operands are K-contiguous and 16-byte aligned (a/b_vec_ok) and
+//           K % BK == 0: one 16-byte load per vector, 16-byte LDS stores, no edge tests in the K loop.
+//   general everything else: edge vectors are gathered element by element with zero fill (one load in
+//           flight per element: slow, correct), MN-contiguous operands are transposed into LDS per element.
+//   -DMX_FAST_ONLY=1 builds only the fast path (tests/test_hip_steady_state.py reads its K loop).
+//
+// DESIGN ESTIMATE of the fraction of MFMA peak -- NOT A MEASUREMENT (no AMD GPU has run this code).
+// Counted on the steady-state K loop of the fast path in clang-22's disassembly (test_hip_steady_state.py
+// prints them), per K tile of one wave, 2x2 waves, one block per CU assumed:
+//   family (tile)                          MFMA  VALU  SALU  global  ds_read  ds_write
+//   gfx950 mxfp4 32x32x64 (128x128x64)       4    24    16     6        4        2
+//   gfx950 mxfp6 16x16x128 (64x64x256)       8    57    30    14       16        6
+//   gfx950 mxfp8 / OCP fp8 32x32x64          4    35    16     8        8        4
+//   gfx950 fp16/bf16 32x32x16 (128x128x32)   8    17     7     4        8        4
+//   gfx942 fp16/bf16 32x32x8 (128x128x32)   16    20     7     4        8        4
+//   gfx942 fp8 32x32x16 (128x128x64)        16    20     7     4        8        4
+//   gfx942/gfx950 fp32 32x32x2               32    20     8     4       16        4
+// Reasoning: VALU/SALU issue alongside MFMAs from other waves of the SIMD, so the limit is the MFMA pipe
+// when the MFMA cycles per tile exceed the issue cycles of the rest.  Taking 16 passes of 4 cycles for a
+// 32x32x64 f8f6f4 MFMA with fp8 operands and half that with fp4 (CDNA4's doubled fp4 rate), 4 MFMAs are
+// 128-256 cycles against ~40-60 other instructions (one wave per SIMD at 2x2 waves of 256 threads: nothing else to interleave but the
+// waves of other blocks; LDS 24-60 KiB per block allows 2-6 blocks per CU on gfx950's 160 KiB).  Issue is
+// not the limit any more (the correct-first kernel spent 250-580 VALU per 4 MFMAs on fp4/fp6/fp8 packing
+// and scale addressing); the remaining limits are (a) the barrier per K tile with a two-stage pipeline
+// (the LDS stores of tile kt+1 wait for its global loads right after the MFMAs of tile kt: with BK of one
+// or two MFMA K steps the global latency (hundreds of ns) is hidden only across blocks), (b) 128x128 / 64x64
+// tiles: 64-128 FLOP per byte of global traffic, below MI355X's ~1000 FLOP/B ridge for fp4 and ~600 for
+// fp8.  Expected by design: 30-50 % of peak for fp16/bf16/fp8 on large problems, 15-30 % for MXFP4/MXFP6
+// (bandwidth-bound tiles), pending 256x256 tiles with 8 waves and a deeper pipeline (not built).
+// Measure with `python -m mxcore bench` on the hardware before quoting any number.
 
 #ifndef MX_ENTRY
 #error "compile through backends/hip (KernelSpec.defines): it passes the -D defines of a variant"
@@ -45,49 +79,72 @@ typedef mx_u32 mx_elem;
 #ifndef MX_EDGE_UNROLL
 #define MX_EDGE_UNROLL 4  // element loads in flight per edge vector
 #endif
+#ifndef MX_FAST_ONLY
+#define MX_FAST_ONLY 0  // 1: only the steady-state fast path (CI disassembly checks); never launched
+#endif
 #define MX_THREADS (64 * MX_WAVES_M * MX_WAVES_N)
 #define MX_A_REGS ((int)(sizeof(MX_AFRAG_T) / 4))  // registers of the builtin's operand types
 #define MX_B_REGS ((int)(sizeof(MX_BFRAG_T) / 4))
 #define MX_BM (MX_WAVES_M * MX_TM * MX_IM)
 #define MX_BN (MX_WAVES_N * MX_TN * MX_IN)
-#define MX_VEC (16 / MX_EB)                    // elements per 16-byte global load
-#define MX_ROW_BYTES (MX_BK * MX_EB + MX_LDS_PAD)  // LDS row pitch (a multiple of 16)
+#define MX_VEC (16 / MX_EB)                           // storage units per 16-byte global load
+#define MX_A_BKU (MX_BK * MX_A_SBITS / (8 * MX_EB))   // storage units of one tile row (packed: bytes)
+#define MX_B_BKU (MX_BK * MX_B_SBITS / (8 * MX_EB))
+#define MX_A_ROW (MX_A_BKU * MX_EB + MX_LDS_PAD)      // LDS row pitch in bytes (a multiple of 16)
+#define MX_B_ROW (MX_B_BKU * MX_EB + MX_LDS_PAD)
+#define MX_A_PACKED (MX_A_SBITS < 8 * MX_EB)
+#define MX_B_PACKED (MX_B_SBITS < 8 * MX_EB)
 #define MX_A_WORDS ((MX_A_SLOTS * MX_A_BITS + 31) / 32)
 #define MX_B_WORDS ((MX_B_SLOTS * MX_B_BITS + 31) / 32)
-#define MX_A_VECS (MX_BM * MX_BK / MX_VEC / MX_THREADS)  // 16-byte vectors per thread per stage
-#define MX_B_VECS (MX_BN * MX_BK / MX_VEC / MX_THREADS)
+#define MX_A_VECS (MX_BM * MX_A_BKU / MX_VEC / MX_THREADS)  // 16-byte vectors per thread per stage
+#define MX_B_VECS (MX_BN * MX_B_BKU / MX_VEC / MX_THREADS)
+#define MX_KSTEPS (MX_BK / MX_IK)
 
-static_assert(MX_ROW_BYTES % 16 == 0, "LDS row pitch must keep 16-byte alignment");
+static_assert(MX_A_ROW % 16 == 0 && MX_B_ROW % 16 == 0, "LDS row pitch must keep 16-byte alignment");
 static_assert(MX_BK % MX_IK == 0, "BK must be a multiple of the instruction's K");
-static_assert(MX_BM % MX_VEC == 0 && MX_BN % MX_VEC == 0 && MX_BK % MX_VEC == 0, "tile vs vector width");
-static_assert(MX_A_VECS * MX_VEC * MX_THREADS == MX_BM * MX_BK, "A tile must split evenly over threads");
-static_assert(MX_B_VECS * MX_VEC * MX_THREADS == MX_BN * MX_BK, "B tile must split evenly over threads");
+static_assert(MX_BM % MX_VEC == 0 && MX_BN % MX_VEC == 0, "tile vs vector width");
+static_assert(MX_A_BKU % MX_VEC == 0 && MX_B_BKU % MX_VEC == 0, "tile rows must be whole 16-byte vectors");
+static_assert(MX_A_VECS * MX_VEC * MX_THREADS == MX_BM * MX_A_BKU, "A tile must split evenly over threads");
+static_assert(MX_B_VECS * MX_VEC * MX_THREADS == MX_BN * MX_B_BKU, "B tile must split evenly over threads");
 static_assert(MX_A_WORDS <= MX_A_REGS && MX_B_WORDS <= MX_B_REGS, "fragment larger than the operand registers");
+static_assert(MX_A_SBITS == MX_A_BITS && MX_B_SBITS == MX_B_BITS, "stored bits must be the register format's");
+static_assert((MX_KPAD * MX_A_SBITS) % (128 * MX_EB) == 0 && (MX_KPAD * MX_B_SBITS) % (128 * MX_EB) == 0,
+              "packed rows must end on a 16-byte vector");
 #if MX_SCALED
 static_assert(MX_BK % 32 == 0, "MX tiles must hold whole 32-element scale blocks");
 #endif
 
+// K extent of an operand row in storage units: K, or for packed codes K rounded up to MX_KPAD (zero codes)
+__device__ __forceinline__ int mx_kunits(int k, int sbits) {
+    return sbits < 8 * MX_EB ? (k + MX_KPAD - 1) / MX_KPAD * (MX_KPAD * sbits / (8 * MX_EB)) : k;
+}
+
 // ---- global -> staging registers -----------------------------------------------------------
-// A stage holds MX_*_VECS 16-byte vectors per thread.  Vector v of the tile covers, in the
-// K-contiguous case, row (v / (BK/VEC)) and k columns [(v % (BK/VEC)) * VEC, +VEC); in the
-// MN-contiguous case, k row (v / (R/VEC)) and rows [(v % (R/VEC)) * VEC, +VEC).
-template <int R, int NV>
+// A stage holds NV 16-byte vectors per thread.  Vector v of the tile covers, in the K-contiguous case,
+// row (v / (BKU/VEC)) and k units [(v % (BKU/VEC)) * VEC, +VEC); in the MN-contiguous case (unpacked
+// operands only), k row (v / (R/VEC)) and rows [(v % (R/VEC)) * VEC, +VEC).  FAST: K-contiguous, aligned
+// and wholly inside the matrix (the caller checked it for the whole block), so one vector load each.
+template <int R, int NV, int BKU, bool FAST>
 __device__ __forceinline__ void mx_load_tile(mx_u32x4 (&stage)[NV], const mx_elem* __restrict__ p, long long s_r,
                                              long long s_k, int r0, int k0, int rows, int kdim, int vec_ok) {
     const int tid = threadIdx.x;
-    const bool k_major = (s_k == 1);
+    const bool k_major = FAST || (s_k == 1);
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
         const int v = tid + i * MX_THREADS;
         int r, kk;
         if (k_major) {
-            r = v / (MX_BK / MX_VEC);
-            kk = (v % (MX_BK / MX_VEC)) * MX_VEC;
+            r = v / (BKU / MX_VEC);
+            kk = (v % (BKU / MX_VEC)) * MX_VEC;
         } else {
             kk = v / (R / MX_VEC);
             r = (v % (R / MX_VEC)) * MX_VEC;
         }
         const int gr = r0 + r, gk = k0 + kk;
+        if constexpr (FAST) {
+            stage[i] = *reinterpret_cast<const mx_u32x4*>(p + gr * s_r + gk);
+            continue;
+        }
         const bool full = k_major ? (gr < rows && gk + MX_VEC <= kdim) : (gk < kdim && gr + MX_VEC <= rows);
         const mx_elem* src = p + gr * s_r + gk * s_k;
         if (vec_ok && full) {
@@ -108,67 +165,59 @@ __device__ __forceinline__ void mx_load_tile(mx_u32x4 (&stage)[NV], const mx_ele
     }
 }
 
-// staging registers -> LDS tile [R][BK] (K-contiguous rows of MX_ROW_BYTES)
-template <int R, int NV>
+// staging registers -> LDS tile [R][BKU] (K-contiguous rows of ROW bytes)
+template <int R, int NV, int BKU, int ROW, bool FAST>
 __device__ __forceinline__ void mx_store_tile(mx_u8* lds, const mx_u32x4 (&stage)[NV], bool k_major) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
         const int v = tid + i * MX_THREADS;
-        if (k_major) {
-            const int r = v / (MX_BK / MX_VEC), kk = (v % (MX_BK / MX_VEC)) * MX_VEC;
-            *reinterpret_cast<mx_u32x4*>(lds + r * MX_ROW_BYTES + kk * MX_EB) = stage[i];
+        if (FAST || k_major) {
+            const int r = v / (BKU / MX_VEC), kk = (v % (BKU / MX_VEC)) * MX_VEC;
+            *reinterpret_cast<mx_u32x4*>(lds + r * ROW + kk * MX_EB) = stage[i];
         } else {
             const int kk = v / (R / MX_VEC), r = (v % (R / MX_VEC)) * MX_VEC;
             mx_elem e[MX_VEC];
             __builtin_memcpy(e, &stage[i], 16);
 #pragma unroll
-            for (int j = 0; j < MX_VEC; ++j)
-                *reinterpret_cast<mx_elem*>(lds + (r + j) * MX_ROW_BYTES + kk * MX_EB) = e[j];
+            for (int j = 0; j < MX_VEC; ++j) *reinterpret_cast<mx_elem*>(lds + (r + j) * ROW + kk * MX_EB) = e[j];
         }
     }
 }
 
 // ---- LDS -> instruction fragment -----------------------------------------------------------
 // Lane l holds, for slot s: row (l % FR) of the tile and k = KLANE * (l / FR) + (s / CHUNK) * CSTRIDE
-// + s % CHUNK.  Each chunk of CHUNK slots is contiguous in the LDS row and read in one piece.
-template <int FR, int KLANE, int CHUNK, int CSTRIDE, int SLOTS, int BITS, int WORDS>
+// + s % CHUNK.  Stored elements are exactly the register format (slot s at bits [s*BITS, (s+1)*BITS),
+// fp4 / fp6 packed along K by the staging pass), so each chunk of CHUNK slots is CHUNK*BITS/8 contiguous
+// LDS bytes copied straight into the registers: no per-element work.
+template <int N>
+struct mx_piece;
+template <>
+struct mx_piece<16> { typedef mx_u32x4 type; };
+template <>
+struct mx_piece<8> { typedef mx_u32x2 type; };
+template <>
+struct mx_piece<4> { typedef mx_u32 type; };
+
+constexpr int mx_low_bit(int x) { return x & -x; }
+
+template <int FR, int KLANE, int CHUNK, int CSTRIDE, int SLOTS, int BITS, int WORDS, int ROW>
 __device__ __forceinline__ void mx_load_frag(mx_u32 (&w)[WORDS], const mx_u8* lds, int row0, int kk0) {
+    constexpr int CB = CHUNK * BITS / 8;  // bytes per chunk
+    constexpr int NCH = SLOTS / CHUNK;
+    // alignment every address of a chunk shares: row pitch, lane step, chunk stride, K step, chunk size
+    constexpr int AL = mx_low_bit(16 | (KLANE * BITS / 8) | (NCH > 1 ? CSTRIDE * BITS / 8 : 16) |
+                                  (MX_IK * BITS / 8) | CB);
+    static_assert(NCH * CB == WORDS * 4 && AL >= 4, "fragment chunks must be whole, aligned words");
     const int lane = threadIdx.x % 64;
-    const mx_u8* base = lds + (row0 + lane % FR) * MX_ROW_BYTES + (kk0 + KLANE * (lane / FR)) * MX_EB;
-    mx_elem e[SLOTS];
+    const mx_u8* base = lds + (row0 + lane % FR) * ROW + (kk0 + KLANE * (lane / FR)) * BITS / 8;
 #pragma unroll
-    for (int c = 0; c < SLOTS / CHUNK; ++c) {
-        const mx_u8* src = base + c * CSTRIDE * MX_EB;
-        constexpr int bytes = CHUNK * MX_EB;
-        if constexpr (bytes % 16 == 0) {
+    for (int c = 0; c < NCH; ++c) {
 #pragma unroll
-            for (int q = 0; q < bytes / 16; ++q) {
-                mx_u32x4 t = *reinterpret_cast<const mx_u32x4*>(src + 16 * q);
-                __builtin_memcpy(&e[c * CHUNK + q * (16 / MX_EB)], &t, 16);
-            }
-        } else if constexpr (bytes == 8) {
-            mx_u32x2 t = *reinterpret_cast<const mx_u32x2*>(src);
-            __builtin_memcpy(&e[c * CHUNK], &t, 8);
-        } else if constexpr (bytes == 4) {
-            mx_u32 t = *reinterpret_cast<const mx_u32*>(src);
-            __builtin_memcpy(&e[c * CHUNK], &t, 4);
-        } else {
-#pragma unroll
-            for (int j = 0; j < CHUNK; ++j) e[c * CHUNK + j] = reinterpret_cast<const mx_elem*>(src)[j];
-        }
-    }
-    if constexpr (BITS == 8 * MX_EB) {
-        __builtin_memcpy(w, e, WORDS * 4);
-    } else {  // sub-byte codes (fp4, fp6): pack slot s at bits [s*BITS, (s+1)*BITS)
-#pragma unroll
-        for (int i = 0; i < WORDS; ++i) w[i] = 0;
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const mx_u32 code = (mx_u32)e[s] & ((1u << BITS) - 1u);
-            const int bit = s * BITS;
-            w[bit / 32] |= code << (bit % 32);
-            if ((bit % 32) + BITS > 32) w[bit / 32 + 1] |= code >> (32 - bit % 32);
+        for (int q = 0; q < CB / AL; ++q) {
+            const typename mx_piece<AL>::type t =
+                *reinterpret_cast<const typename mx_piece<AL>::type*>(base + c * CSTRIDE * BITS / 8 + q * AL);
+            __builtin_memcpy(reinterpret_cast<mx_u8*>(w) + c * CB + q * AL, &t, AL);
         }
     }
 }
@@ -181,30 +230,144 @@ __device__ __forceinline__ T mx_as(const mx_u32 (&w)[WORDS]) {
     return t;
 }
 
-// per-lane E8M0 scale for the instruction tile: lane l reads row (l % SFR), K block (l / SFR)
-__device__ __forceinline__ int mx_scale_byte(const mx_u8* s, long long s_r, long long s_b, int r, int blk, int rows,
-                                             int blocks) {
-    return (s != nullptr && r < rows && blk < blocks) ? (int)s[r * s_r + blk * s_b] : 127;
-}
-
 // Flat kernel arguments (hip-python packs a tuple of ctypes values at their C alignment; the host side is
-// backends/hip/launch.py kernel_args).  Strides are in elements (scales: in bytes).
+// backends/hip/launch.py kernel_args).  Strides are in storage units (elements; packed fp4 / fp6: bytes;
+// scales: bytes).
 //   A element (m, k) of batch z at a[z * sab + m * sam + k * sak]; B (k, n) at b[z * sbb + k * sbk + n * sbn];
 //   D (m, n) at d[z * sdb + m * ldd + n]; block scales at sa + z * ssa, sb + z * ssb.
+struct mx_params {
+    const mx_elem* a;
+    const mx_elem* b;
+    float* d;
+    const mx_u8* sa;  // block scales (MX only; may be null otherwise: every scale reads 127)
+    const mx_u8* sb;
+    long long sam, sak, sbk, sbn, ldd;
+    int m, n, k, a_vec_ok, b_vec_ok;
+    float out_scale;
+};
+
+#if MX_SCALED
+// The E8M0 scales of one K tile, per lane: for K step ks and instruction tile i, row (l % SFR) of the tile
+// and 32-K block (l / SFR).  Loaded with the operand tiles of the same K tile (one tile ahead of the MFMAs),
+// so the MFMAs of a tile never wait on a scale load.  A missing block or row reads 127 (2^0).
+template <bool FAST>
+__device__ __forceinline__ void mx_load_scales(int (&sca)[MX_KSTEPS][MX_TM], int (&scb)[MX_KSTEPS][MX_TN],
+                                               const mx_params& p, int kt, int m0, int n0, int wm, int wn) {
+    const int lane = threadIdx.x % 64;
+    const int kblocks = (p.k + 31) / 32;
+#pragma unroll
+    for (int ks = 0; ks < MX_KSTEPS; ++ks) {
+        const int kb0 = (kt * MX_BK + ks * MX_IK) / 32;
+#pragma unroll
+        for (int i = 0; i < MX_TM; ++i) {
+            const int r = m0 + wm + i * MX_IM + lane % MX_SA_FR, blk = kb0 + lane / MX_SA_FR;
+            sca[ks][i] = (p.sa != nullptr && (FAST || (r < p.m && blk < kblocks))) ? (int)p.sa[r * kblocks + blk] : 127;
+        }
+#pragma unroll
+        for (int j = 0; j < MX_TN; ++j) {
+            const int c = n0 + wn + j * MX_IN + lane % MX_SB_FR, blk = kb0 + lane / MX_SB_FR;
+            scb[ks][j] = (p.sb != nullptr && (FAST || (c < p.n && blk < kblocks))) ? (int)p.sb[blk * p.n + c] : 127;
+        }
+    }
+}
+#endif
+
+#if MX_SCALED
+#define MX_SCALE_ARGS , const int (&sca)[MX_KSTEPS][MX_TM], const int (&scb)[MX_KSTEPS][MX_TN]
+#define MX_SCALE_PASS , sca, scb
+#else
+#define MX_SCALE_ARGS
+#define MX_SCALE_PASS
+#endif
+
+// The MFMAs of one K tile from one LDS buffer: fragments of every K step, TM x TN instructions each.
+__device__ __forceinline__ void mx_compute(MX_CFRAG_T (&acc)[MX_TM][MX_TN], const mx_u8* la, const mx_u8* lb, int wm,
+                                           int wn MX_SCALE_ARGS) {
+#pragma unroll
+    for (int ks = 0; ks < MX_KSTEPS; ++ks) {
+        mx_u32 fa[MX_TM][MX_A_WORDS], fb[MX_TN][MX_B_WORDS];
+#pragma unroll
+        for (int i = 0; i < MX_TM; ++i)
+            mx_load_frag<MX_IM, MX_A_KLANE, MX_A_CHUNK, MX_A_CSTRIDE, MX_A_SLOTS, MX_A_BITS, MX_A_WORDS, MX_A_ROW>(
+                fa[i], la, wm + i * MX_IM, ks * MX_IK);
+#pragma unroll
+        for (int j = 0; j < MX_TN; ++j)
+            mx_load_frag<MX_IN, MX_B_KLANE, MX_B_CHUNK, MX_B_CSTRIDE, MX_B_SLOTS, MX_B_BITS, MX_B_WORDS, MX_B_ROW>(
+                fb[j], lb, wn + j * MX_IN, ks * MX_IK);
+#pragma unroll
+        for (int i = 0; i < MX_TM; ++i)
+#pragma unroll
+            for (int j = 0; j < MX_TN; ++j) {
+#if MX_SCALED
+                acc[i][j] = MX_BUILTIN(mx_as<MX_AFRAG_T>(fa[i]), mx_as<MX_BFRAG_T>(fb[j]), acc[i][j], MX_CBSZ, MX_BLGP,
+                                       0, sca[ks][i], 0, scb[ks][j]);
+#else
+                acc[i][j] = MX_BUILTIN(mx_as<MX_AFRAG_T>(fa[i]), mx_as<MX_BFRAG_T>(fb[j]), acc[i][j], 0, 0, 0);
+#endif
+            }
+    }
+}
+
+// The K loop of one block: global loads of tile kt+1 (and its scales) in flight while tile kt computes from
+// LDS; two LDS buffers.  The loop body is one basic block (the last tile computes after the loop), and
+// scheduling barriers keep its order: loads, MFMAs, LDS stores, barrier.  FAST (the whole block interior,
+// both operands K-contiguous and vector-aligned, K a multiple of BK): no edge tests anywhere in the loop.
+template <bool FAST>
+__device__ __forceinline__ void mx_block(const mx_params& p, mx_u8 (*lds_a)[MX_BM * MX_A_ROW],
+                                         mx_u8 (*lds_b)[MX_BN * MX_B_ROW], MX_CFRAG_T (&acc)[MX_TM][MX_TN], int m0,
+                                         int n0, int wm, int wn) {
+    const bool a_kmaj = (p.sak == 1);
+    const bool b_kmaj = (p.sbk == 1);
+    const int ka = mx_kunits(p.k, MX_A_SBITS), kb = mx_kunits(p.k, MX_B_SBITS);
+    mx_u32x4 sta[MX_A_VECS], stb[MX_B_VECS];
+    const int ktiles = (p.k + MX_BK - 1) / MX_BK;
+#if MX_SCALED
+    int sca[MX_KSTEPS][MX_TM], scb[MX_KSTEPS][MX_TN], nsa[MX_KSTEPS][MX_TM], nsb[MX_KSTEPS][MX_TN];
+    mx_load_scales<FAST>(sca, scb, p, 0, m0, n0, wm, wn);
+#endif
+    mx_load_tile<MX_BM, MX_A_VECS, MX_A_BKU, FAST>(sta, p.a, p.sam, p.sak, m0, 0, p.m, ka, p.a_vec_ok);
+    mx_load_tile<MX_BN, MX_B_VECS, MX_B_BKU, FAST>(stb, p.b, p.sbn, p.sbk, n0, 0, p.n, kb, p.b_vec_ok);
+    mx_store_tile<MX_BM, MX_A_VECS, MX_A_BKU, MX_A_ROW, FAST>(lds_a[0], sta, a_kmaj);
+    mx_store_tile<MX_BN, MX_B_VECS, MX_B_BKU, MX_B_ROW, FAST>(lds_b[0], stb, b_kmaj);
+    __syncthreads();
+
+    int kt = 0;
+    for (; kt + 1 < ktiles; ++kt) {
+        const int cur = kt & 1;
+        // next tile's global loads (scales first) are in flight while this tile computes
+#if MX_SCALED
+        mx_load_scales<FAST>(nsa, nsb, p, kt + 1, m0, n0, wm, wn);
+#endif
+        mx_load_tile<MX_BM, MX_A_VECS, MX_A_BKU, FAST>(sta, p.a, p.sam, p.sak, m0, (kt + 1) * MX_A_BKU, p.m, ka,
+                                                       p.a_vec_ok);
+        mx_load_tile<MX_BN, MX_B_VECS, MX_B_BKU, FAST>(stb, p.b, p.sbn, p.sbk, n0, (kt + 1) * MX_B_BKU, p.n, kb,
+                                                       p.b_vec_ok);
+        // the scheduler must neither sink the loads below the MFMAs nor hoist the LDS stores (which wait for
+        // the loads) above them: the global latency of tile kt+1 overlaps the MFMAs of tile kt
+        __builtin_amdgcn_sched_barrier(0);
+        mx_compute(acc, lds_a[cur], lds_b[cur], wm, wn MX_SCALE_PASS);
+        __builtin_amdgcn_sched_barrier(0);
+        mx_store_tile<MX_BM, MX_A_VECS, MX_A_BKU, MX_A_ROW, FAST>(lds_a[cur ^ 1], sta, a_kmaj);
+        mx_store_tile<MX_BN, MX_B_VECS, MX_B_BKU, MX_B_ROW, FAST>(lds_b[cur ^ 1], stb, b_kmaj);
+#if MX_SCALED
+#pragma unroll
+        for (int ks = 0; ks < MX_KSTEPS; ++ks) {
+#pragma unroll
+            for (int i = 0; i < MX_TM; ++i) sca[ks][i] = nsa[ks][i];
+#pragma unroll
+            for (int j = 0; j < MX_TN; ++j) scb[ks][j] = nsb[ks][j];
+        }
+#endif
+        __syncthreads();
+    }
+    mx_compute(acc, lds_a[kt & 1], lds_b[kt & 1], wm, wn MX_SCALE_PASS);  // the last tile
+}
+
 extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
     const mx_elem* a, const mx_elem* b, float* d, const mx_u8* sa, const mx_u8* sb, long long sam, long long sak,
     long long sbk, long long sbn, long long ldd, long long sab, long long sbb, long long sdb, long long ssa,
     long long ssb, int m, int n, int k, int a_vec_ok, int b_vec_ok, int m_tile0, int batch0, float out_scale) {
-    struct {
-        const mx_elem* a;
-        const mx_elem* b;
-        float* d;
-        const mx_u8* sa;  // block scales (MX only; may be null otherwise)
-        const mx_u8* sb;
-        long long sam, sak, sbk, sbn, ldd;
-        int m, n, k, a_vec_ok, b_vec_ok;
-        float out_scale;
-    } p;
+    mx_params p;
     const long long z = (long long)blockIdx.z + batch0;
     p.a = a + z * sab;
     p.b = b + z * sbb;
@@ -213,8 +376,8 @@ extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
     p.sb = sb ? sb + z * ssb : nullptr;
     p.sam = sam, p.sak = sak, p.sbk = sbk, p.sbn = sbn, p.ldd = ldd;
     p.m = m, p.n = n, p.k = k, p.a_vec_ok = a_vec_ok, p.b_vec_ok = b_vec_ok, p.out_scale = out_scale;
-    __shared__ __attribute__((aligned(16))) mx_u8 lds_a[2][MX_BM * MX_ROW_BYTES];
-    __shared__ __attribute__((aligned(16))) mx_u8 lds_b[2][MX_BN * MX_ROW_BYTES];
+    __shared__ __attribute__((aligned(16))) mx_u8 lds_a[2][MX_BM * MX_A_ROW];
+    __shared__ __attribute__((aligned(16))) mx_u8 lds_b[2][MX_BN * MX_B_ROW];
 
     const int wave = threadIdx.x / 64;
     const int lane = threadIdx.x % 64;
@@ -222,8 +385,6 @@ extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
     const int wn = (wave % MX_WAVES_N) * MX_TN * MX_IN;
     const int m0 = ((int)blockIdx.y + m_tile0) * MX_BM;
     const int n0 = blockIdx.x * MX_BN;
-    const bool a_kmaj = (p.sak == 1);
-    const bool b_kmaj = (p.sbk == 1);
 
     MX_CFRAG_T acc[MX_TM][MX_TN];
 #pragma unroll
@@ -233,66 +394,16 @@ extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
 #pragma unroll
             for (int s = 0; s < MX_C_SLOTS; ++s) acc[i][j][s] = 0.0f;
 
-    mx_u32x4 sta[MX_A_VECS], stb[MX_B_VECS];
-    const int ktiles = (p.k + MX_BK - 1) / MX_BK;
-#if MX_SCALED
-    const int kblocks = (p.k + 31) / 32;
-#endif
-
-    mx_load_tile<MX_BM, MX_A_VECS>(sta, p.a, p.sam, p.sak, m0, 0, p.m, p.k, p.a_vec_ok);
-    mx_load_tile<MX_BN, MX_B_VECS>(stb, p.b, p.sbn, p.sbk, n0, 0, p.n, p.k, p.b_vec_ok);
-    mx_store_tile<MX_BM, MX_A_VECS>(lds_a[0], sta, a_kmaj);
-    mx_store_tile<MX_BN, MX_B_VECS>(lds_b[0], stb, b_kmaj);
-    __syncthreads();
-
-    for (int kt = 0; kt < ktiles; ++kt) {
-        const int cur = kt & 1;
-        const bool more = kt + 1 < ktiles;
-        if (more) {  // next tile's global loads are in flight while this tile computes
-            mx_load_tile<MX_BM, MX_A_VECS>(sta, p.a, p.sam, p.sak, m0, (kt + 1) * MX_BK, p.m, p.k, p.a_vec_ok);
-            mx_load_tile<MX_BN, MX_B_VECS>(stb, p.b, p.sbn, p.sbk, n0, (kt + 1) * MX_BK, p.n, p.k, p.b_vec_ok);
-        }
-#pragma unroll
-        for (int ks = 0; ks < MX_BK; ks += MX_IK) {
-            mx_u32 fa[MX_TM][MX_A_WORDS], fb[MX_TN][MX_B_WORDS];
-#pragma unroll
-            for (int i = 0; i < MX_TM; ++i)
-                mx_load_frag<MX_IM, MX_A_KLANE, MX_A_CHUNK, MX_A_CSTRIDE, MX_A_SLOTS, MX_A_BITS, MX_A_WORDS>(
-                    fa[i], lds_a[cur], wm + i * MX_IM, ks);
-#pragma unroll
-            for (int j = 0; j < MX_TN; ++j)
-                mx_load_frag<MX_IN, MX_B_KLANE, MX_B_CHUNK, MX_B_CSTRIDE, MX_B_SLOTS, MX_B_BITS, MX_B_WORDS>(
-                    fb[j], lds_b[cur], wn + j * MX_IN, ks);
-#if MX_SCALED
-            const int kb0 = (kt * MX_BK + ks) / 32;
-            int sca[MX_TM], scb[MX_TN];
-#pragma unroll
-            for (int i = 0; i < MX_TM; ++i)
-                sca[i] = mx_scale_byte(p.sa, kblocks, 1, m0 + wm + i * MX_IM + lane % MX_SA_FR, kb0 + lane / MX_SA_FR,
-                                       p.m, kblocks);
-#pragma unroll
-            for (int j = 0; j < MX_TN; ++j)
-                scb[j] = mx_scale_byte(p.sb, 1, p.n, n0 + wn + j * MX_IN + lane % MX_SB_FR, kb0 + lane / MX_SB_FR,
-                                       p.n, kblocks);
-#endif
-#pragma unroll
-            for (int i = 0; i < MX_TM; ++i)
-#pragma unroll
-                for (int j = 0; j < MX_TN; ++j) {
-#if MX_SCALED
-                    acc[i][j] = MX_BUILTIN(mx_as<MX_AFRAG_T>(fa[i]), mx_as<MX_BFRAG_T>(fb[j]), acc[i][j], MX_CBSZ,
-                                           MX_BLGP, 0, sca[i], 0, scb[j]);
+#if MX_FAST_ONLY
+    mx_block<true>(p, lds_a, lds_b, acc, m0, n0, wm, wn);
 #else
-                    acc[i][j] = MX_BUILTIN(mx_as<MX_AFRAG_T>(fa[i]), mx_as<MX_BFRAG_T>(fb[j]), acc[i][j], 0, 0, 0);
+    const bool fast = p.a_vec_ok && p.b_vec_ok && p.sak == 1 && p.sbk == 1 && m0 + MX_BM <= p.m &&
+                      n0 + MX_BN <= p.n && p.k % MX_BK == 0;
+    if (fast)
+        mx_block<true>(p, lds_a, lds_b, acc, m0, n0, wm, wn);
+    else
+        mx_block<false>(p, lds_a, lds_b, acc, m0, n0, wm, wn);
 #endif
-                }
-        }
-        if (more) {
-            mx_store_tile<MX_BM, MX_A_VECS>(lds_a[cur ^ 1], sta, a_kmaj);
-            mx_store_tile<MX_BN, MX_B_VECS>(lds_b[cur ^ 1], stb, b_kmaj);
-        }
-        __syncthreads();
-    }
 
     // D: lane l, slot s -> row MX_C_RLANE * (l / IN) + (s / MX_C_GROUP) * MX_C_GSTRIDE + s % MX_C_GROUP, col l % IN
 #pragma unroll

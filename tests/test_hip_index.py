@@ -2,11 +2,12 @@
 
 ``mirror_gemm`` executes kernels_hip/gemm_mfma.hip's program structure step by step -- grid (M tiles from the
 launch's m_tile0, batches through the batch strides), waves,
-16-byte staging loads with their edge fallback, LDS rows (two buffers), per-lane fragment reads, sub-byte
-packing, per-lane E8M0 scale reads, the guarded epilogue -- reading only the constants that
-``KernelSpec.defines()`` passes to the compiler.  Each instruction is executed by
-``mxcore.emulate.execute`` from the layout record (the register words are unpacked with the record's
-bit offsets, so the kernel's packing is checked against the database), and the result is compared
+16-byte staging loads with their edge fallback, LDS rows (two buffers), per-lane fragment reads (stored
+bytes copied into the registers; fp4 / fp6 packed along K by ``hip.operand_storage``), per-lane E8M0 scale
+reads, the guarded epilogue -- reading only the constants that ``KernelSpec.defines()`` passes to the
+compiler.  Each instruction is executed by ``mxcore.emulate.execute`` from the layout record (the register
+words are unpacked with the record's bit offsets, so the staging pass's packing is checked against the
+database), and the result is compared
 with ``mxcore.reference``.  Inputs are exactly representable (small multiples of 1/2), so every
 partial sum is exact and the comparison is bit-exact.
 """
@@ -46,18 +47,18 @@ def _flat_bytes(storage: np.ndarray, strides_major: str):
     return np.concatenate([raw, np.full(64, 0xFF, np.uint8)]), strides
 
 
-def _load_tile(c, buf, eb, s_r, s_k, r0, k0, rows, kdim, vec_ok, R):
-    """mx_load_tile for all threads: (THREADS, NV, 16) staging bytes."""
+def _load_tile(c, buf, eb, s_r, s_k, r0, k0, rows, kdim, vec_ok, R, bku):
+    """mx_load_tile for all threads: (THREADS, NV, 16) staging bytes (k0, kdim, bku in storage units)."""
     threads = 64 * c["MX_WAVES_M"] * c["MX_WAVES_N"]
-    bk, vec = c["MX_BK"], 16 // eb
-    nv = R * bk // vec // threads
+    vec = 16 // eb
+    nv = R * bku // vec // threads
     k_major = s_k == 1
     stage = np.zeros((threads, nv, 16), np.uint8)
     for t in range(threads):
         for i in range(nv):
             v = t + i * threads
             if k_major:
-                r, kk = v // (bk // vec), (v % (bk // vec)) * vec
+                r, kk = v // (bku // vec), (v % (bku // vec)) * vec
             else:
                 kk, r = v // (R // vec), (v % (R // vec)) * vec
             gr, gk = r0 + r, k0 + kk
@@ -76,14 +77,14 @@ def _load_tile(c, buf, eb, s_r, s_k, r0, k0, rows, kdim, vec_ok, R):
     return stage
 
 
-def _store_tile(c, lds, stage, eb, k_major, R):
+def _store_tile(c, lds, stage, eb, k_major, R, bku, pitch):
     threads, nv, _ = stage.shape
-    bk, vec, pitch = c["MX_BK"], 16 // eb, c["MX_BK"] * eb + c["MX_LDS_PAD"]
+    vec = 16 // eb
     for t in range(threads):
         for i in range(nv):
             v = t + i * threads
             if k_major:
-                r, kk = v // (bk // vec), (v % (bk // vec)) * vec
+                r, kk = v // (bku // vec), (v % (bku // vec)) * vec
                 lds[r * pitch + kk * eb : r * pitch + kk * eb + 16] = stage[t, i]
             else:
                 kk, r = v // (R // vec), (v % (R // vec)) * vec
@@ -92,26 +93,37 @@ def _store_tile(c, lds, stage, eb, k_major, R):
                     lds[at : at + eb] = stage[t, i, j * eb : (j + 1) * eb]
 
 
+def _geometry(c, p):
+    """(stored bits, storage units per tile row, LDS row pitch in bytes) of operand ``p`` ("A" / "B")."""
+    eb, bk = c["MX_EB"], c["MX_BK"]
+    sbits = c[f"MX_{p}_SBITS"]
+    bku = bk * sbits // (8 * eb)
+    return sbits, bku, bku * eb + c["MX_LDS_PAD"]
+
+
+def _kunits(c, k, sbits):
+    """mx_kunits: K in storage units (packed codes: K rounded up to MX_KPAD zero codes)."""
+    if sbits < 8 * c["MX_EB"]:
+        return -(-k // c["MX_KPAD"]) * (c["MX_KPAD"] * sbits // (8 * c["MX_EB"]))
+    return k
+
+
 def _frag_words(c, p, lds, row0, kk0, FR):
-    """mx_load_frag for the 64 lanes: (64, WORDS) uint32 register words."""
-    eb, pitch = c["MX_EB"], c["MX_BK"] * c["MX_EB"] + c["MX_LDS_PAD"]
+    """mx_load_frag for the 64 lanes: (64, WORDS) uint32 register words, each chunk of CHUNK slots copied as
+    CHUNK*BITS/8 contiguous LDS bytes (the staging pass stores elements in the register format)."""
+    _, _, pitch = _geometry(c, p)
     slots, bits = c[f"MX_{p}_SLOTS"], c[f"MX_{p}_BITS"]
     klane, chunk, cstride = c[f"MX_{p}_KLANE"], c[f"MX_{p}_CHUNK"], c[f"MX_{p}_CSTRIDE"]
+    assert c[f"MX_{p}_SBITS"] == bits and (chunk * bits) % 8 == 0
+    cb = chunk * bits // 8
     words = -(-slots * bits // 32)
-    lane = np.arange(64)
-    base = (row0 + lane % FR) * pitch + (kk0 + klane * (lane // FR)) * eb
-    s = np.arange(slots)
-    at = base[:, None] + ((s // chunk) * cstride + s % chunk)[None, :] * eb  # byte address of each slot
-    elems = np.zeros((64, slots), np.uint64)
-    for b in range(eb):
-        elems |= lds[at + b].astype(np.uint64) << np.uint64(8 * b)
-    big = [0] * 64
+    out = np.zeros((64, words * 4), np.uint8)
     for ln in range(64):
-        v = 0
-        for si in range(slots):  # slot s at bits [s*BITS, (s+1)*BITS)
-            v |= (int(elems[ln, si]) & ((1 << bits) - 1)) << (si * bits)
-        big[ln] = v
-    return np.array([[(v >> (32 * w)) & 0xFFFFFFFF for w in range(words)] for v in big], dtype=np.uint32)
+        base = (row0 + ln % FR) * pitch + (kk0 + klane * (ln // FR)) * bits // 8
+        for ch in range(slots // chunk):
+            src = base + ch * cstride * bits // 8
+            out[ln, ch * cb : (ch + 1) * cb] = lds[src : src + cb]
+    return out.view(np.uint32)
 
 
 def _scale_regs(c, scales, s_r, s_b, r0, kb0, rows, blocks, FR):
@@ -129,14 +141,15 @@ def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout, z=0):
     """D (m, n) float32 of batch ``z`` (grid Z index; the batch is z + batch0) as the kernel with constants
     ``c`` computes it over the launch's grid (M tiles from m_tile0 on); unwritten elements stay NaN."""
     eb, bk, ik = c["MX_EB"], c["MX_BK"], c["MX_IK"]
-    zb = z + launch.batch0  # operands advance by their batch strides (elements; scales: bytes)
+    zb = z + launch.batch0  # operands advance by their batch strides (storage units; scales: bytes)
     a_buf, b_buf = a_buf[zb * launch.sab * eb:], b_buf[zb * launch.sbb * eb:]
     sa = None if sa is None else np.asarray(sa).reshape(-1)[zb * launch.ssa:]
     sb = None if sb is None else np.asarray(sb).reshape(-1)[zb * launch.ssb:]
     IM, IN, TM, TN = c["MX_IM"], c["MX_IN"], c["MX_TM"], c["MX_TN"]
     BM, BN = c["MX_WAVES_M"] * TM * IM, c["MX_WAVES_N"] * TN * IN
-    pitch = bk * eb + c["MX_LDS_PAD"]
+    (sa_bits, bku_a, pitch_a), (sb_bits, bku_b, pitch_b) = _geometry(c, "A"), _geometry(c, "B")
     L = launch
+    ka, kb = _kunits(c, L.k, sa_bits), _kunits(c, L.k, sb_bits)
     d = np.full((L.m, L.n), POISON, np.float32)
     writes = np.zeros((L.m, L.n), np.int64)
     ktiles = -(-L.k // bk)
@@ -145,18 +158,18 @@ def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout, z=0):
     for by in range(L.grid[1]):
         for bx in range(L.grid[0]):
             m0, n0 = (by + L.m_tile0) * BM, bx * BN
-            lds_a = np.zeros((2, BM * pitch), np.uint8)
-            lds_b = np.zeros((2, BN * pitch), np.uint8)
+            lds_a = np.zeros((2, BM * pitch_a), np.uint8)
+            lds_b = np.zeros((2, BN * pitch_b), np.uint8)
             acc = {}
-            sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, 0, L.m, L.k, L.a_vec_ok, BM)
-            stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, 0, L.n, L.k, L.b_vec_ok, BN)
-            _store_tile(c, lds_a[0], sta, eb, a_kmaj, BM)
-            _store_tile(c, lds_b[0], stb, eb, b_kmaj, BN)
+            sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, 0, L.m, ka, L.a_vec_ok, BM, bku_a)
+            stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, 0, L.n, kb, L.b_vec_ok, BN, bku_b)
+            _store_tile(c, lds_a[0], sta, eb, a_kmaj, BM, bku_a, pitch_a)
+            _store_tile(c, lds_b[0], stb, eb, b_kmaj, BN, bku_b, pitch_b)
             for kt in range(ktiles):
                 cur, more = kt & 1, kt + 1 < ktiles
                 if more:
-                    sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, (kt + 1) * bk, L.m, L.k, L.a_vec_ok, BM)
-                    stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, (kt + 1) * bk, L.n, L.k, L.b_vec_ok, BN)
+                    sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, (kt + 1) * bku_a, L.m, ka, L.a_vec_ok, BM, bku_a)
+                    stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, (kt + 1) * bku_b, L.n, kb, L.b_vec_ok, BN, bku_b)
                 for wave in range(c["MX_WAVES_M"] * c["MX_WAVES_N"]):
                     wm = (wave // c["MX_WAVES_N"]) * TM * IM
                     wn = (wave % c["MX_WAVES_N"]) * TN * IN
@@ -182,8 +195,8 @@ def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout, z=0):
                                                                 kblocks, c["MX_SB_FR"])
                                 acc[key] = emulate.execute(layout, ra, rb, prev, **kw)
                 if more:
-                    _store_tile(c, lds_a[cur ^ 1], sta, eb, a_kmaj, BM)
-                    _store_tile(c, lds_b[cur ^ 1], stb, eb, b_kmaj, BN)
+                    _store_tile(c, lds_a[cur ^ 1], sta, eb, a_kmaj, BM, bku_a, pitch_a)
+                    _store_tile(c, lds_b[cur ^ 1], stb, eb, b_kmaj, BN, bku_b, pitch_b)
             lane = np.arange(64)[:, None]
             s = np.arange(c["MX_C_SLOTS"])[None, :]
             for (wave, i, j), regs in acc.items():
@@ -229,6 +242,8 @@ def run_variant(spec, rng, m, n, k, majors=("r", "r"), misalign=False, which=0, 
             assert len(np.unique(op.scales)) > 1
     want = reference_from_operands(opa, opb, "float32")
     sa_store, sb_store = hip.operand_storage(opa, spec, "a"), hip.operand_storage(opb, spec, "b")
+    # packed fp4 / fp6 operands are K-contiguous whatever the caller's major (the staging pass transposes)
+    majors = ("r" if spec.packed("a") else majors[0], "c" if spec.packed("b") else majors[1])
     a_buf, a_str = _flat_bytes(sa_store, majors[0])
     b_buf, b_str = _flat_bytes(sb_store, majors[1])
     launch = hip.plan_launch(spec, m, n, k, a_str, b_str, a_addr=8 if misalign else 0, b_addr=0,
@@ -267,7 +282,7 @@ REPS = [s for s in ALL if (s.arch, s.dtype) in _REPS and s.shape[0] == 16]
 def test_column_major_and_unaligned(spec, rng):
     """Column-major A (transposing path) and column-major B (K-contiguous), unaligned base: element loads."""
     launch = run_variant(spec, rng, 19, 33, spec.bk + 5, majors=("c", "c"), misalign=True)
-    assert launch.a_vec_ok == 0 and launch.sam == 1 and launch.sbk == 1
+    assert launch.a_vec_ok == 0 and (launch.sam == 1 or spec.packed("a")) and launch.sbk == 1
 
 
 @pytest.mark.parametrize("spec", REPS[:3], ids=lambda s: f"{s.arch}-{s.entry}")
@@ -360,8 +375,12 @@ def test_batched_launch(rng, dtype, shared_b):
     if shared_b:
         ops = [(oa, ops[0][1]) for oa, _ in ops]
     a_st = np.stack([hip.operand_storage(oa, spec, "a") for oa, _ in ops])
-    b_st = hip.operand_storage(ops[0][1], spec, "b")[None] if shared_b else \
-        np.stack([hip.operand_storage(ob, spec, "b") for _, ob in ops])
+    b_list = [hip.operand_storage(ob, spec, "b") for _, ob in (ops[:1] if shared_b else ops)]
+    kua, kub = a_st.shape[2], b_list[0].shape[0]  # K in storage units (packed fp4: bytes)
+    if spec.packed("b"):  # K-contiguous B: each matrix stored as its (N, K units) transpose
+        b_st, b_strides = np.stack([x.T for x in b_list]), (1, kub)
+    else:
+        b_st, b_strides = np.stack(b_list), (n, 1)
     a_buf = np.concatenate([a_st.view(np.uint8).reshape(-1), np.full(64, 0xFF, np.uint8)])
     b_buf = np.concatenate([b_st.view(np.uint8).reshape(-1), np.full(64, 0xFF, np.uint8)])
     sa = sb = None
@@ -370,8 +389,9 @@ def test_batched_launch(rng, dtype, shared_b):
         sa = np.stack([oa.scales for oa, _ in ops])
         sb = ops[0][1].scales[None] if shared_b else np.stack([ob.scales for _, ob in ops])
         ssa, ssb = sa[0].size, 0 if shared_b else sb[0].size
-    launch = hip.plan_launch(spec, m, n, k, (k, 1), (n, 1), batch=batch,
-                             batch_strides=(m * k, 0 if shared_b else k * n, m * n), scale_batch_strides=(ssa, ssb))
+    launch = hip.plan_launch(spec, m, n, k, (kua, 1), b_strides, batch=batch,
+                             batch_strides=(m * kua, 0 if shared_b else kub * n, m * n),
+                             scale_batch_strides=(ssa, ssb))
     assert launch.grid[2] == batch
     pieces = launch.pieces((2**31 - 1, 65535, 2))
     assert [(p.grid[2], p.batch0) for p in pieces] == [(2, 0), (1, 2)]

@@ -77,7 +77,7 @@ def _fit_operand(op, role: str, frag_rows: int, name: str) -> dict:
     bits = int(op.bits)
     offsets = tuple(getattr(op, "bit_offsets", None) or range(0, slots * bits, bits))
     if offsets != tuple(range(0, slots * bits, bits)):
-        raise LayoutError(f"{name} operand {role.upper()}: slots are not packed at slot*bits; the kernel packs that way")
+        raise LayoutError(f"{name} operand {role.upper()}: slots are not packed at slot*bits; staging.pack_k packs that way")
     p = role.upper()
     return {f"MX_{p}_SLOTS": slots, f"MX_{p}_BITS": bits, f"MX_{p}_KLANE": klane, f"MX_{p}_CHUNK": chunk,
             f"MX_{p}_CSTRIDE": cstride}
@@ -131,9 +131,13 @@ def fragment_constants(layout, spec) -> dict:
     else:
         out.update({"MX_SA_FR": m, "MX_SB_FR": n})
     for p in ("A", "B"):
-        if 8 * spec.elem_bytes < out[f"MX_{p}_BITS"]:
-            raise LayoutError(f"{layout.name}: operand {p} has {out[f'MX_{p}_BITS']}-bit elements, the variant "
-                              f"stores {spec.elem_bytes} byte(s) each")
-        if (out[f"MX_{p}_CHUNK"] * spec.elem_bytes) % 4 and out[f"MX_{p}_CHUNK"] < out[f"MX_{p}_SLOTS"]:
+        sbits, bits = spec.stored_bits(p.lower()), out[f"MX_{p}_BITS"]
+        if sbits != bits:
+            raise LayoutError(f"{layout.name}: operand {p} has {bits}-bit elements, the variant stores {sbits} bits "
+                              "each; the kernel copies stored bytes straight into the instruction's registers")
+        if (out[f"MX_{p}_CHUNK"] * bits) % 32 and out[f"MX_{p}_CHUNK"] < out[f"MX_{p}_SLOTS"]:
             raise LayoutError(f"{layout.name}: operand {p} chunks of {out[f'MX_{p}_CHUNK']} elements are not whole words")
+        if (out[f"MX_{p}_SLOTS"] * bits) % 32:
+            raise LayoutError(f"{layout.name}: operand {p} holds {out[f'MX_{p}_SLOTS']} x {bits} bits per lane, "
+                              "not whole registers")
     return out

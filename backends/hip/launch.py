@@ -65,8 +65,8 @@ def plan_launch(spec, m: int, n: int, k: int, a_strides: tuple, b_strides: tuple
                 b_addr: int = 0, ldd: int | None = None, out_scale: float = 1.0, batch: int = 1,
                 batch_strides: tuple = (0, 0, 0), scale_batch_strides: tuple = (0, 0)) -> Launch:
     """Arguments for ``spec`` on a (batch of) (m, k) x (k, n) problem(s).  ``a_strides`` = (stride of m,
-    stride of k), ``b_strides`` = (stride of k, stride of n), in elements; one stride of each operand must
-    be 1.  ``a_addr``/``b_addr``: device addresses (16-byte alignment enables the vector loads).
+    stride of k), ``b_strides`` = (stride of k, stride of n), in storage units (elements; bytes for packed
+    fp4 / fp6, which must be K-contiguous); one stride of each operand must be 1.  ``a_addr``/``b_addr``: device addresses (16-byte alignment enables the vector loads).
     ``batch_strides``: (A, B, D) element strides between batches (0 broadcasts an operand)."""
     if min(m, n, k) < 1:
         raise UnsupportedError(f"kernel launch needs M, N, K >= 1, got {m}, {n}, {k} (the API handles empty shapes)")
@@ -77,6 +77,10 @@ def plan_launch(spec, m: int, n: int, k: int, a_strides: tuple, b_strides: tuple
         raise UnsupportedError(f"{m}x{n}x{k}: a dimension beyond 2^31 elements; split the problem")
     if batch < 1:
         raise UnsupportedError(f"batch of {batch}: needs at least one matrix")
+    for name, role, st in (("A", "a", a_strides[1]), ("B", "b", b_strides[0])):
+        if spec.packed(role) and st != 1:
+            raise UnsupportedError(f"operand {name}: {spec.stored_bits(role)}-bit codes are stored packed along K and "
+                                   f"need a unit K stride, got {st}; stage it through hip.operand_storage")
     bm, bn, _ = spec.tile
     a_cont = 1 if a_strides[1] == 1 else 0  # K-contiguous A: axis 1
     b_cont = 0 if b_strides[0] == 1 else 1  # K-contiguous B: axis 0

@@ -144,11 +144,12 @@ class HipPlan(Plan):
         items = [x[i] for i in range(x.shape[0])] if len(x.shape) == 3 else [x]
         ops = [prepare_one(item, od, role, self.scale_rounding) for item in items]
         stores = [operand_storage(op, self.spec, role) for op in ops]
-        if len(stores) == 1 and stores[0].flags.f_contiguous and not stores[0].flags.c_contiguous:
-            dev = self.rt.upload(stores[0].T)  # column-major kept: the kernel reads either major
-            strides = (1, stores[0].shape[0])
+        rows, cols = stores[0].shape
+        if stores[0].flags.f_contiguous and not stores[0].flags.c_contiguous:
+            # column-major kept (the kernel reads either major; packed fp4/fp6 B is always K-contiguous)
+            dev = self.rt.upload(np.stack([s.T for s in stores]) if len(x.shape) == 3 else stores[0].T)
+            strides = (rows * cols, 1, rows) if len(x.shape) == 3 else (1, rows)
         else:
-            rows, cols = stores[0].shape
             dev = self.rt.upload(np.stack([np.ascontiguousarray(s) for s in stores]))
             strides = (rows * cols, cols, 1) if len(x.shape) == 3 else (cols, 1)
         self.allocs.append(dev)

@@ -19,7 +19,9 @@ import numpy as np
 from ... import formats
 from ...errors import FormatError, UnsupportedError
 
-__all__ = ["convert_fp8", "fp8_input_convert", "operand_storage"]
+__all__ = ["K_PAD", "convert_fp8", "fp8_input_convert", "operand_storage", "pack_k"]
+
+K_PAD = 64  # packed (sub-byte) rows hold K rounded up to this many codes (zeros): whole 16-byte vectors
 
 
 def _fp8_peer(name: str) -> str | None:
@@ -67,10 +69,32 @@ def fp8_input_convert(x, want: str, convert: bool):
     return codes.view(getattr(ml_dtypes, f"float8_{want}"))
 
 
+def pack_k(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Sub-byte codes (rows, K), one per byte, as the f8f6f4 MFMA reads them: K padded with zero codes to a
+    multiple of :data:`K_PAD`, code k at bits [k*bits, (k+1)*bits) of the row's little-endian byte stream
+    (the register format of the layout records: slot s at bit s*bits).  Returns (rows, K_pad*bits/8) uint8."""
+    rows, k = codes.shape
+    kp = -(-max(k, 1) // K_PAD) * K_PAD
+    c = np.zeros((rows, kp), np.uint32)
+    c[:, :k] = codes
+    per = {4: 2, 6: 4}.get(bits)  # codes per group of whole bytes: 2 fp4 codes / byte, 4 fp6 codes / 3 bytes
+    if per is None:
+        raise FormatError(f"no packed storage rule for {bits}-bit codes (the f8f6f4 MFMAs read 4, 6 or 8 bits)")
+    g = c.reshape(rows, kp // per, per)
+    word = np.zeros(g.shape[:2], np.uint32)
+    for j in range(per):
+        word |= g[..., j] << np.uint32(j * bits)
+    nbytes = per * bits // 8
+    out = np.stack([(word >> np.uint32(8 * b)) & np.uint32(0xFF) for b in range(nbytes)], axis=-1)
+    return out.astype(np.uint8).reshape(rows, kp * bits // 8)
+
+
 def operand_storage(op, spec, role: str) -> np.ndarray:
     """What the kernel reads for a prepared :class:`mxcore.operands.Operand`: an array of
-    ``spec.elem_bytes``-wide unsigned storage units (fp32/tf32 bits, fp16/bf16 bits, one code per byte),
-    logical shape (..., M, K) for A and (..., K, N) for B.  tf32 is rounded here (RNE) so that the xf32 MFMA
+    ``spec.elem_bytes``-wide unsigned storage units (fp32/tf32 bits, fp16/bf16 bits, fp8 codes), logical
+    shape (..., M, K) for A and (..., K, N) for B.  fp4 / fp6 operands (``spec.packed(role)``) come back
+    packed along K (:func:`pack_k`), K-contiguous: A as a C-ordered (M, Kbytes) array, B as the transpose of
+    a C-ordered (N, Kbytes) array (the one-time transpose of the staging pass).  tf32 is rounded here (RNE) so that the xf32 MFMA
     and gfx950's fp32 MFMA both see exactly the values the reference uses.  MX operands must use the
     instruction's scale block (``MXTensor.block``)."""
     fmt = spec.a_format if role == "a" else spec.b_format
@@ -91,6 +115,10 @@ def operand_storage(op, spec, role: str) -> np.ndarray:
         if codes.size and int(codes.max()) >= 1 << bits:
             raise FormatError(f"operand {role}: {fmt} codes are {bits}-bit, found code {int(codes.max())}; "
                               "pass one unpacked code per byte (mxcore.mx.MXTensor.codes)")
+        if spec.packed(role):
+            if codes.ndim != 2:
+                raise UnsupportedError(f"operand {role}: packed {fmt} storage takes one 2-D matrix, got {codes.shape}")
+            return pack_k(codes, bits) if role == "a" else pack_k(codes.T, bits).T
         return codes
     vals = np.asarray(op.values)
     if fmt == "tf32":

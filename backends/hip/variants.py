@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ... import dtypes as _dt
 from ...errors import FormatError, LayoutError, UnsupportedError
 from .fragments import WAVE, frag_type, fragment_constants
+from .staging import K_PAD
 
 __all__ = ["ARCHS", "SOURCE_FILE", "KernelSpec", "ceiling_defines", "compile_inputs", "kernel_specs",
            "scaled_spec", "select_spec", "supported_dtype_names", "tile_name", "tile_names", "validate_spec"]
@@ -45,7 +46,7 @@ class KernelSpec:
     afrag: str  # mx_types.h typedefs of the builtin's A / B / C operand (fragments.frag_type)
     bfrag: str
     cfrag: str
-    elem_bytes: int  # bytes per element in global memory and LDS (sub-byte codes: one per byte)
+    elem_bytes: int  # bytes per storage unit in global memory and LDS (sub-byte operands: one byte)
     scaled: bool = False
     cbsz: int = 0  # scaled: A format code (the record's); classic MFMAs: broadcast control, always 0 here
     blgp: int = 0
@@ -55,6 +56,16 @@ class KernelSpec:
     tn: int = 2
     lds_pad: int = 16
     also: tuple = ()  # further matmul dtypes this same kernel serves (OCP fp8 = MX fp8 with unit scales)
+    a_bits: int = 0  # element bits of A / B as stored (fp4 / fp6: packed along K, staging.pack_k); 0: 8 * elem_bytes
+    b_bits: int = 0
+
+    def stored_bits(self, role: str) -> int:
+        """Bits per element of operand ``role`` in global memory and LDS."""
+        return (self.a_bits if role == "a" else self.b_bits) or 8 * self.elem_bytes
+
+    def packed(self, role: str) -> bool:
+        """Operand ``role`` is stored packed along K (sub-byte codes): the kernel needs it K-contiguous."""
+        return self.stored_bits(role) < 8 * self.elem_bytes
 
     @property
     def dtypes(self) -> tuple:
@@ -66,7 +77,25 @@ class KernelSpec:
 
     @property
     def bk(self) -> int:
-        return max(self.shape[2], 64 // self.elem_bytes)
+        """K elements per tile: a multiple of the instruction's K (at least 64 bytes of 1-byte elements) whose
+        rows are whole 16-byte vectors and whose tiles split evenly into one vector per thread and step."""
+        m, n, k = self.shape
+        rows = {"a": self.waves_m * self.tm * m, "b": self.waves_n * self.tn * n}
+        bk = max(k, 64 // self.elem_bytes)
+        while any((bk * self.stored_bits(r)) % 128 or (rows[r] * bk * self.stored_bits(r) // 128) % self.threads
+                  for r in rows):
+            bk += k
+        return bk
+
+    def row_bytes(self, role: str) -> int:
+        """LDS row pitch of operand ``role``: one tile row of K and the padding."""
+        return self.bk * self.stored_bits(role) // 8 + self.lds_pad
+
+    @property
+    def lds_bytes(self) -> int:
+        """LDS of the kernel: two buffers of the A and B tiles."""
+        bm, bn, _ = self.tile
+        return 2 * (bm * self.row_bytes("a") + bn * self.row_bytes("b"))
 
     @property
     def tile(self) -> tuple:
@@ -107,19 +136,21 @@ class KernelSpec:
             "MX_EB": self.elem_bytes, "MX_IM": m, "MX_IN": n, "MX_IK": k, "MX_BK": self.bk,
             "MX_WAVES_M": self.waves_m, "MX_WAVES_N": self.waves_n, "MX_TM": self.tm, "MX_TN": self.tn,
             "MX_LDS_PAD": self.lds_pad, "MX_SCALED": int(self.scaled), "MX_CBSZ": self.cbsz, "MX_BLGP": self.blgp,
+            "MX_A_SBITS": self.stored_bits("a"), "MX_B_SBITS": self.stored_bits("b"), "MX_KPAD": K_PAD,
             **c,
         }
         return tuple(f"-D{key}={value}" for key, value in d.items())
 
 
 def _spec_from_record(rec, arch: str, dtype: str, also: tuple = ()) -> KernelSpec:
-    # one code per byte in memory for sub-byte formats; 16/32-bit elements keep their width
+    # 16/32-bit elements keep their width; f8f6f4 operands are byte streams (fp4 / fp6 packed along K)
     elem_bytes = -(-max(rec.a.bits, rec.b.bits) // 8)
+    sub = [int(op.bits) if int(op.bits) < 8 * elem_bytes else 0 for op in (rec.a, rec.b)]
     return KernelSpec(
         arch=arch, dtype=dtype, instruction=rec.name, a_format=rec.a_format, b_format=rec.b_format,
         shape=(rec.m, rec.n, rec.k), afrag=frag_type(rec, "a"), bfrag=frag_type(rec, "b"), cfrag=frag_type(rec, "c"),
         elem_bytes=elem_bytes, scaled=rec.scaled, cbsz=int(rec.cbsz or 0) if rec.scaled else 0,
-        blgp=int(rec.blgp or 0) if rec.scaled else 0, also=tuple(also))
+        blgp=int(rec.blgp or 0) if rec.scaled else 0, also=tuple(also), a_bits=sub[0], b_bits=sub[1])
 
 
 def scaled_spec(arch: str, m: int, a_format: str, b_format: str, dtype: str = "") -> KernelSpec:
