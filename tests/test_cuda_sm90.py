@@ -226,3 +226,17 @@ def test_wgmma_layout_probes(backend):
     np.testing.assert_array_equal(got["d"], hopper.accumulator(64).coords)
     np.testing.assert_array_equal(got["a_k16"], hopper.register_a(16).coords)
     np.testing.assert_array_equal(got["a_k8"], hopper.register_a(8).coords)
+
+
+def test_shared_weight_batch_folds_into_one_wgmma_launch(backend, rng):
+    """(B, M, K) @ (K, N) with a contiguous A is one (B*M, K) @ (K, N) problem: it runs on wgmma when asked (the
+    family rule sees the batch before the fold and keeps batches on mma.sync)."""
+    import cupy as cp
+
+    a, b = _ints(rng, (4, 512, 1024), -4, 4, True), _ints(rng, (1024, 2048), -4, 4, True)
+    da, db = cp.asarray(a.astype(np.float16)), cp.asarray(b.astype(np.float16))
+    plan = backend.plan(da, db, _dt.resolve("fp16", "sm_90"), family="wgmma")
+    assert plan.variant.endswith("(wgmma)"), plan.variant
+    plan.gemm()
+    got = cp.asnumpy(plan.result()).astype(np.float64)
+    np.testing.assert_array_equal(got, np.stack([reference_matmul(x, b, "fp16") for x in a]).astype(np.float64))

@@ -282,7 +282,7 @@ class Sm90Plan(CudaPlan):
 
     def _bind(self) -> None:
         a, b, m, n = self.da, self.db, self.m, self.n
-        if (self.batch or 1) > 1 or a.bstride or b.bstride:
+        if getattr(self, "_nb", 1) > 1 or a.bstride or b.bstride:  # batch elements in the grid (folded: none)
             raise UnsupportedError("the wgmma kernel multiplies one matrix; batches run on family='mma_sync'")
         if getattr(a, "exp_at", None) is not None or getattr(b, "exp_at", None) is not None:
             raise UnsupportedError("the wgmma kernel takes the per-tensor scale by value, not from device memory; "
