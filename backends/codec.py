@@ -56,6 +56,8 @@ THREADS = 256
 # float input types the kernels read as raw bits: numpy/torch dtype name -> (kernel suffix, unsigned bits dtype)
 INPUT_SUFFIXES = {"float32": ("f32", "uint32"), "float16": ("f16", "uint16"), "bfloat16": ("bf16", "uint16"),
                   "float64": ("f64", "uint64")}
+# input kinds the fast MX quantizer (mx_quantize_mx_fast_*) takes: at most 32 bits
+FAST_SUFFIXES = ("f32", "f16", "bf16")
 _SPECIALS = ("ieee", "fn", "fnuz", "none")
 _CODE_T = {1: "mxc_u8", 2: "mxc_u16", 4: "mxc_u32"}
 _SIGNED_OF = {"uint8": "uint8", "uint16": "int16", "uint32": "int32", "uint64": "int64"}
@@ -91,7 +93,8 @@ def entry_points(with_format: bool = True) -> list[str]:
         return pack
     per_input = [f"mx_{op}_{suf}" for op in ("encode", "quantize_mx", "amax", "quantize_tensor")
                  for suf, _ in INPUT_SUFFIXES.values()]
-    return per_input + ["mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32", "mx_dequantize_mx_f64"] + pack
+    fast = [f"mx_quantize_mx_fast_{suf}" for suf in FAST_SUFFIXES]
+    return per_input + fast + ["mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32", "mx_dequantize_mx_f64"] + pack
 
 
 # ---- one call on one device ---------------------------------------------------------------------------------------

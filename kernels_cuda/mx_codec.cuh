@@ -85,6 +85,78 @@ __device__ __forceinline__ void mxc_atomic_add(mxc_u32* p, mxc_u32 v) {
 #endif
 }
 
+// float bits, non-contracted float arithmetic (each op rounds once, RNE), |x|, per-halfword unsigned max
+__device__ __forceinline__ mxc_u32 mxc_f2u(float f) {
+#if MXC_HIP || MXC_HOST
+    return __builtin_bit_cast(mxc_u32, f);
+#else
+    return __float_as_uint(f);
+#endif
+}
+__device__ __forceinline__ float mxc_u2f(mxc_u32 u) {
+#if MXC_HIP || MXC_HOST
+    return __builtin_bit_cast(float, u);
+#else
+    return __uint_as_float(u);
+#endif
+}
+__device__ __forceinline__ float mxc_fmul(float a, float b) {
+#if MXC_HIP || MXC_HOST
+    return a * b;
+#else
+    return __fmul_rn(a, b);
+#endif
+}
+__device__ __forceinline__ float mxc_fadd(float a, float b) {
+#if MXC_HIP || MXC_HOST
+    return a + b;
+#else
+    return __fadd_rn(a, b);
+#endif
+}
+__device__ __forceinline__ float mxc_fabs(float a) {
+#if MXC_HIP || MXC_HOST
+    return __builtin_fabsf(a);
+#else
+    return fabsf(a);
+#endif
+}
+__device__ __forceinline__ mxc_u32 mxc_vmaxu2(mxc_u32 a, mxc_u32 b) {
+#if MXC_HIP || MXC_HOST
+    const mxc_u32 lo = (a & 0xffffu) > (b & 0xffffu) ? (a & 0xffffu) : (b & 0xffffu);
+    const mxc_u32 hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+    return lo | (hi << 16);
+#else
+    return __vmaxu2(a, b);
+#endif
+}
+// bytes of the 8-byte value b:a picked by the four selector nibbles of s (low nibble: result byte 0)
+__device__ __forceinline__ mxc_u32 mxc_byte_perm(mxc_u32 a, mxc_u32 b, mxc_u32 s) {
+#if MXC_HIP || MXC_HOST
+    const mxc_u64 v = ((mxc_u64)b << 32) | a;
+    mxc_u32 r = 0u;
+    for (int i = 0; i < 4; ++i) r |= (mxc_u32)((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+#else
+    return __byte_perm(a, b, s);
+#endif
+}
+// `v` of the partner lane (lane ^ 1; every lane of the warp / wavefront executes this).  The CPU build runs one
+// thread at a time, so there it evaluates `partner()`: the partner lane's own computation of the value.
+template <class F>
+__device__ __forceinline__ mxc_u32 mxc_lane_xor1(mxc_u32 v, F partner) {
+#if MXC_HOST
+    (void)v;
+    return partner();
+#elif MXC_HIP
+    (void)partner;
+    return (mxc_u32)__builtin_amdgcn_mov_dpp((int)v, 0xB1, 0xF, 0xF, false);  // quad_perm [1,0,3,2]
+#else
+    (void)partner;
+    return __shfl_xor_sync(0xffffffffu, v, 1);
+#endif
+}
+
 // 16 bytes moved by one vector load/store (LDG.128 / global_load_dwordx4)
 struct alignas(16) mxc_v16 {
     mxc_u32 w[4];
@@ -451,6 +523,182 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
 #endif
 }
 
+// ---- the fast MX quantizer: contiguous blocks of 32 along the last axis, inputs of at most 32 bits ----------
+// The input is a flat run of blocks (K % 32 == 0, the block axis the contiguous one, 16-byte aligned x and
+// codes).  Each lane owns half a block, 16 elements: sizeof(B) 16-byte loads, one 16-byte store of codes; the
+// two lanes of a block exchange their half maxima (mxc_lane_xor1), both derive the scale, the even lane writes
+// it.  Grid-stride over half blocks (the loop bound is uniform in the CTA, so whole warps run every exchange).
+//
+// The element encode (MXC_FAST_FLOAT formats) is float arithmetic that rounds exactly once: y = x * 2^-k is
+// exact in float32 (x has at most 24 significant bits; 2^-k is a normal float32 because k <= 126 for inputs of
+// at most 32 bits when MXF_EMAX >= 2; a product below 2^-126 is far below half the smallest subnormal code, so
+// its own rounding cannot change the result).  With E = max(floor(log2|y|), MXF_EMIN) and M = 2^(E + 23 -
+// MXF_MBITS), the float32 sum |y| + M lies in [M, 2M) where one ulp is the format's quantum 2^(E - MXF_MBITS):
+// the add rounds |y| to the format's grid, RNE (the sum's last bit is the code's last bit), and r = sum - M
+// is exact.  Then z = r * 2^(-126 - MXF_EMIN) (exact) maps the format's smallest normal onto float32's: a
+// normal r gets the format's exponent field and mantissa at the top of z's fields, a subnormal r becomes a
+// float32 subnormal with the format's mantissa there, so z's bits >> (23 - MXF_MBITS) are the magnitude code
+// (a subnormal that rounds up is the smallest normal by itself).  Clamping z's bits saturates above the
+// largest normal, as the MX rule does.  Other formats use mxc_mx_element (same results, slower).
+// Needs float32 subnormals (no flush to zero: NVRTC's default, and hiprtc's / clang's for gfx9).
+#define MXC_HALF 16
+#define MXC_FAST_FLOAT (MXF_BITS <= 8 && MXF_SIGNED && MXF_SUBNORMALS && MXF_SPECIALS != 2 && MXF_EMAX >= 2 && \
+                        MXF_MBITS >= 1 && MXF_EMAX + 23 - MXF_MBITS <= 127 && MXF_EMIN >= -125)
+#define MXC_FAST_SHIFT (23 - MXF_MBITS)
+
+// the magnitude code of |y| (y exact, |y| < 2^(MXF_EMAX + 1)), left at bit MXC_FAST_SHIFT (lower bits zero)
+__device__ __forceinline__ mxc_u32 mxc_fast_mag_hi(float y) {
+    const mxc_u32 shift = (mxc_u32)MXC_FAST_SHIFT << 23;  // M = 2^E * 2^(23 - MBITS): an exponent-field add
+    const mxc_u32 emin_m = ((mxc_u32)(MXF_EMIN + 127) << 23) + shift;
+    const mxc_u32 eb_m = (mxc_f2u(y) & 0x7f800000u) + shift;
+    const float m = mxc_u2f(eb_m > emin_m ? eb_m : emin_m);
+    const float r = mxc_fadd(mxc_fadd(mxc_fabs(y), m), -m);
+    const mxc_u32 z = mxc_f2u(mxc_fmul(r, mxc_u2f((mxc_u32)(1 - MXF_EMIN) << 23)));  // r * 2^(-126 - EMIN)
+    const mxc_u32 top = (mxc_u32)MXF_MAX_MAGCODE << MXC_FAST_SHIFT;
+    return z < top ? z : top;
+}
+
+// v >> s for s > 0, v << -s otherwise (a compile-time s: one shift; the packing adds disjoint fields, so the
+// shift and the add fuse into one LEA / LEA.HI)
+__device__ __forceinline__ mxc_u32 mxc_shr(mxc_u32 v, int s) { return s > 0 ? v >> s : v << (-s); }
+
+// the sign bits of elements 4q..4q+3 at bit 7 of each byte
+template <class In>
+__device__ __forceinline__ mxc_u32 mxc_fast_signs(const mxc_u32* wd, int q) {
+    if constexpr (In::width == 16) {
+        return mxc_byte_perm(wd[2 * q], wd[2 * q + 1], 0x7531u) & 0x80808080u;  // each element's high byte
+    } else {
+        return ((wd[4 * q] >> 24) & 0x80u) | ((wd[4 * q + 1] >> 16) & 0x8000u) | ((wd[4 * q + 2] >> 8) & 0x800000u) |
+               (wd[4 * q + 3] & 0x80000000u);
+    }
+}
+
+// element j of a lane's 16 (words: the lane's 16 * sizeof(B) bytes as 32-bit words), as input bits
+template <class In>
+__device__ __forceinline__ typename In::bits_t mxc_fast_bits(const mxc_u32* wd, int j) {
+    if constexpr (In::width == 16) return (typename In::bits_t)(wd[j >> 1] >> (16 * (j & 1)));
+    else return (typename In::bits_t)wd[j];
+}
+
+// element j's value as float32 (exact) and its sign bit
+template <class In>
+__device__ __forceinline__ float mxc_fast_value(const mxc_u32* wd, int j) {
+    if constexpr (In::width == 32) {
+        return mxc_u2f(wd[j]);
+    } else if constexpr (In::ebits == 8) {  // bfloat16: the top half of a float32
+        return mxc_u2f((j & 1) ? (wd[j >> 1] & 0xffff0000u) : (wd[j >> 1] << 16));
+    } else {  // float16: its bits shifted into a float32 read 2^-112 times the value (subnormals too)
+        const mxc_u32 h = (j & 1) ? (wd[j >> 1] >> 16) : wd[j >> 1];
+        return mxc_fmul(mxc_u2f((h & 0x7fffu) << 13), mxc_u2f((112u + 127u) << 23));  // times 2^112
+    }
+}
+
+// the largest magnitude bits among a lane's 16 elements
+template <class In>
+__device__ __forceinline__ mxc_u32 mxc_fast_half_amax(const mxc_u32* wd) {
+    mxc_u32 m = 0u;
+    if constexpr (In::width == 16) {
+#pragma unroll
+        for (int w = 0; w < MXC_HALF / 2; ++w) m = mxc_vmaxu2(m, wd[w] & 0x7fff7fffu);
+        return (m & 0xffffu) > (m >> 16) ? (m & 0xffffu) : (m >> 16);
+    } else {
+#pragma unroll
+        for (int w = 0; w < MXC_HALF; ++w) {
+            const mxc_u32 a = wd[w] & 0x7fffffffu;
+            m = a > m ? a : m;
+        }
+        return m;
+    }
+}
+
+// mxc_mx_exp for inputs of at most 32 bits: a normal amax read as float32 bits gives floor(log2) and the
+// significand comparison directly; zero and subnormal maxima take the general path
+template <class In>
+__device__ __forceinline__ int mxc_fast_exp(mxc_u32 amax, bool rceil) {
+    if (!(amax >> In::mbits)) return mxc_mx_exp<In>((typename In::bits_t)amax, rceil);
+    const mxc_u32 a = In::width == 32 ? amax : (In::ebits == 8 ? amax << 16 : (amax << 13) + (112u << 23));
+    const bool above = (a & 0x7fffffu) > (mxc_u32)((MXF_MAXSIG << (23 - MXF_MBITS)) & 0x7fffffu);
+    const int k = (int)(a >> 23) - 127 - MXF_EMAX + ((rceil && above) ? 1 : 0);
+    return k < -127 ? -127 : (k > 127 ? 127 : k);
+}
+
+template <class In>
+__device__ __forceinline__ void mxc_fast_load(const typename In::bits_t* x, mxc_i64 h, mxc_u32* wd) {
+    const mxc_v16* pv = (const mxc_v16*)(x + h * MXC_HALF);
+#pragma unroll
+    for (int c = 0; c < (int)sizeof(typename In::bits_t); ++c) {
+        const mxc_v16 chunk = pv[c];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wd[4 * c + j] = chunk.w[j];
+    }
+}
+
+template <class In>
+__device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::bits_t* x, mxc_u8* codes,
+                                                            mxc_u8* scales, mxc_u32* scale_max1, mxc_i64 halves,
+                                                            mxc_i64 stride, int rceil) {
+    typedef typename In::bits_t B;
+    static_assert(In::width <= 32, "the fast MX quantizer takes inputs of at most 32 bits");
+#if MXC_HOST
+    mxc_u32& cta_max = *scale_max1;
+#else
+    __shared__ mxc_u32 cta_max;
+    if (threadIdx.x == 0) cta_max = 0u;
+    __syncthreads();
+#endif
+    mxc_u32 lane_max = 0u;  // largest finite scale code + 1 seen by this lane
+    for (mxc_i64 h0 = (mxc_i64)blockIdx.x * MXC_THREADS; h0 < halves; h0 += stride) {
+        const mxc_i64 h = h0 + threadIdx.x;
+        const bool live = h < halves;  // halves is even: both lanes of a block are live or neither
+        mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
+        if (live) {
+            mxc_fast_load<In>(x, h, wd);
+        } else {
+#pragma unroll
+            for (int w = 0; w < (int)(MXC_HALF * sizeof(B) / 4); ++w) wd[w] = 0u;
+        }
+        const mxc_u32 part = mxc_fast_half_amax<In>(wd);
+        const mxc_u32 other = mxc_lane_xor1(part, [&]() {
+            mxc_u32 pw[MXC_HALF * sizeof(B) / 4];
+            mxc_fast_load<In>(x, h ^ 1, pw);
+            return mxc_fast_half_amax<In>(pw);
+        });
+        const B amax = (B)(part > other ? part : other);
+        const bool bad = amax >= mxc_inf_bits<In>();
+        const int k = mxc_fast_exp<In>((mxc_u32)amax, rceil != 0);
+        mxc_v16 out;
+#if MXC_FAST_FLOAT
+        const float scale = mxc_u2f((mxc_u32)(127 - k) << 23);  // 2^-k
+#endif
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+#if MXC_FAST_FLOAT
+            mxc_u32 word = mxc_shr(mxc_fast_signs<In>(wd, q), 8 - MXF_BITS);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                word += mxc_shr(mxc_fast_mag_hi(mxc_fmul(mxc_fast_value<In>(wd, 4 * q + j), scale)),
+                                MXC_FAST_SHIFT - 8 * j);
+#else
+            mxc_u32 word = 0u;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) word |= (mxc_mx_element<In>(mxc_fast_bits<In>(wd, 4 * q + j), k) & 0xffu) << (8 * j);
+#endif
+            out.w[q] = bad ? 0u : word;
+        }
+        if (live) {
+            *(mxc_v16*)(codes + h * MXC_HALF) = out;
+            const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
+            if (!(h & 1)) scales[h >> 1] = (mxc_u8)sc;
+            if (!bad && sc + 1u > lane_max) lane_max = sc + 1u;
+        }
+    }
+    if (lane_max) mxc_atomic_max(&cta_max, lane_max);
+#if !MXC_HOST
+    __syncthreads();
+    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(scale_max1, cta_max);
+#endif
+}
+
 // per-tensor scale, pass 1: the largest finite magnitude's bits, folded per CTA, then one atomic per CTA
 template <class In>
 __device__ __forceinline__ void mxc_amax_kernel(const typename In::bits_t* x, mxc_i64 n, mxc_i64 stride,
@@ -558,6 +806,16 @@ MXC_INPUT_KERNELS(f32, MxcF32)
 MXC_INPUT_KERNELS(f16, MxcF16)
 MXC_INPUT_KERNELS(bf16, MxcBF16)
 MXC_INPUT_KERNELS(f64, MxcF64)
+
+#define MXC_FAST_KERNEL(SUF, IN)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_quantize_mx_fast_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_u8* scales, mxc_u32* scale_max1,          \
+                                  mxc_i64 halves, mxc_i64 stride, int rceil) {                                      \
+        mxc_quantize_mx_fast_kernel<IN>(x, codes, scales, scale_max1, halves, stride, rceil);                       \
+    }
+MXC_FAST_KERNEL(f32, MxcF32)
+MXC_FAST_KERNEL(f16, MxcF16)
+MXC_FAST_KERNEL(bf16, MxcBF16)
 
 extern "C" __global__ void __launch_bounds__(MXC_THREADS)
     mx_decode_f32(const mxc_code_t* codes, mxc_u32* out, mxc_i64 n, const int* scale_exp) {

@@ -182,6 +182,13 @@ PER_INPUT(f32, mxc_u32)
 PER_INPUT(f16, mxc_u16)
 PER_INPUT(bf16, mxc_u16)
 PER_INPUT(f64, mxc_u64)
+#define FAST(SUF, B) \
+    extern "C" void host_quantize_mx_fast_##SUF(const B* x, mxc_u8* c, mxc_u8* s, mxc_u32* m, mxc_i64 halves, \
+                                                mxc_i64 ctas, int rceil) { \
+        RUN(ctas * MXC_THREADS, mx_quantize_mx_fast_##SUF(x, c, s, m, halves, ctas * MXC_THREADS, rceil)) }
+FAST(f32, mxc_u32)
+FAST(f16, mxc_u16)
+FAST(bf16, mxc_u16)
 extern "C" void host_decode_f32(const mxc_code_t* c, mxc_u32* o, mxc_i64 n) { RUN(n, mx_decode_f32(c, o, n, 0)) }
 extern "C" void host_decode_f64(const mxc_code_t* c, mxc_u64* o, mxc_i64 n) { RUN(n, mx_decode_f64(c, o, n, 0)) }
 """
@@ -208,6 +215,7 @@ def host_codecs(tmp_path_factory):
         defs = [d for d in codec.format_defines(F.get(name))]
         # no C library, LLVM's own linker: only what CI installs (clang-22, lld-22) is needed
         cmd = [hip_tools.CLANG, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-nostdlib", "-fuse-ld=lld",
+               "-ffp-contract=off",
                f"-DMXC_THREADS={codec.THREADS}",
                *defs, str(src), "-o", str(so)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -347,3 +355,69 @@ def test_mx_kernel_arithmetic_on_host_matches_numpy(host_codecs, fmt, rng):
                 assert np.array_equal(s, want.scales), (dt, axis, block, rule)
                 assert np.array_equal(c, want.codes), (dt, axis, block, rule)
                 assert (int(m[0]) - 1 if m[0] else 127) == want.scale_max
+
+
+def _host_quantize_mx_fast(lib, x, rule: str, ctas: int):
+    """The fast MX kernel (lane pairs, grid-stride loop over ``ctas`` CTAs) on the host: (codes, scales, max)."""
+    import ctypes
+
+    x = np.ascontiguousarray(x)
+    c = np.zeros(x.shape, np.uint8)
+    s = np.zeros(x.shape[:-1] + (x.shape[-1] // 32,), np.uint8)
+    m = np.zeros(1, np.uint32)
+    getattr(lib, f"host_quantize_mx_fast_{_SUFFIX[x.dtype.name]}")(
+        _ptr(x), _ptr(c), _ptr(s), _ptr(m), _i(x.size // 16), _i(ctas), ctypes.c_int(rule == "rceil"))
+    return c, s, int(m[0]) - 1 if m[0] else 127
+
+
+def _fast_rows(spec, rng, k):
+    """Rows for the fast kernel: special blocks (zero, NaN, inf, straddling 2^-127, subnormal inputs, the
+    overflow / rceil edges) and, for 16-bit inputs, every bit pattern in shuffled blocks."""
+    rows = [np.zeros(k), -np.zeros(k), np.where(np.arange(k) == 40 % k, np.nan, 1.0),
+            np.where(np.arange(k) == 3, -np.inf, 2.0)]
+    rows += [rng.standard_normal(k) * 2.0 ** e for e in (-150, -140, -135, -128, -127, -126, -120, -20, 0, 100, 127)]
+    rows.append(np.where(np.arange(k) % 3 == 0, 2.0 ** -24, 3 * 2.0 ** -24))
+    rows.append(np.where(rng.random(k) < 0.5, 2.0 ** -127 * rng.standard_normal(k), rng.standard_normal(k)))
+    for e in (-127, 0, 60):  # amax exactly max_normal * 2^e, and one float32 ulp above (rceil's edge)
+        r = rng.uniform(-1, 1, k) * spec.max_normal * 2.0 ** e
+        r[::7] = spec.max_normal * 2.0 ** e
+        rows.append(r)
+        rows.append(np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal * 2.0 ** e),
+                                                                  np.float32(np.inf)).astype(np.float64), r))
+    rows.append(rng.standard_normal(k) * 2.0 ** rng.integers(-40, 40, k))
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, rng):
+    """mx_quantize_mx_fast_* (the kernel the device path launches for contiguous blocks), lane exchange and
+    grid-stride loop included, == numpy: float32 / float16 / bfloat16 inputs, both scale rules, special blocks,
+    and every float16 / bfloat16 bit pattern (all 65536, shuffled into blocks, plus blocks of one binade)."""
+    import ml_dtypes
+
+    require_tool("clang-22", hip_tools.have_clang())
+    from mxcore import mx
+
+    spec = mx.mx_element(fmt)[1]
+    lib = host_codecs[spec.name]
+    x64 = _fast_rows(spec, rng, 96)
+    for dt in (np.float32, np.float16, ml_dtypes.bfloat16):
+        with np.errstate(over="ignore"):
+            cases = [x64.astype(dt)]
+        if np.dtype(dt).itemsize == 2:
+            every = np.arange(1 << 16, dtype=np.uint16)
+            cases.append(rng.permutation(every).view(dt).reshape(-1, 256))  # mixed magnitudes per block
+            cases.append(every.view(dt).reshape(-1, 64))  # blocks of neighbouring patterns: one binade each
+        else:
+            bits = rng.integers(0, 1 << 32, 1 << 14, dtype=np.uint64).astype(np.uint32)
+            cases.append(bits.view(np.float32).reshape(-1, 128))
+        for xa in cases:
+            for rule in ("floor", "rceil"):
+                want = mx.quantize_mx(xa, fmt, axis=-1, block=32, scale_rounding=rule)
+                for ctas in (1, 3):  # grid-stride loops of several turns, and a partly live last turn
+                    c, s, smax = _host_quantize_mx_fast(lib, xa, rule, ctas)
+                    assert np.array_equal(s, want.scales), (dt, rule, ctas, np.argwhere(s != want.scales)[:5])
+                    bad = np.argwhere(c != want.codes)
+                    assert bad.size == 0, (dt, rule, ctas, bad[:5], c[tuple(bad[0])], want.codes[tuple(bad[0])])
+                    assert smax == want.scale_max
