@@ -107,7 +107,9 @@ def test_device_inputs_never_touch_the_host(cupy_device, kind, dtype):
 
     if kind == "torch":
         torch = pytest.importorskip("torch")
-        stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        from mxcore.backends.cuda.device import external_stream  # (cupy.cuda.ExternalStream is deprecated)
+
+        stream = external_stream(cp, torch.cuda.current_stream().cuda_stream)
     else:
         stream = cp.cuda.get_current_stream()
     rng = np.random.default_rng(11)

@@ -44,7 +44,7 @@ from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 
 from .._contract import Backend, Target
 from .compile import KernelCache
-from .device import device_info, external_stream, resolve_ordinal, stream_for
+from .device import as_cupy, device_info, external_stream, resolve_ordinal, stream_for
 from .families import family_for
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
@@ -69,6 +69,7 @@ class CudaBackend(Backend):
         self.kernels = KernelCache()
         self._reason = None
         self._fast: dict = {}  # per-call fast path: layout key -> plan whose launch is re-pointed (see matmul)
+        self._targets: dict = {}  # device ordinal -> Target
 
     # ---- availability ---------------------------------------------------------------------------------------
     def is_available(self) -> str | None:
@@ -112,7 +113,12 @@ class CudaBackend(Backend):
     def target(self) -> Target:
         if self.is_available():
             return Target("nvidia", None, 32)
-        return Target("nvidia", self._device().arch, 32)
+        cp = self.cp_module
+        ordinal = int(cp.cuda.runtime.getDevice())
+        t = self._targets.get(ordinal)
+        if t is None:
+            t = self._targets[ordinal] = Target("nvidia", device_info(cp, ordinal).arch, 32)
+        return t
 
     # ---- dtypes ---------------------------------------------------------------------------------------------
     def supported_dtypes(self, arch: str | None = None) -> list[str]:
@@ -191,13 +197,13 @@ class CudaBackend(Backend):
                 da, db = prep()
                 shape = fold or ((m, n) if batch is None else (batch, m, n))
                 store = getattr(cp, STORE[out_dtype])
+                like = _result_like(cp, out_dtype, a, b)
                 if out is None:
-                    out = cp.empty(shape, dtype=store)
+                    out, like = _new_output(cp, shape, store, out_dtype, a, b, like)
                 elif tuple(out.shape) != shape or out.dtype != store or not out.flags.c_contiguous:
                     raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
                 if fold:
                     out = out.reshape(m, n)
-        like = _result_like(cp, out_dtype, a, b)
         if fam == "wgmma" and (da.exp_at is not None or db.exp_at is not None):
             # the wgmma kernel takes its output scale by value (alpha0, alpha1); device scale exponents are read
             # by the mma.sync epilogue only
@@ -289,28 +295,31 @@ class CudaBackend(Backend):
             p = self.plan(a, b, mdt, out_dtype=out_dtype)
             p.gemm()
             result = p.result()
-            ok = type(p) is CudaPlan and p.da.direct and p.db.direct and p._launch is not None
-            self._fast[key] = (p.template(), ka, p._fold or tuple(p.out.shape), p.out.dtype) if ok else False
+            entry = False
+            if type(p) is CudaPlan and p.da.direct and p.db.direct and p._launch is not None:
+                with self.cp_module.cuda.Device(p.dev.ordinal):  # the kernel handles of the plan's device
+                    entry = (p.launcher(), p.dev.ordinal, p._fold or tuple(p.out.shape), p.out.dtype)
+            self._fast[key] = entry
             return result
         if entry is False:
             return None
-        p, ka, shape, store = entry
+        launch, ordinal, shape, store = entry
         cp = self.cp_module
+        if cp.cuda.runtime.getDevice() != ordinal:
+            return None
         if ka == "torch":
             import torch
 
             dev = a.device
-            if cp.cuda.runtime.getDevice() != p.dev.ordinal:
-                return None
-            stream = external_stream(cp, torch.cuda.current_stream(dev).cuda_stream)
+            stream = _torch_stream(torch, dev)
             out = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=dev)
-            p.relaunch(np.uint64(pa), np.uint64(pb), np.uint64(out.data_ptr()), stream)
+            ws = torch.empty(launch.ws_bytes, dtype=torch.uint8, device=dev) if launch.ws_bytes else None
+            launch(cp.cuda.driver, stream, pa, pb, out.data_ptr(), ws.data_ptr() if ws is not None else 0)
             return out
-        if cp.cuda.runtime.getDevice() != p.dev.ordinal:
-            return None
         stream = cp.cuda.get_current_stream()
         out = cp.empty(shape, dtype=store)
-        p.relaunch(np.uint64(pa), np.uint64(pb), out, stream)
+        ws = cp.empty(launch.ws_bytes, dtype=cp.uint8) if launch.ws_bytes else None
+        launch(cp.cuda.driver, stream.ptr, pa, pb, out.data.ptr, ws.data.ptr if ws is not None else 0)
         return out
 
     # ---- benchmark hooks ------------------------------------------------------------------------------------
@@ -369,6 +378,39 @@ class _TorchOut(dict):
 
 
 _TORCH_OUT = _TorchOut()
+
+
+def _new_output(cp, shape, store, out_dtype: str, a, b, like):
+    """(CuPy output array, result converter): for torch CUDA operands the output is a torch tensor allocated by
+    torch (its caching allocator, current stream) and the kernel writes it through a CuPy view, so result() hands
+    the tensor back without a DLPack round trip; otherwise a CuPy array and ``like``."""
+    t = None
+    for x in (a, b):
+        x = x.codes if array_kind(x) == "mx" else x
+        if array_kind(x) == "torch" and x.device.type == "cuda":
+            t = x
+            break
+    if t is None:
+        return cp.empty(shape, dtype=store), like
+    import torch
+
+    tout = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=t.device)
+    view = as_cupy(cp, tout) if tout.numel() else cp.empty(shape, dtype=store)
+    ptr = view.data.ptr
+
+    def result(out):
+        return tout if out.data.ptr == ptr and out.size == view.size else like(out)
+
+    return view, result
+
+
+def _torch_stream(torch, dev) -> int:
+    """The raw handle of torch's current stream on ``dev`` (torch's internal accessor when it has one: ~10x
+    cheaper than building a torch.cuda.Stream)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(dev.index)
+    return torch.cuda.current_stream(dev).cuda_stream
 
 
 def _on_gpu(x) -> bool:

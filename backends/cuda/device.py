@@ -108,6 +108,30 @@ class _StreamHandle:
         return (0, self.handle)
 
 
+_TORCH_AS: dict = {}  # torch dtype -> the CuPy dtype of its bits (bf16 -> uint16, fp8 -> uint8), None: DLPack
+
+
+def _torch_view(cp, t):
+    """A CuPy array over torch CUDA tensor ``t``'s memory (same shape and strides; ``t`` kept alive as the owner),
+    built from its address: no DLPack capsule and no stream query (the caller runs on the tensor's stream).
+    None for dtypes without a CuPy twin and for empty tensors (DLPack handles them)."""
+    dt = t.dtype
+    name = _TORCH_AS.get(dt, "?")
+    if name == "?":
+        n = str(dt).replace("torch.", "")
+        name = _TORCH_AS[dt] = ("uint16" if n == "bfloat16" else "uint8" if n.startswith("float8") else
+                                n if n in ("float16", "float32", "float64", "uint8", "int8", "int16", "int32",
+                                           "int64") else None)
+    if name is None or t.numel() == 0:
+        return None
+    storage = t.untyped_storage()
+    base = storage.data_ptr()
+    mem = cp.cuda.UnownedMemory(base, storage.nbytes(), t, t.device.index)
+    size = t.element_size()
+    return cp.ndarray(tuple(t.shape), name, cp.cuda.MemoryPointer(mem, t.data_ptr() - base),
+                      strides=tuple(s * size for s in t.stride()))
+
+
 def as_cupy(cp, x):
     """A CuPy view of device array ``x`` (CuPy as is; torch CUDA tensors through DLPack on their own device, with
     bfloat16 as uint16 bits); host data is uploaded."""
@@ -115,6 +139,9 @@ def as_cupy(cp, x):
     if kind == "cupy":
         return x
     if kind == "torch" and x.device.type == "cuda":
+        view = _torch_view(cp, x)
+        if view is not None:
+            return view
         import torch
 
         t = x.detach()

@@ -160,36 +160,17 @@ class CudaPlan(Plan):
                      shared_mem=v.smem_bytes)
         self._red(self._red_grid, (256,), (ws, *red))
 
-    def template(self) -> "CudaPlan":
-        """A copy of this plan without its buffers (operands, output, closures): what :meth:`relaunch` needs."""
-        import copy
-
-        t = copy.copy(self)
-        args, red = self._launch
-        t._launch = ((None, None, None) + args[3:] if args is not None else None,
-                     red[:2] + (None,) + red[3:] if red is not None else None)
-        t.da, t.db = copy.copy(self.da), copy.copy(self.db)
-        t.da.buf = t.db.buf = None
-        t.out = t._prep = t._like = None
-        return t
-
-    def relaunch(self, a_ptr, b_ptr, out, stream) -> None:
-        """This plan's launch on other operands of the same layout (direct operands: ``a_ptr`` / ``b_ptr`` device
-        addresses with the same shapes, strides and 16-byte alignment as the plan's) into ``out`` (a device array
-        of the output's shape, or its address), on ``stream``, under the plan's device.  The per-call fast path of
-        :meth:`CudaBackend.matmul`."""
+    def launcher(self) -> "Relaunch":
+        """This plan's launch(es) as a :class:`Relaunch` (direct operands only: the addresses change per call)."""
         args, red = self._launch
         v = self.variant_
         if red is None:
-            self._kernel(self._grid, (v.threads,), (a_ptr, b_ptr, out) + args[3:], shared_mem=v.smem_bytes,
-                         stream=stream)
-            return
+            return Relaunch(RawLaunch(self._kernel, self._grid, (v.threads,), v.smem_bytes, args), None, 0)
         nb, m, n = self._nb, self.m, self.n
-        with stream:
-            ws = self.cp.empty((self._splits, nb, m, n), dtype=self.cp.float32)
-        self._kernel(self._grid, (v.threads,), (a_ptr, b_ptr) + self._args(ws, n, _UNIT, 0, nb * m * n, m * n)[2:],
-                     shared_mem=v.smem_bytes, stream=stream)
-        self._red(self._red_grid, (256,), (ws,) + red[:2] + (out,) + red[3:], stream=stream)
+        main = RawLaunch(self._kernel, self._grid, (v.threads,), v.smem_bytes,
+                         self._args(None, n, _UNIT, 0, nb * m * n, m * n))
+        return Relaunch(main, RawLaunch(self._red, self._red_grid, (256,), 0, (None,) + red),
+                        self._splits * nb * m * n * 4)
 
     def prep(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
@@ -226,6 +207,59 @@ class CudaPlan(Plan):
         """Drop this plan's device buffers (CuPy frees them once no other reference is left)."""
         self.da = self.db = self.out = None
         self._prep = self._like = None
+
+
+class RawLaunch:
+    """One kernel launch through ``cuLaunchKernel`` with its parameter block packed once (ctypes values); a call
+    sets the slots that change (device addresses) and launches on a raw stream handle.  What CuPy's kernel call
+    does per argument (type dispatch, packing) is done once here."""
+
+    def __init__(self, kernel, grid, block, smem: int, args):
+        import ctypes
+        import threading
+
+        self.f = kernel.kernel.ptr  # the CUfunction of the current device (the plan's)
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.block = tuple(block) + (1,) * (3 - len(block))
+        self.smem = int(smem)
+        self.vals = [_ctype(ctypes, a) for a in args]
+        self.params = (ctypes.c_void_p * len(self.vals))(*[ctypes.addressof(v) for v in self.vals])
+        self.pp = ctypes.addressof(self.params)
+        self.lock = threading.Lock()
+
+    def __call__(self, driver, stream: int, slots) -> None:
+        """Launch with ``slots`` = ((index, address), ...) set first, on stream handle ``stream``."""
+        g, b, vals = self.grid, self.block, self.vals
+        with self.lock:  # the parameter block is shared: set and launch atomically (cuLaunchKernel copies it)
+            for i, ptr in slots:
+                vals[i].value = ptr
+            driver.launchKernel(self.f, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.pp, 0)
+
+
+def _ctype(ctypes, a):
+    """A kernel argument as a ctypes value of its C type (device arrays and None: a 64-bit address)."""
+    if a is None:
+        return ctypes.c_uint64(0)
+    if isinstance(a, np.generic):
+        return {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
+                np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float}[a.dtype](a.item())
+    return ctypes.c_uint64(int(a.data.ptr))
+
+
+class Relaunch:
+    """A direct-operand plan's launches with the operand and output addresses as the only per-call inputs:
+    ``main`` (slots 0, 1, 2: A, B, C — or the fp32 workspace under split K) and, under split K, ``red`` (the
+    ordered reduction: slot 0 the workspace, slot 3 the output); ``ws_bytes``: workspace size."""
+
+    def __init__(self, main: RawLaunch, red: RawLaunch | None, ws_bytes: int):
+        self.main, self.red, self.ws_bytes = main, red, ws_bytes
+
+    def __call__(self, driver, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, ws_ptr: int = 0) -> None:
+        if self.red is None:
+            self.main(driver, stream, ((0, a_ptr), (1, b_ptr), (2, c_ptr)))
+            return
+        self.main(driver, stream, ((0, a_ptr), (1, b_ptr), (2, ws_ptr)))
+        self.red(driver, stream, ((0, ws_ptr), (3, c_ptr)))
 
 
 class BatchLoopPlan(Plan):
