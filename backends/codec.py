@@ -34,7 +34,9 @@ from ..errors import FormatError, InputTypeError, ShapeError, UnsupportedError
 from ..kernels import kernel_source
 
 __all__ = [
+    "FAST_SUFFIXES",
     "INPUT_SUFFIXES",
+    "MX_KERNELS",
     "THREADS",
     "compile_inputs",
     "decode",
@@ -363,42 +365,80 @@ def _outer_inner(shape, axis: int) -> tuple[int, int, int]:
     return outer, int(shape[axis]), inner
 
 
+MX_KERNELS = ("auto", "fast", "generic")
+
+
+def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape, axis: int, block: int, rceil: bool,
+               kernel: str | None = None):
+    """(function, grid, args) of the MX quantization kernel for this call, chosen here and only here.
+
+    ``mx_quantize_mx_fast_*`` (lane pairs per block, 16-byte loads and stores, one float rounding per element)
+    takes blocks of 32 along the contiguous last axis of float32/float16/bfloat16 data, 16-byte aligned, with
+    K a multiple of 32; everything else (other axes, K tails, other block lengths, float64, unaligned views)
+    runs ``mx_quantize_mx_*`` (one thread per block, any layout).  Both give the numpy path's bits.  ``kernel``
+    (else ``$MXCORE_MX_KERNEL``): ``"auto"`` (default), ``"fast"`` (raises where it does not apply) or
+    ``"generic"`` (always the one-thread-per-block kernel, e.g. to measure one against the other)."""
+    import os
+
+    choice = kernel if kernel is not None else os.environ.get("MXCORE_MX_KERNEL", "auto")
+    if choice not in MX_KERNELS:
+        raise UnsupportedError(f"MX quantization kernel {choice!r}: pass one of {', '.join(MX_KERNELS)} "
+                               "(keyword kernel= or $MXCORE_MX_KERNEL)")
+    outer, k, inner = _outer_inner(shape, axis)
+    n = outer * k * inner
+    fits = (suf in FAST_SUFFIXES and block == 32 and inner == 1 and k % 32 == 0 and n > 0
+            and xb.data.ptr % 16 == 0 and codes.data.ptr % 16 == 0)
+    if choice == "fast" and not fits:
+        raise UnsupportedError("the fast MX quantizer takes float32/float16/bfloat16 data, blocks of 32 along the "
+                               "contiguous last axis, K a multiple of 32 and 16-byte aligned data; use "
+                               "kernel='auto' for this input")
+    mod = call.module(spec)
+    if fits and choice != "generic":
+        halves = n // 16  # two lanes per block
+        grid = max(1, min(-(-halves // THREADS), 8 * call.sm_count()))  # grid-stride: one resident wave at most
+        args = (xb, codes, scales, smax1, _i64(halves), _i64(grid * THREADS), np.int32(rceil))
+        return mod.get_function(f"mx_quantize_mx_fast_{suf}"), (grid,), args
+    nb = -(-k // block)
+    grid = -(-(outer * nb * inner) // THREADS)
+    args = (xb, codes, scales, smax1, _i64(outer), _i64(k), _i64(inner), np.int32(block), np.int32(rceil))
+    return mod.get_function(f"mx_quantize_mx_{suf}"), (grid,), args
+
+
 def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
     """Device OCP-MX quantization of ``x`` along ``axis`` (non-negative, validated by the caller): one kernel reads
     ``x`` once and writes the element codes (logical shape, uint8), the E8M0 scales and the largest finite
     scale code (0-d uint8; 127 when every block is NaN).  Returns ``(codes, scales, scale_max)`` as the caller's
-    kind of array.  No synchronisation."""
+    kind of array.  No synchronisation.  The kernel is chosen by :func:`_mx_launch`."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)
         shape = tuple(xb.shape)
-        outer, k, inner = _outer_inner(shape, axis)
-        nb = -(-k // block)
+        nb = -(-shape[axis] // block)
         sshape = shape[:axis] + (nb,) + shape[axis + 1:]
         codes, codes_r = call.empty(shape, "uint8")
         scales, scales_r = call.empty(sshape, "uint8")
         smax1 = call.counter()
-        call.launch(spec, f"mx_quantize_mx_{suf}", outer * nb * inner,
-                    (xb, codes, scales, smax1, _i64(outer), _i64(k), _i64(inner), np.int32(block), np.int32(rceil)))
+        if xb.size:
+            fn, grid, args = _mx_launch(call, spec, xb, suf, codes, scales, smax1, shape, axis, block, rceil)
+            fn(grid, (THREADS,), args)
         cp = call.cp
         smax = cp.where(smax1[0] == 0, cp.uint32(128), smax1[0]).astype(cp.int32) - 1
         return codes_r, scales_r, call.native(smax.astype(cp.uint8))
 
 
-def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int = 32, rceil: bool = False):
+def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int = 32, rceil: bool = False,
+                            kernel: str | None = None):
     """A zero-argument callable that launches only the MX quantization kernel on ``x`` (outputs allocated once),
-    on the current stream: what ``mxcore.bench_quant`` times as the kernel's own bandwidth."""
+    on the current stream: what ``mxcore.bench_quant`` times as the kernel's own bandwidth.  ``kernel``: as in
+    :func:`_mx_launch` (``"fast"`` / ``"generic"`` to time one of the two)."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)
         shape = tuple(xb.shape)
         axis = axis % len(shape)
-        outer, k, inner = _outer_inner(shape, axis)
-        nb = -(-k // block)
+        nb = -(-shape[axis] // block)
         codes, _ = call.empty(shape, "uint8")
         scales, _ = call.empty(shape[:axis] + (nb,) + shape[axis + 1:], "uint8")
         smax1 = call.counter()
-        fn = call.module(spec).get_function(f"mx_quantize_mx_{suf}")
-        grid = (-(-(outer * nb * inner) // THREADS),)
-        args = (xb, codes, scales, smax1, _i64(outer), _i64(k), _i64(inner), np.int32(block), np.int32(rceil))
+        fn, grid, args = _mx_launch(call, spec, xb, suf, codes, scales, smax1, shape, axis, block, rceil, kernel)
     return lambda: fn(grid, (THREADS,), args)
 
 

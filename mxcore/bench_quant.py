@@ -4,9 +4,12 @@
 median of ``repeats`` after ``warmup`` calls) and reports bytes moved per second: the input read (2 bytes
 per element) plus the codes (one byte per element, unpacked) and E8M0 scales written.  The reference is a
 device-to-device copy of the same input in the same run (``y.copy_(x)``: read + write of the bf16 tensor),
-the bandwidth a memory-bound kernel can reach on this GPU.  Three figures per format: the kernel alone
-(outputs allocated once), one whole ``quantize_mx`` call (events around it: the host's launch work shows as
-idle GPU time), and the mean of 20 back-to-back calls.  Run: ``python -m mxcore.bench_quant``.
+the bandwidth a memory-bound kernel can reach on this GPU.  Per format: each MX quantization kernel alone
+(outputs allocated once): ``fast`` (``mx_quantize_mx_fast_*``, what ``quantize_mx`` launches for this input)
+and ``generic`` (one thread per block, the kernel for other layouts), then one whole ``quantize_mx`` call
+(events around it: the host's launch work shows as idle GPU time) and the mean of 20 back-to-back calls.
+Run: ``python -m mxcore.bench_quant`` (``--generic-calls`` also times the calls with
+``MXCORE_MX_KERNEL=generic``).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ def _median_ms(fn, repeats: int, warmup: int) -> float:
 
 
 def bench_quantize(m: int = 8192, n: int = 8192, formats=("mxfp8", "mxfp4"), *, repeats: int = 20,
-                   warmup: int = 3, scale_rounding: str = "floor") -> list[dict]:
-    """One row per format (and one for the copy): ms, GB/s, and the fraction of the copy's bandwidth."""
+                   warmup: int = 3, scale_rounding: str = "floor", generic_calls: bool = False) -> list[dict]:
+    """Rows (the copy, then per format: each kernel alone, the call, 20 calls; with ``generic_calls`` also
+    the call on the generic kernel): ms, GB/s, and the fraction of the copy's bandwidth."""
     import torch
 
     from .mx import mx_element, quantize_mx
@@ -52,22 +56,47 @@ def bench_quantize(m: int = 8192, n: int = 8192, formats=("mxfp8", "mxfp4"), *, 
     moved = x.numel() * x.element_size() + x.numel() + x.numel() // 32
     for fmt in formats:
         spec = mx_element(fmt)[1]
-        kernel = codec.quantize_mx_kernel_only(x, spec, rceil=scale_rounding == "rceil")
-        for what, fn, calls in (("kernel", kernel, 1), ("call", lambda: quantize_mx(x, fmt, scale_rounding=scale_rounding), 1),
-                                ("call x20", lambda: [quantize_mx(x, fmt, scale_rounding=scale_rounding)
-                                                      for _ in range(20)], 20)):
+        rceil = scale_rounding == "rceil"
+        runs = [(f"kernel {k}", codec.quantize_mx_kernel_only(x, spec, rceil=rceil, kernel=k), 1)
+                for k in ("fast", "generic")]
+        runs += [("call", lambda: quantize_mx(x, fmt, scale_rounding=scale_rounding), 1),
+                 ("call x20", lambda: [quantize_mx(x, fmt, scale_rounding=scale_rounding) for _ in range(20)], 20)]
+        for what, fn, calls in runs:
             ms = _median_ms(fn, repeats, warmup) / calls
             gbs = moved / ms / 1e6
             rows.append({"what": f"quantize_mx {fmt} {what}", "ms": ms, "GB/s": gbs, "of copy": gbs / copy_gbs})
+        if generic_calls:
+            import os
+
+            old = os.environ.get("MXCORE_MX_KERNEL")
+            os.environ["MXCORE_MX_KERNEL"] = "generic"
+            try:
+                ms = _median_ms(lambda: quantize_mx(x, fmt, scale_rounding=scale_rounding), repeats, warmup)
+            finally:
+                if old is None:
+                    del os.environ["MXCORE_MX_KERNEL"]
+                else:
+                    os.environ["MXCORE_MX_KERNEL"] = old
+            gbs = moved / ms / 1e6
+            rows.append({"what": f"quantize_mx {fmt} call (generic)", "ms": ms, "GB/s": gbs, "of copy": gbs / copy_gbs})
     return rows
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m mxcore.bench_quant", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, nargs=2, default=(8192, 8192), metavar=("M", "N"))
+    ap.add_argument("--formats", nargs="+", default=["mxfp8", "mxfp4"])
+    ap.add_argument("--scale-rounding", choices=("floor", "rceil"), default="floor")
+    ap.add_argument("--generic-calls", action="store_true", help="also time quantize_mx on the generic kernel")
+    ns = ap.parse_args(argv)
     import torch
 
-    print(f"GPU: {torch.cuda.get_device_name()}")
-    for r in bench_quantize():
-        print(f"{r['what']:<32s} {r['ms']:8.4f} ms  {r['GB/s']:8.1f} GB/s  {100 * r['of copy']:5.1f} % of copy")
+    print(f"GPU: {torch.cuda.get_device_name()}  ({ns.size[0]}x{ns.size[1]} bf16, scale_rounding={ns.scale_rounding})")
+    for r in bench_quantize(*ns.size, formats=tuple(ns.formats), scale_rounding=ns.scale_rounding,
+                            generic_calls=ns.generic_calls):
+        print(f"{r['what']:<40s} {r['ms']:8.4f} ms  {r['GB/s']:8.1f} GB/s  {100 * r['of copy']:5.1f} % of copy")
     return 0
 
 

@@ -227,10 +227,18 @@ def _check_mx(x_host, x_dev, fmt, axis, block, rounding):
     return got, want
 
 
+@pytest.fixture(params=["auto", "generic"])
+def mx_kernel(request, monkeypatch):
+    """The MX quantization kernel choice (backends.codec._mx_launch): the default, and the generic kernel for
+    every layout (so both kernels meet every case the fast one takes)."""
+    monkeypatch.setenv("MXCORE_MX_KERNEL", request.param)
+    return request.param
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 @pytest.mark.parametrize("lib", LIBS)
 @pytest.mark.parametrize("fmt", MX)
-def test_quantize_mx_bit_identical(fmt, lib, rng):
+def test_quantize_mx_bit_identical(fmt, lib, rng, mx_kernel):
     spec = mx_element(fmt)[1]
     for k in (100, 64, 31):
         x64 = _mx_rows(spec, rng, k)
@@ -246,6 +254,63 @@ def test_quantize_mx_bit_identical(fmt, lib, rng):
     x = rng.standard_normal((2, 50, 3)).astype(np.float32)
     for block in (16, 7, 50):
         _check_mx(x, dev(x, lib), fmt, 1, block, "floor")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("fmt", MX)
+def test_fast_mx_kernel_bit_identical(fmt, lib, rng, monkeypatch):
+    """The fast kernel forced (MXCORE_MX_KERNEL=fast raises where it does not apply, so it really ran): the
+    special rows, every float16 / bfloat16 bit pattern in shuffled blocks and in blocks of one binade, random
+    float32 bit patterns; and a tensor large enough for several grid-stride turns against the generic kernel."""
+    monkeypatch.setenv("MXCORE_MX_KERNEL", "fast")
+    spec = mx_element(fmt)[1]
+    x64 = _mx_rows(spec, rng, 128)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+        if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+            continue
+        with np.errstate(over="ignore"):
+            cases = [x64.astype(dtype)]
+        if np.dtype(dtype).itemsize == 2:
+            cases += [rng.permutation(every).view(dtype).reshape(-1, 512), every.view(dtype).reshape(-1, 64)]
+        else:
+            cases.append(rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(np.float32)
+                         .reshape(-1, 256))
+        for xh in cases:
+            for rounding in ("floor", "rceil"):
+                _check_mx(xh, dev(xh, lib), fmt, -1, 32, rounding)
+    # several grid-stride turns (more half blocks than one resident wave of CTAs): fast == generic kernel
+    big = dev((rng.standard_normal((2048, 4096)) * 2.0 ** rng.integers(-20, 10, (2048, 1))).astype(np.float16), lib)
+    fast = mxcore.quantize_mx(big, fmt)
+    monkeypatch.setenv("MXCORE_MX_KERNEL", "generic")
+    generic = mxcore.quantize_mx(big, fmt)
+    same_bits(host(fast.codes), host(generic.codes))
+    same_bits(host(fast.scales), host(generic.scales))
+    assert int(host(fast.scale_max)) == int(host(generic.scale_max))
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_mx_kernel_choice(lib, rng, monkeypatch):
+    """Inputs the fast kernel does not take (unaligned, other axis, K tail, other block, float64) run the generic
+    kernel under the default choice, and raise a typed error when the fast one is forced."""
+    base = dev(rng.standard_normal(1 + 4 * 64).astype(np.float32), lib)
+    unaligned = base[1:]  # contiguous, 4 bytes past a 16-byte boundary
+    x = rng.standard_normal((4, 96)).astype(np.float32)
+    cases = [(unaligned.reshape(4, 64), -1, 32), (dev(x, lib), 0, 32), (dev(x[:, :90].copy(), lib), -1, 32),
+             (dev(x, lib), -1, 16), (dev(x.astype(np.float64), lib), -1, 32)]
+    for d, axis, block in cases:
+        want = mxcore.quantize_mx(host(d), "mxfp8", axis=axis, block=block)
+        monkeypatch.setenv("MXCORE_MX_KERNEL", "auto")
+        got = mxcore.quantize_mx(d, "mxfp8", axis=axis, block=block)
+        same_bits(host(got.codes), want.codes)
+        same_bits(host(got.scales), want.scales)
+        monkeypatch.setenv("MXCORE_MX_KERNEL", "fast")
+        with pytest.raises(UnsupportedError):
+            mxcore.quantize_mx(d, "mxfp8", axis=axis, block=block)
+    monkeypatch.setenv("MXCORE_MX_KERNEL", "fastest")
+    with pytest.raises(UnsupportedError):
+        mxcore.quantize_mx(dev(x, lib), "mxfp8")
 
 
 @pytest.mark.parametrize("lib", LIBS)
