@@ -4,9 +4,11 @@ The one source is compiled exactly as it is launched (``backends.codec.compile_i
 for sm_80 / sm_89 / sm_90 and by clang-22 to code objects for gfx942 / gfx950 (the fp8 module on each arch,
 fp4 and the packing-only module on one arch per vendor: every kernel on every arch).  Checked:
 every ``extern "C"`` entry point exists, no local memory / scratch / spills, and the instructions the design
-relies on: 128-bit vector loads and stores in the MX quantizer (LDG.E.128 / STG.E.128, global_load_dwordx4),
+relies on: 128-bit vector loads and stores in both MX quantizers (LDG.E.128 / STG.E.128, global_load_dwordx4),
+the lane-pair exchange of the fast one (SHFL.BFLY / DPP quad_perm), its SASS instruction budget per element,
 count-leading-zeros for the exponent (FLO / v_ffbh), shared-memory atomics for the per-CTA maxima (ATOMS /
-ds_max), and no floating-point conversion instruction in the encoders (rounding is integer arithmetic).
+ds_max), and no floating-point conversion instruction in the encoders (rounding is integer arithmetic; the
+fast MX quantizer rounds by one float add, with float32 subnormals kept).
 Under CI=true a missing toolchain fails instead of skipping.
 """
 
@@ -103,6 +105,32 @@ def test_nvrtc_codec_module(binaries, job):
         assert "FLO" in enc, "the exponent comes from a count-leading-zeros"
         assert not re.search(r"\b(F2F|F2I|I2F)\b", enc), "encoding is integer arithmetic: no float conversion"
     assert "ATOMS" in _sass_of(b.sass, "mx_amax_bf16")
+    for suf in codec.FAST_SUFFIXES:
+        q = _sass_of(b.sass, f"mx_quantize_mx_fast_{suf}")
+        assert "LDG.E.128" in q and "STG.E.128" in q, f"mx_quantize_mx_fast_{suf}: no 128-bit vector load/store"
+        assert "SHFL.BFLY" in q, "the two lanes of a block exchange their half maxima by a shuffle"
+        assert not re.search(r"\b(F2F|F2I|I2F)\b|\.FTZ\b", q), "one float rounding per element, subnormals kept"
+        per_element = _loop_instructions(q) / 16  # a lane encodes 16 elements per turn
+        assert per_element <= _SASS_PER_ELEMENT, (suf, per_element)
+
+
+# The fast MX quantizer's instruction budget.  bf16 -> MX moves 2 + 1 + 1/32 bytes per element; 70 % of an H200's
+# ~3.8 TB/s is ~8.8e11 elements/s, against 132 SMs x 4 schedulers x ~1.98 GHz x 32 lanes = 3.3e13 thread
+# instructions/s: ~38 SASS instructions per element at full issue, ~19 on the half-rate integer pipe.  The
+# loop turn (static span, rarely taken branches included) must stay within 21 per element on every arch (sm_90:
+# 16-17; the executed path ~14, against ~56 for the one-thread-per-block kernel).
+_SASS_PER_ELEMENT = 21
+
+
+def _loop_instructions(sass_fn: str) -> int:
+    """Instructions in the longest backward branch's span (the kernel's main loop) of one function's SASS."""
+    best = 0
+    for line in sass_fn.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/.*\bBRA (0x[0-9a-f]+)", line)
+        if m and int(m.group(2), 16) < int(m.group(1), 16):
+            best = max(best, (int(m.group(1), 16) - int(m.group(2), 16)) // 16 + 1)
+    assert best, "no loop in the fast MX quantizer"
+    return best
 
 
 @pytest.mark.parametrize("job", [j for j in _jobs() if j[0] == "amd"], ids=lambda j: f"{j[1]}-{j[2] or 'pack'}")
@@ -123,6 +151,11 @@ def test_clang_codec_module(binaries, job):
         enc = _amd_of(b.disasm, f"mx_encode_{suf}")
         assert re.search(r"\bv_ffbh_u32|\bs_flbit_i32", enc), "the exponent comes from a count-leading-zeros"
         assert not re.search(r"\bv_cvt_f(16|32|64)_f(16|32|64)", enc), "encoding is integer arithmetic"
+    for suf in codec.FAST_SUFFIXES:
+        q = _amd_of(b.disasm, f"mx_quantize_mx_fast_{suf}")
+        assert "global_load_dwordx4" in q and "global_store_dwordx4" in q, f"mx_quantize_mx_fast_{suf}: no 16-byte access"
+        assert "quad_perm:[1,0,3,2]" in q, "the two lanes of a block exchange their half maxima by DPP"
+        assert not re.search(r"\bv_cvt_", q), "one float rounding per element: no conversion instruction"
 
 
 def test_one_source_for_both_vendors():
