@@ -7,7 +7,9 @@ Used by CI (tests/test_cuda_compile.py), by the CUDA backend's ``emit_kernels`` 
   architecture (``sm_80``, ``sm_89``, ``sm_90``, ``sm_90a``, ``sm_120`` ...), so ptxas runs and PTX errors show
   up here rather than on a user's GPU.  A failure raises :class:`KernelCompileError` carrying the log.  Results
   are kept in the disk cache (:class:`mxcore.kernels.DiskCache`, kind ``nvrtc``) under a hash of the source text,
-  name, arch, options and the NVRTC identity; NVRTC releases the GIL, so a thread pool compiles in parallel.
+  arch, options, name expressions and the NVRTC identity (the program name too when debug or line information is
+  asked for: only then does it reach the output).  NVRTC releases the GIL, so a thread pool compiles in parallel;
+  threads asking for the same inputs at once share one compile.
 * ``CudaBinary``: ``cubin``, ``ptx``, ``log``, ``lowered_names``, ``resources`` (per kernel: registers,
   shared_bytes (static), local_bytes (stack frame), spill_stores, spill_loads, barriers) and ``sass``.
 * ``disassemble_many(cubins) -> [sass text]``: SASS of many cubins with one ``nvdisasm`` run per architecture
@@ -34,6 +36,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,24 +213,45 @@ def compile_cuda(source: str, *, name: str, arch: str, options=(), name_expressi
 
     ``options`` are extra NVRTC options (``-DNAME=VALUE``, ``-std=c++17`` ...).  ``name_expressions`` are C++
     names (template instantiations) whose mangled names come back in ``lowered_names``.  With ``cache`` the
-    result comes from / goes to the disk cache, keyed on everything above plus :func:`nvrtc_identity` (the
-    cache holds NVRTC's own outputs; ``resources`` are parsed from the cached log each time).  Failures are
-    never cached.
+    result comes from / goes to the disk cache, keyed on the inputs that decide NVRTC's output plus
+    :func:`nvrtc_identity` (the cache holds NVRTC's own outputs; ``resources`` are parsed from the cached log
+    each time).  Failures are never cached.
     """
     _check_arch(arch)
     reason = have_nvrtc()
     if reason is not None:
         raise KernelCompileError(f"cannot compile {name}: {reason}", source=name, options=options, arch=arch)
     opts = [f"--gpu-architecture={arch}", "-Xptxas=-v", *options]
-    key = cache_key("nvrtc", _CACHE_FORMAT, source, name, opts, list(name_expressions), nvrtc_identity())
-    entry = _load_entry(key) if cache else None
-    if entry is None:
+    # The program name reaches NVRTC's output only through debug and line information.
+    named = name if any(o.split("=")[0] in _DEBUG_OPTIONS for o in opts) else None
+    key = cache_key("nvrtc", _CACHE_FORMAT, source, named, opts, list(name_expressions), nvrtc_identity())
+    if cache:
+        entry = _once(key, lambda: _load_entry(key) or _store_entry(key, _nvrtc_compile(
+            source, name, arch, opts, tuple(name_expressions))))
+    else:
         entry = _nvrtc_compile(source, name, arch, opts, tuple(name_expressions))
-        if cache:
-            _COMPILED.put(key, zlib.compress(json.dumps({**entry, "cubin": base64.b64encode(entry["cubin"]).decode()})
-                                             .encode(), 1))
     return CudaBinary(name=name, arch=arch, cubin=entry["cubin"], ptx=entry["ptx"], log=entry["log"],
                       options=tuple(opts), lowered_names=dict(entry["lowered"]), resources=parse_ptxas_log(entry["log"]))
+
+
+_DEBUG_OPTIONS = frozenset({"-G", "--device-debug", "-lineinfo", "--generate-line-info", "-dopt", "--dopt"})
+_INFLIGHT: dict = {}
+_INFLIGHT_LOCK = threading.Lock()
+
+
+def _once(key: str, make):
+    """``make()`` for ``key``, run by one thread at a time per key: threads asking for a key that another thread
+    is compiling wait for that result instead of compiling it again."""
+    with _INFLIGHT_LOCK:
+        lock = _INFLIGHT.setdefault(key, threading.Lock())
+    with lock:
+        return make()
+
+
+def _store_entry(key: str, entry: dict) -> dict:
+    _COMPILED.put(key, zlib.compress(json.dumps({**entry, "cubin": base64.b64encode(entry["cubin"]).decode()})
+                                     .encode(), 1))
+    return entry
 
 
 def _load_entry(key: str) -> dict | None:

@@ -1,23 +1,32 @@
 """Offline (no GPU) checks of every CUDA kernel the backend can launch: NVRTC from the pip wheels compiles each
-variant to a cubin for sm_80, sm_89 and sm_90 (ptxas runs, so PTX errors surface here), and cuobjdump's SASS
-must show the instructions the design relies on: HMMA (QMMA for native fp8 on sm_89), LDSM where ldmatrix is
-used, LDGSTS for cp.async, and no local memory (LDL/STL).  Registers and shared memory are printed per variant
-(run with ``-s`` to see the table).  Without NVRTC/cuobjdump the tests skip, except under CI=true where they fail.
+variant to a cubin for sm_80, sm_89 and sm_90 (ptxas runs, so PTX errors surface here), and the SASS must show
+the instructions the design relies on: HMMA (QMMA for native fp8 on sm_89), LDSM where ldmatrix is used, LDGSTS
+for cp.async, and no local memory (LDL/STL).  Registers and shared memory are printed per arch (``-s``).
+
+Each arch is one batch: every job compiled in a thread pool over all cores (NVRTC releases the GIL; results go
+through the disk cache, so a second run is fast), then one nvdisasm run for all cubins; each variant's assertions
+are a test of their own on the batch's results.  Without NVRTC/nvdisasm the tests skip, except under CI=true
+where they fail.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import re
 import time
 
 import pytest
+from conftest import require_tool
 
 from mxcore.backends import cuda, nvrtc_tools
 from mxcore.errors import KernelCompileError
 
-from conftest import require_tool
-
 ARCHS = ["sm_80", "sm_89", "sm_90"]
+JOBS = {arch: cuda.compile_jobs(arch) for arch in ARCHS}
+WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+SMEM_PER_BLOCK = 227 * 1024  # the most dynamic shared memory an sm_80 / sm_90 block may opt into
 
 TINY = r"""
 extern "C" __global__ void tiny(float* x) {
@@ -35,6 +44,20 @@ def _need_tools():
     require_tool("cuobjdump + nvdisasm (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)", nvrtc_tools.have_cuobjdump())
 
 
+@functools.cache
+def _batch(arch: str) -> dict:
+    """stem -> (job, CudaBinary, SASS opcode counts) for every job of ``arch``, plus "_seconds"."""
+    t0 = time.time()
+    pairs = list(cuda.compile_all(JOBS[arch], arch=arch, workers=WORKERS))
+    sass = nvrtc_tools.disassemble_many([b.cubin for _, b in pairs])
+    out = {job["stem"]: (job, b, nvrtc_tools.sass_counts(s)) for (job, b), s in zip(pairs, sass)}
+    out["_seconds"] = time.time() - t0
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the tools themselves
+# ----------------------------------------------------------------------------------------------------------------
 def test_nvrtc_tools_compile_resources_and_sass():
     _need_tools()
     b = nvrtc_tools.compile_cuda(TINY, name="tiny", arch="sm_80", name_expressions=["scaled<3>"])
@@ -45,6 +68,7 @@ def test_nvrtc_tools_compile_resources_and_sass():
     counts = nvrtc_tools.sass_counts(b.sass)
     assert counts["BAR"] == 1 and counts["STS"] == 1 and counts["LDS"] == 1 and counts["LDL"] == 0
     assert nvrtc_tools.disassemble(b.cubin) == b.sass
+    assert "Function : tiny" in b.sass and f"Function : {b.lowered_names['scaled<3>']}" in b.sass
 
 
 def test_nvrtc_tools_reports_compile_errors():
@@ -65,39 +89,101 @@ ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem"""
                                                      "spill_stores": 8, "spill_loads": 4, "barriers": 1}}
 
 
+def test_compile_cache_roundtrip_and_corruption(tmp_path, monkeypatch):
+    """A second compile of the same inputs comes from the disk cache; other inputs, or a corrupt entry, compile."""
+    require_tool("NVRTC", nvrtc_tools.have_nvrtc())
+    monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path))
+    first = nvrtc_tools.compile_cuda(TINY, name="tiny", arch="sm_80", options=["-DX=1"])
+    calls = []
+    real = nvrtc_tools._nvrtc_compile
+    monkeypatch.setattr(nvrtc_tools, "_nvrtc_compile", lambda *a: calls.append(a) or real(*a))
+    again = nvrtc_tools.compile_cuda(TINY, name="tiny", arch="sm_80", options=["-DX=1"])
+    assert not calls and (again.cubin, again.ptx, again.log, again.resources) == \
+        (first.cubin, first.ptx, first.log, first.resources)
+    renamed = nvrtc_tools.compile_cuda(TINY, name="tiny2", arch="sm_80", options=["-DX=1"])
+    assert not calls and renamed.name == "tiny2" and renamed.cubin == first.cubin  # the name is not in the output
+    for other in ({"arch": "sm_89"}, {"options": ["-DX=2"]}, {"options": ["-DX=1", "-lineinfo"]}):
+        kw = {"name": "tiny", "arch": "sm_80", "options": ["-DX=1"], **other}
+        nvrtc_tools.compile_cuda(TINY, **kw)
+    nvrtc_tools.compile_cuda(TINY + "\n", name="tiny", arch="sm_80", options=["-DX=1"])
+    assert len(calls) == 4 and len(list((tmp_path / "nvrtc").iterdir())) == 5
+    lined = nvrtc_tools.compile_cuda(TINY, name="tiny2", arch="sm_80", options=["-DX=1", "-lineinfo"])
+    assert len(calls) == 5 and "tiny2.cu" in lined.ptx  # with line information the name is part of the key
+    for p in (tmp_path / "nvrtc").iterdir():
+        p.write_bytes(p.read_bytes()[:-1] + b"X")  # every entry corrupt: none may be trusted
+    rebuilt = nvrtc_tools.compile_cuda(TINY, name="tiny", arch="sm_80", options=["-DX=1"])
+    assert len(calls) == 6 and rebuilt.cubin == first.cubin
+    assert not [p for p in (tmp_path / "nvrtc").iterdir() if p.name.startswith(".tmp_")]
+    with pytest.raises(KernelCompileError):
+        nvrtc_tools.compile_cuda("broken", name="b", arch="sm_80")
+    with pytest.raises(KernelCompileError):  # a failure is never cached: it fails again
+        nvrtc_tools.compile_cuda("broken", name="b", arch="sm_80")
+
+
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+
+
+def _instructions(text: str) -> list:
+    return [(m.group(1), " ".join(m.group(2).split())) for m in map(_INSTR.search, text.splitlines()) if m]
+
+
 @pytest.mark.parametrize("arch", ARCHS)
-def test_every_variant_compiles_with_expected_sass(arch, tmp_path):
+def test_batched_sass_is_cuobjdumps(arch, tmp_path, monkeypatch):
+    """disassemble_many (one nvdisasm run over raw code) gives cuobjdump -sass's instructions, offsets and branch
+    targets for a GEMM, a prep kernel with subroutine calls and a ceiling loop, whatever else is in the batch."""
     _need_tools()
+    batch = _batch(arch)
+    picks = [next(j for j in JOBS[arch] if j["file"] == f) for f in (cuda.GEMM_FILE, cuda.PREP_FILE, cuda.CEILING_FILE)]
+    picks.append(next(j for j in JOBS[arch] if j["stem"] == "mx_splitk_reduce"))
+    cubins = [batch[j["stem"]][1].cubin for j in picks]
+    monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path))  # fresh: nothing served from the cache
+    together = nvrtc_tools.disassemble_many(cubins)
+    monkeypatch.setenv("MXCORE_CACHE_DIR", str(tmp_path / "alone"))
+    for job, cubin, text in zip(picks, cubins, together):
+        reference = nvrtc_tools._cuobjdump(cubin, "-sass")
+        assert _instructions(text) == _instructions(reference), job["stem"]
+        assert nvrtc_tools.disassemble(cubin) == text, f"{job['stem']}: the text depends on the batch"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# every variant, every arch
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch,stem", [(a, j["stem"]) for a in ARCHS for j in JOBS[a]], ids=lambda x: x)
+def test_variant_machine_code(arch, stem):
+    _need_tools()
+    job, binary, c = _batch(arch)[stem]
+    res = binary.resources[job["kernel"]]
+    assert not (c["LDL"] or c["STL"] or res["spill_stores"] or res["local_bytes"]), \
+        f"local memory (LDL {c['LDL']}, STL {c['STL']}, stack {res['local_bytes']} B)"
+    if job["file"] == cuda.GEMM_FILE:
+        mma = "QMMA" if job["mma"] == "QMMA" and arch == "sm_89" else "HMMA"
+        assert c[mma] > 0, f"no {mma}: {dict(c)}"
+        assert c["QMMA" if mma == "HMMA" else "HMMA"] == 0
+        assert c["LDSM"] > 0 and c["LDGSTS"] > 0, "no LDSM or no LDGSTS"
+        assert job["smem"] + res["shared_bytes"] <= SMEM_PER_BLOCK, "more shared memory than a block may have"
+    elif job["file"] == cuda.CEILING_FILE:
+        assert c["HMMA"] + c["QMMA"] > 0, "the ceiling loop has no mma"
+        assert c["LDG"] == c["LDS"] == 0, "the ceiling loop must not read memory in its loop"
+    else:
+        assert job["file"] == cuda.PREP_FILE and c["EXIT"] > 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emit_kernels_writes_every_variant(arch, tmp_path):
+    _need_tools()
+    batch = _batch(arch)
     t0 = time.time()
     rows = [r.as_dict() for r in cuda.CudaBackend().emit_kernels(arch, tmp_path)]
-    jobs = {j["stem"]: j for j in cuda.compile_jobs(arch)}
-    assert {r["variant"] for r in rows} == set(jobs), "emit_kernels must cover every launchable kernel"
-    table = [f"{arch}: {len(rows)} kernels compiled in {time.time() - t0:.1f}s",
+    assert {r["variant"] for r in rows} == {j["stem"] for j in JOBS[arch]}, "emit_kernels must cover every kernel"
+    table = [f"{arch}: {len(rows)} kernels compiled in {batch['_seconds']:.1f}s (emitted in {time.time() - t0:.1f}s)",
              f"{'variant':34} {'regs':>5} {'smem':>7} {'HMMA':>5} {'QMMA':>5} {'LDSM':>5} {'LDGSTS':>6}"]
-    failures = []
     for r in rows:
-        job = jobs[r["variant"]]
-        sass = nvrtc_tools.disassemble((tmp_path / r["file"]).read_bytes())
-        c = nvrtc_tools.sass_counts(sass)
+        job, binary, c = batch[r["variant"]]
+        assert (tmp_path / r["file"]).read_bytes() == binary.cubin
+        assert r["registers"] == binary.resources[job["kernel"]]["registers"] > 0
         table.append(f"{r['variant']:34} {r['registers']:5d} {r['shared_bytes']:7d} {c['HMMA']:5d} {c['QMMA']:5d} "
                      f"{c['LDSM']:5d} {c['LDGSTS']:6d}")
-        problems = []
-        if c["LDL"] or c["STL"] or r["spill_stores"] or r["local_bytes"]:
-            problems.append(f"local memory (LDL {c['LDL']}, STL {c['STL']}, stack {r['local_bytes']} B)")
-        if job["file"] == cuda.GEMM_FILE:
-            mma = "QMMA" if job["mma"] == "QMMA" and arch == "sm_89" else "HMMA"
-            if c[mma] == 0:
-                problems.append(f"no {mma}")
-            if c["LDSM"] == 0 or c["LDGSTS"] == 0:
-                problems.append("no LDSM or no LDGSTS")
-            if r["shared_bytes"] > 227 * 1024:
-                problems.append("more shared memory than an SM has")
-        elif job["file"] == cuda.CEILING_FILE and c["HMMA"] + c["QMMA"] == 0:
-            problems.append("the ceiling loop has no mma")
-        if problems:
-            failures.append(f"{r['variant']}: {', '.join(problems)}")
     print("\n".join(table))
-    assert not failures, "\n".join(failures)
     manifest = json.loads(json.dumps(rows))  # JSON-serialisable, as the CLI writes it
     assert all({"kernel", "dtype", "tile", "file", "registers", "shared_bytes"} <= set(m) for m in manifest)
 

@@ -1,49 +1,94 @@
-"""Build the wheel, install it into a fresh venv and run ``python -m mxcore demo`` there.
+"""The package as users get it: build the wheel, install it into a fresh venv, run the CLI there.
 
-Proves the package data (kernels_cuda/, kernels_hip/) and ``mxcore.backends`` work from an
-installed wheel, not only from a source checkout.
+* The wheel holds every source file of the checkout (``mxcore/``, ``backends/`` as ``mxcore/backends/``, the
+  kernel sources as package data): a package missing from pyproject's list fails here.
+* Run from a temporary folder, the venv's python uses the installed wheel (``kernel_dir`` inside site-packages).
+* Run from the repository root — the README's quick start, ``pip install . && python -m mxcore demo`` — Python
+  imports the checkout's ``mxcore/`` (the current folder comes first on ``sys.path``), which must then find
+  ``backends/`` and the kernel folders beside it: that venv has only numpy and ml_dtypes besides the wheel, so
+  this is also the "checkout with nothing installed" case.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = {"mxcore": "mxcore", "backends": "mxcore/backends", "kernels_cuda": "mxcore/kernels_cuda",
+               "kernels_hip": "mxcore/kernels_hip"}
+KERNEL_SUFFIXES = {".cu", ".cuh", ".hip", ".h"}
+WHERE = ("import mxcore, mxcore.backends, mxcore.kernels as k, pathlib; "
+         "print(pathlib.Path(mxcore.__file__).parent); print(pathlib.Path(mxcore.backends.__file__).parent); "
+         "print(k.kernel_dir('nvidia')); print(k.kernel_dir('amd')); print(len(k.kernel_source('nvidia', 'gemm.cu')))")
 
 
 def _run(cmd, **kw):
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+                         **kw)
     assert res.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
     return res.stdout
 
 
-@pytest.mark.slow
-def test_wheel_installs_and_runs(tmp_path):
-    import importlib.util
+def _tracked_sources() -> set[str]:
+    """Paths the wheel must hold (as they are named inside it) for every file git tracks in the source folders."""
+    out = _run(["git", "ls-files", "--", *SOURCE_DIRS], cwd=ROOT)
+    want = set()
+    for rel in out.split():
+        top, _, rest = rel.partition("/")
+        if (ROOT / rel).is_file() and (rel.endswith(".py") or Path(rel).suffix in KERNEL_SUFFIXES):
+            want.add(f"{SOURCE_DIRS[top]}/{rest}")
+    return want
 
-    from conftest import require_tool
 
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory):
+    """(wheel path, venv python) with the wheel installed."""
     require_tool("build (pip install build)", importlib.util.find_spec("build") is not None)
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)])
-    wheel = next((tmp_path / "dist").glob("mxcore-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
-    assert any(n.startswith("mxcore/backends/") and n.endswith("__init__.py") for n in names), names
-    assert any(n.startswith("mxcore/kernels_cuda/") and n.endswith(".cu") for n in names), names
-    assert any(n.startswith("mxcore/kernels_hip/") and n.endswith(".hip") for n in names), names
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
+    tmp = tmp_path_factory.mktemp("wheel")
+    _run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp / "dist", ROOT])
+    wheel = next((tmp / "dist").glob("mxcore-*.whl"))
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"
-    _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)])
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    where = _run([str(py), "-c", "import mxcore, pathlib; print(pathlib.Path(mxcore.__file__).parent);"
-                  "print(mxcore.kernels.kernel_dir('nvidia')); print(mxcore.kernels.kernel_dir('amd'))"], cwd=work)
-    site, kcuda, khip = where.split()
-    assert str(venv) in site and kcuda.startswith(site) and khip.startswith(site), where
-    out = _run([str(py), "-m", "mxcore", "demo", "--size", "64"], cwd=work)
+    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel])
+    return wheel, py
+
+
+@pytest.mark.slow
+def test_wheel_holds_every_source_file(wheel_venv):
+    wheel, _ = wheel_venv
+    names = set(zipfile.ZipFile(wheel).namelist())
+    want = _tracked_sources()
+    assert {"mxcore/__init__.py", "mxcore/backends/__init__.py", "mxcore/kernels_cuda/gemm.cu"} <= want
+    missing = sorted(want - names)
+    assert not missing, f"the wheel lacks {missing}: add their packages to pyproject's [tool.setuptools] packages"
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_from_elsewhere(wheel_venv, tmp_path):
+    _, py = wheel_venv
+    site, backends, kcuda, khip, n = _run([py, "-c", WHERE], cwd=tmp_path).split()
+    assert str(py.parents[1]) in site and int(n) > 1000
+    assert backends == f"{site}/backends" and kcuda == f"{site}/kernels_cuda" and khip == f"{site}/kernels_hip"
+    out = _run([py, "-m", "mxcore", "demo", "--size", "64"], cwd=tmp_path)
     assert "mxfp4" in out and "fp16" in out, out
+
+
+@pytest.mark.slow
+def test_quick_start_from_the_repository_root(wheel_venv):
+    """``pip install . && python -m mxcore demo`` from the root: the checkout's mxcore/ is imported and finds
+    backends/ and the kernels beside it (this failed with "No module named 'mxcore.backends'")."""
+    _, py = wheel_venv
+    site, backends, kcuda, khip, _ = _run([py, "-c", WHERE], cwd=ROOT).split()
+    assert [site, backends, kcuda, khip] == [str(ROOT / d) for d in SOURCE_DIRS]
+    out = _run([py, "-m", "mxcore", "demo", "--size", "64"], cwd=ROOT)
+    assert "mxfp4" in out and "fp16" in out, out
+    info = _run([py, "-m", "mxcore", "info"], cwd=ROOT)
+    assert "reference: usable" in info and "\n  cuda: " in info and "\n  hip: " in info, info
