@@ -12,6 +12,10 @@ DLPack producers on a GPU; results are bit-identical to the numpy path (``tests/
   ROCm, which compiles with hiprtc) plus :func:`format_defines` of the format's
   :class:`~mxcore.formats.FormatSpec`, compiled by ``cupy.RawModule`` (NVRTC, cached on disk by CuPy) on
   first use per device.  :func:`compile_inputs` gives the exact (source, options) for offline checks.
+* **MX kernels.**  :func:`_mx_launch` picks the fast quantizer (two lanes per block of 32, 16-byte loads and
+  stores; float32/float16/bfloat16 data with contiguous, aligned blocks along the last axis) or the generic
+  one (one thread per block, any layout); ``$MXCORE_MX_KERNEL`` (``auto`` / ``fast`` / ``generic``) forces
+  one, e.g. to measure both (``python -m mxcore.bench_quant`` times both kernels).
 * **Synchronisation.**  None, except where the host path raises on data: NaN in a format without NaN under
   ``nan="raise"``, and integer codes too wide for the format (decode, packing) read one device counter.
   ``quantize_tensor`` keeps the scale on the device (one amax reduction, then the encode pass reads it).

@@ -2,7 +2,9 @@
 // clang-22).  Encode (one rounding from the exact input value), decode, OCP-MX block quantization (codes and
 // E8M0 scales in one pass), per-tensor power-of-two fp8 scaling (one amax reduction, the exponent kept on the
 // device), dequantization, fp4/fp6 packing.  The rules are mxcore.formats' and mxcore.mx's, bit for bit; the
-// GPU tests compare every kernel with the numpy path.
+// GPU tests compare every kernel with the numpy path.  OCP-MX quantization has two kernels:
+// mx_quantize_mx_fast_* (two lanes per contiguous block of 32, 16-byte loads/stores, one float rounding per
+// element) and mx_quantize_mx_* (one thread per block, any layout); backends/codec.py picks one per call.
 //
 // The format is compile-time data: backends/codec.py turns a mxcore.formats.FormatSpec into -D defines
 // (MXF_BITS, MXF_EBITS, MXF_MBITS, MXF_BIAS, MXF_EMIN, MXF_EMAX, MXF_SIGNED, MXF_SUBNORMALS, MXF_SPECIALS
@@ -13,10 +15,12 @@
 // Exactness: every input (float32, float16, bfloat16, float64) is split into sign, an integer significand S
 // and an exponent E with value S * 2^E, exactly, by integer operations on its bits; a power-of-two scale only
 // moves E.  Rounding works on S's bits (remainder against the half quantum), so there is no intermediate
-// float rounding anywhere, for float64 inputs too (64-bit significands).
+// float rounding anywhere, for float64 inputs too (64-bit significands).  The fast MX quantizer instead rounds
+// with one float32 add whose result is provably the same (see its comment).
 //
-// Vendor differences are confined to the shim below (count-leading-zeros and atomics).  Launch: 1-D grids of
-// MXC_THREADS threads (blockDim is not read, so the same code runs under hip_shim.h).
+// Vendor differences are confined to the shim below (count-leading-zeros, atomics, bit casts, non-contracted
+// float ops, the lane-pair exchange).  Launch: 1-D grids of MXC_THREADS threads (blockDim and gridDim are not
+// read, so the same code runs under hip_shim.h).
 
 #ifndef MXC_CODEC_CUH
 #define MXC_CODEC_CUH
