@@ -22,10 +22,12 @@
 //   splits tall problems into several launches when M / BM exceeds the device's grid-Y limit.
 //
 // Two paths, chosen per block at run time (uniform branch):
-//   fast    the block lies inside D, both operands are K-contiguous and 16-byte aligned (a/b_vec_ok) and
-//           K % BK == 0: one 16-byte load per vector, 16-byte LDS stores, no edge tests in the K loop.
-//   general everything else: edge vectors are gathered element by element with zero fill (one load in
-//           flight per element: slow, correct), MN-contiguous operands are transposed into LDS per element.
+//   fast    the block lies inside D and both operands are K-contiguous and 16-byte aligned (a/b_vec_ok):
+//           one 16-byte load per vector, 16-byte LDS stores, no edge tests in the K loop; a K tail
+//           (K % BK != 0) is fetched once, after the loop, by the general loads.
+//   general everything else: vectors inside the matrix but unaligned are gathered with independent element
+//           loads (all in flight); vectors that cross an edge element by element with zero fill; an
+//           MN-contiguous operand (8/16/32-bit elements read in place) is transposed into LDS per element.
 //   -DMX_FAST_ONLY=1 builds only the fast path (tests/test_hip_steady_state.py reads its K loop).
 //
 // DESIGN ESTIMATE of the fraction of MFMA peak -- NOT A MEASUREMENT (no AMD GPU has run this code).
@@ -124,11 +126,11 @@ __device__ __forceinline__ int mx_kunits(int k, int sbits) {
 // row (v / (BKU/VEC)) and k units [(v % (BKU/VEC)) * VEC, +VEC); in the MN-contiguous case (unpacked
 // operands only), k row (v / (R/VEC)) and rows [(v % (R/VEC)) * VEC, +VEC).  FAST: K-contiguous, aligned
 // and wholly inside the matrix (the caller checked it for the whole block), so one vector load each.
-template <int R, int NV, int BKU, bool FAST>
+template <int R, int NV, int BKU, bool FAST, bool KMAJ>
 __device__ __forceinline__ void mx_load_tile(mx_u32x4 (&stage)[NV], const mx_elem* __restrict__ p, long long s_r,
                                              long long s_k, int r0, int k0, int rows, int kdim, int vec_ok) {
     const int tid = threadIdx.x;
-    const bool k_major = FAST || (s_k == 1);
+    const bool k_major = FAST || KMAJ || (s_k == 1);
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
         const int v = tid + i * MX_THREADS;
@@ -149,7 +151,13 @@ __device__ __forceinline__ void mx_load_tile(mx_u32x4 (&stage)[NV], const mx_ele
         const mx_elem* src = p + gr * s_r + gk * s_k;
         if (vec_ok && full) {
             stage[i] = *reinterpret_cast<const mx_u32x4*>(src);
-        } else {  // edge of the matrix or unaligned: element loads along the vector, zero fill
+        } else if (full) {  // inside the matrix, unaligned pitch or base: independent element loads, all in flight
+            const long long step = k_major ? s_k : s_r;
+            mx_elem e[MX_VEC];
+#pragma unroll
+            for (int j = 0; j < MX_VEC; ++j) e[j] = src[j * step];
+            __builtin_memcpy(&stage[i], e, 16);
+        } else {  // edge of the matrix: element loads along the vector, zero fill
             const long long step = k_major ? s_k : s_r;
             const int avail = !(k_major ? gr < rows : gk < kdim) ? 0 : (k_major ? kdim - gk : rows - gr);
             // shift each element in from the top of a 128-bit value: no dynamic register indexing, and a
@@ -165,14 +173,14 @@ __device__ __forceinline__ void mx_load_tile(mx_u32x4 (&stage)[NV], const mx_ele
     }
 }
 
-// staging registers -> LDS tile [R][BKU] (K-contiguous rows of ROW bytes)
-template <int R, int NV, int BKU, int ROW, bool FAST>
+// staging registers -> LDS tile [R][BKU] (K-contiguous rows of ROW bytes); KMAJ: the operand is K-contiguous
+template <int R, int NV, int BKU, int ROW, bool KMAJ>
 __device__ __forceinline__ void mx_store_tile(mx_u8* lds, const mx_u32x4 (&stage)[NV], bool k_major) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
         const int v = tid + i * MX_THREADS;
-        if (FAST || k_major) {
+        if (KMAJ || k_major) {
             const int r = v / (BKU / MX_VEC), kk = (v % (BKU / MX_VEC)) * MX_VEC;
             *reinterpret_cast<mx_u32x4*>(lds + r * ROW + kk * MX_EB) = stage[i];
         } else {
@@ -274,10 +282,8 @@ __device__ __forceinline__ void mx_load_scales(int (&sca)[MX_KSTEPS][MX_TM], int
 
 #if MX_SCALED
 #define MX_SCALE_ARGS , const int (&sca)[MX_KSTEPS][MX_TM], const int (&scb)[MX_KSTEPS][MX_TN]
-#define MX_SCALE_PASS , sca, scb
 #else
 #define MX_SCALE_ARGS
-#define MX_SCALE_PASS
 #endif
 
 // The MFMAs of one K tile from one LDS buffer: fragments of every K step, TM x TN instructions each.
@@ -308,59 +314,97 @@ __device__ __forceinline__ void mx_compute(MX_CFRAG_T (&acc)[MX_TM][MX_TN], cons
     }
 }
 
-// The K loop of one block: global loads of tile kt+1 (and its scales) in flight while tile kt computes from
-// LDS; two LDS buffers.  The loop body is one basic block (the last tile computes after the loop), and
-// scheduling barriers keep its order: loads, MFMAs, LDS stores, barrier.  FAST (the whole block interior,
-// both operands K-contiguous and vector-aligned, K a multiple of BK): no edge tests anywhere in the loop.
+// The software pipeline's registers: the next tile's staged vectors and the scales of the current and the
+// next tile.
+struct mx_pipe {
+    mx_u32x4 sta[MX_A_VECS], stb[MX_B_VECS];
+#if MX_SCALED
+    int sca[MX_KSTEPS][MX_TM], scb[MX_KSTEPS][MX_TN], nsa[MX_KSTEPS][MX_TM], nsb[MX_KSTEPS][MX_TN];
+#endif
+};
+
+// Global loads of K tile kt (operands into the staging registers, scales into nsa/nsb).  FAST: no edge tests
+// (the caller knows the tile lies inside the matrix and both operands are K-contiguous and aligned); KMAJ:
+// both operands are K-contiguous (edge tests stay).
+template <bool FAST, bool KMAJ>
+__device__ __forceinline__ void mx_fetch(mx_pipe& q, const mx_params& p, int kt, int m0, int n0, int wm, int wn,
+                                         int ka, int kb) {
+#if MX_SCALED
+    mx_load_scales<FAST>(q.nsa, q.nsb, p, kt, m0, n0, wm, wn);  // scales first: they are waited for first
+#endif
+    mx_load_tile<MX_BM, MX_A_VECS, MX_A_BKU, FAST, KMAJ>(q.sta, p.a, p.sam, p.sak, m0, kt * MX_A_BKU, p.m, ka,
+                                                         p.a_vec_ok);
+    mx_load_tile<MX_BN, MX_B_VECS, MX_B_BKU, FAST, KMAJ>(q.stb, p.b, p.sbn, p.sbk, n0, kt * MX_B_BKU, p.n, kb,
+                                                         p.b_vec_ok);
+}
+
+// Staging registers -> LDS buffer, and the fetched scales become the current ones.  KMAJ: both operands are
+// K-contiguous (16-byte stores only).
+template <bool KMAJ>
+__device__ __forceinline__ void mx_commit(mx_pipe& q, const mx_params& p, mx_u8* la, mx_u8* lb) {
+    mx_store_tile<MX_BM, MX_A_VECS, MX_A_BKU, MX_A_ROW, KMAJ>(la, q.sta, p.sak == 1);
+    mx_store_tile<MX_BN, MX_B_VECS, MX_B_BKU, MX_B_ROW, KMAJ>(lb, q.stb, p.sbk == 1);
+#if MX_SCALED
+#pragma unroll
+    for (int ks = 0; ks < MX_KSTEPS; ++ks) {
+#pragma unroll
+        for (int i = 0; i < MX_TM; ++i) q.sca[ks][i] = q.nsa[ks][i];
+#pragma unroll
+        for (int j = 0; j < MX_TN; ++j) q.scb[ks][j] = q.nsb[ks][j];
+    }
+#endif
+}
+
+#if MX_SCALED
+#define MX_SCALE_Q , q.sca, q.scb
+#else
+#define MX_SCALE_Q
+#endif
+
+// One step of the K loop: loads of tile kt+1 in flight while tile kt computes, then tile kt+1 into the other
+// LDS buffer.  One basic block; scheduling barriers keep its order (loads, MFMAs, LDS stores, barrier) so the
+// global latency of tile kt+1 overlaps the MFMAs of tile kt.  FAST / KMAJ as for mx_fetch.
+template <bool FAST, bool KMAJ>
+__device__ __forceinline__ void mx_step(mx_pipe& q, const mx_params& p, mx_u8 (*lds_a)[MX_BM * MX_A_ROW],
+                                        mx_u8 (*lds_b)[MX_BN * MX_B_ROW], MX_CFRAG_T (&acc)[MX_TM][MX_TN], int kt,
+                                        int m0, int n0, int wm, int wn, int ka, int kb) {
+    const int cur = kt & 1;
+    mx_fetch<FAST, KMAJ>(q, p, kt + 1, m0, n0, wm, wn, ka, kb);
+    __builtin_amdgcn_sched_barrier(0);
+    mx_compute(acc, lds_a[cur], lds_b[cur], wm, wn MX_SCALE_Q);
+    __builtin_amdgcn_sched_barrier(0);
+    mx_commit<KMAJ>(q, p, lds_a[cur ^ 1], lds_b[cur ^ 1]);
+    __syncthreads();
+}
+
+// The K loop of one block, two LDS buffers.  FAST (the block lies inside D, both operands K-contiguous and
+// vector-aligned): every whole K tile is fetched without edge tests; only a K tail (K % BK != 0) takes the
+// general loads, once, after the loop.
 template <bool FAST>
 __device__ __forceinline__ void mx_block(const mx_params& p, mx_u8 (*lds_a)[MX_BM * MX_A_ROW],
                                          mx_u8 (*lds_b)[MX_BN * MX_B_ROW], MX_CFRAG_T (&acc)[MX_TM][MX_TN], int m0,
                                          int n0, int wm, int wn) {
-    const bool a_kmaj = (p.sak == 1);
-    const bool b_kmaj = (p.sbk == 1);
     const int ka = mx_kunits(p.k, MX_A_SBITS), kb = mx_kunits(p.k, MX_B_SBITS);
-    mx_u32x4 sta[MX_A_VECS], stb[MX_B_VECS];
     const int ktiles = (p.k + MX_BK - 1) / MX_BK;
-#if MX_SCALED
-    int sca[MX_KSTEPS][MX_TM], scb[MX_KSTEPS][MX_TN], nsa[MX_KSTEPS][MX_TM], nsb[MX_KSTEPS][MX_TN];
-    mx_load_scales<FAST>(sca, scb, p, 0, m0, n0, wm, wn);
-#endif
-    mx_load_tile<MX_BM, MX_A_VECS, MX_A_BKU, FAST>(sta, p.a, p.sam, p.sak, m0, 0, p.m, ka, p.a_vec_ok);
-    mx_load_tile<MX_BN, MX_B_VECS, MX_B_BKU, FAST>(stb, p.b, p.sbn, p.sbk, n0, 0, p.n, kb, p.b_vec_ok);
-    mx_store_tile<MX_BM, MX_A_VECS, MX_A_BKU, MX_A_ROW, FAST>(lds_a[0], sta, a_kmaj);
-    mx_store_tile<MX_BN, MX_B_VECS, MX_B_BKU, MX_B_ROW, FAST>(lds_b[0], stb, b_kmaj);
+    const int nfull = FAST ? p.k / MX_BK : 0;  // tiles fetched on the fast path
+    mx_pipe q;
+    if (FAST && nfull > 0)
+        mx_fetch<FAST, FAST>(q, p, 0, m0, n0, wm, wn, ka, kb);
+    else
+        mx_fetch<false, FAST>(q, p, 0, m0, n0, wm, wn, ka, kb);
+    mx_commit<FAST>(q, p, lds_a[0], lds_b[0]);
     __syncthreads();
-
     int kt = 0;
-    for (; kt + 1 < ktiles; ++kt) {
-        const int cur = kt & 1;
-        // next tile's global loads (scales first) are in flight while this tile computes
-#if MX_SCALED
-        mx_load_scales<FAST>(nsa, nsb, p, kt + 1, m0, n0, wm, wn);
-#endif
-        mx_load_tile<MX_BM, MX_A_VECS, MX_A_BKU, FAST>(sta, p.a, p.sam, p.sak, m0, (kt + 1) * MX_A_BKU, p.m, ka,
-                                                       p.a_vec_ok);
-        mx_load_tile<MX_BN, MX_B_VECS, MX_B_BKU, FAST>(stb, p.b, p.sbn, p.sbk, n0, (kt + 1) * MX_B_BKU, p.n, kb,
-                                                       p.b_vec_ok);
-        // the scheduler must neither sink the loads below the MFMAs nor hoist the LDS stores (which wait for
-        // the loads) above them: the global latency of tile kt+1 overlaps the MFMAs of tile kt
-        __builtin_amdgcn_sched_barrier(0);
-        mx_compute(acc, lds_a[cur], lds_b[cur], wm, wn MX_SCALE_PASS);
-        __builtin_amdgcn_sched_barrier(0);
-        mx_store_tile<MX_BM, MX_A_VECS, MX_A_BKU, MX_A_ROW, FAST>(lds_a[cur ^ 1], sta, a_kmaj);
-        mx_store_tile<MX_BN, MX_B_VECS, MX_B_BKU, MX_B_ROW, FAST>(lds_b[cur ^ 1], stb, b_kmaj);
-#if MX_SCALED
-#pragma unroll
-        for (int ks = 0; ks < MX_KSTEPS; ++ks) {
-#pragma unroll
-            for (int i = 0; i < MX_TM; ++i) sca[ks][i] = nsa[ks][i];
-#pragma unroll
-            for (int j = 0; j < MX_TN; ++j) scb[ks][j] = nsb[ks][j];
+    if constexpr (FAST) {
+        for (; kt + 1 < nfull; ++kt) mx_step<true, true>(q, p, lds_a, lds_b, acc, kt, m0, n0, wm, wn, ka, kb);
+        if (kt + 1 < ktiles) {  // the K tail
+            mx_step<false, true>(q, p, lds_a, lds_b, acc, kt, m0, n0, wm, wn, ka, kb);
+            ++kt;
         }
-#endif
-        __syncthreads();
+    } else {
+        for (; kt + 1 < ktiles; ++kt) mx_step<false, false>(q, p, lds_a, lds_b, acc, kt, m0, n0, wm, wn, ka, kb);
     }
-    mx_compute(acc, lds_a[kt & 1], lds_b[kt & 1], wm, wn MX_SCALE_PASS);  // the last tile
+    mx_compute(acc, lds_a[kt & 1], lds_b[kt & 1], wm, wn MX_SCALE_Q);  // the last tile
 }
 
 extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
@@ -398,7 +442,7 @@ extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
     mx_block<true>(p, lds_a, lds_b, acc, m0, n0, wm, wn);
 #else
     const bool fast = p.a_vec_ok && p.b_vec_ok && p.sak == 1 && p.sbk == 1 && m0 + MX_BM <= p.m &&
-                      n0 + MX_BN <= p.n && p.k % MX_BK == 0;
+                      n0 + MX_BN <= p.n;
     if (fast)
         mx_block<true>(p, lds_a, lds_b, acc, m0, n0, wm, wn);
     else

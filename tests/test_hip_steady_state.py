@@ -107,6 +107,7 @@ def loop_figures(body: list[str]) -> dict:
         "salu": sum(o.startswith("s_") and not o.startswith(("s_waitcnt", "s_nop", "s_barrier")) for o in ops),
         "global_load": sum(o.startswith(("global_load", "buffer_load")) for o in ops),
         "prefetch_before_mfma": len(loads),
+        "global_load_kinds": sorted({o for o in ops if o.startswith(("global_load", "buffer_load"))}),
         "ds_read": sum(o.startswith("ds_read") for o in ops),
         "ds_write": sum(o.startswith("ds_write") for o in ops),
         "ds_read_widths": sorted({o for o in ops if o.startswith("ds_read")}),
@@ -153,8 +154,8 @@ def test_steady_state_loop(spec, fast_builds):
     ops = hip_tools.mnemonics(text)
     assert "ds_write_b8" not in ops and "ds_write_b16" not in ops, "element-wise LDS stores on the fast path"
     assert not any(o.startswith("scratch_") for o in ops) and binary.resources[spec.entry]["scratch_bytes"] == 0
-    assert fig["global_load"] >= 1 and all(o == "global_load_dwordx4" or not o.startswith("global_load")
-                                           or o.startswith("global_load_ubyte") for o in ops)
+    loads = set(fig["global_load_kinds"])  # 16-byte operand vectors; E8M0 scale bytes
+    assert loads == {"global_load_dwordx4"} | ({"global_load_ubyte"} if spec.scaled else set()), loads
 
 
 def test_loop_finder_rejects_a_loopless_kernel():

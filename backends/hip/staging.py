@@ -94,7 +94,8 @@ def operand_storage(op, spec, role: str) -> np.ndarray:
     ``spec.elem_bytes``-wide unsigned storage units (fp32/tf32 bits, fp16/bf16 bits, fp8 codes), logical
     shape (..., M, K) for A and (..., K, N) for B.  fp4 / fp6 operands (``spec.packed(role)``) come back
     packed along K (:func:`pack_k`), K-contiguous: A as a C-ordered (M, Kbytes) array, B as the transpose of
-    a C-ordered (N, Kbytes) array (the one-time transpose of the staging pass).  tf32 is rounded here (RNE) so that the xf32 MFMA
+    a C-ordered (N, Kbytes) array (the one-time transpose of the staging pass); fp8 codes likewise
+    K-contiguous.  tf32 is rounded here (RNE) so that the xf32 MFMA
     and gfx950's fp32 MFMA both see exactly the values the reference uses.  MX operands must use the
     instruction's scale block (``MXTensor.block``)."""
     fmt = spec.a_format if role == "a" else spec.b_format
@@ -119,7 +120,9 @@ def operand_storage(op, spec, role: str) -> np.ndarray:
             if codes.ndim != 2:
                 raise UnsupportedError(f"operand {role}: packed {fmt} storage takes one 2-D matrix, got {codes.shape}")
             return pack_k(codes, bits) if role == "a" else pack_k(codes.T, bits).T
-        return codes
+        # 1-byte codes (fp8, MX fp8) are quantized on the host anyway: store them K-contiguous (a one-time
+        # transpose here) so the kernel's 16-byte LDS stores apply instead of per-byte transposing stores
+        return np.ascontiguousarray(codes) if role == "a" else np.asfortranarray(codes)
     vals = np.asarray(op.values)
     if fmt == "tf32":
         return formats.round_to(vals, "tf32").astype(np.float32).view(np.uint32)
