@@ -296,7 +296,7 @@ def test_mx_kernel_choice(lib, rng, monkeypatch):
     kernel under the default choice, and raise a typed error when the fast one is forced."""
     base = dev(rng.standard_normal(1 + 4 * 64).astype(np.float32), lib)
     unaligned = base[1:]  # contiguous, 4 bytes past a 16-byte boundary
-    x = rng.standard_normal((4, 96)).astype(np.float32)
+    x = rng.standard_normal((64, 96)).astype(np.float32)  # each case misses exactly one condition
     cases = [(unaligned.reshape(4, 64), -1, 32), (dev(x, lib), 0, 32), (dev(x[:, :90].copy(), lib), -1, 32),
              (dev(x, lib), -1, 16), (dev(x.astype(np.float64), lib), -1, 32)]
     for d, axis, block in cases:
