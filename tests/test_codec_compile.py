@@ -454,3 +454,44 @@ def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, rng):
                     bad = np.argwhere(c != want.codes)
                     assert bad.size == 0, (dt, rule, ctas, bad[:5], c[tuple(bad[0])], want.codes[tuple(bad[0])])
                     assert smax == want.scale_max
+
+
+def test_mx_kernel_choice_on_host(monkeypatch):
+    """backends.codec._mx_launch (no GPU: a stand-in call/module records the launch): the fast kernel for
+    contiguous aligned 32-blocks of <=32-bit floats, the generic one otherwise, and $MXCORE_MX_KERNEL /
+    kernel= forcing either (a forced fast kernel that does not apply, or an unknown name, raises)."""
+    from types import SimpleNamespace
+
+    from mxcore.errors import UnsupportedError
+
+    class Module:
+        def get_function(self, name):
+            return name
+
+    call = SimpleNamespace(module=lambda spec: Module(), sm_count=lambda: 132)
+    spec = F.get("e4m3fn")
+
+    def arr(ptr):
+        return SimpleNamespace(data=SimpleNamespace(ptr=ptr))
+
+    def launch(shape, axis=1, block=32, suf="bf16", ptr=4096, kernel=None):
+        return codec._mx_launch(call, spec, arr(ptr), suf, arr(8192), arr(0), arr(0), shape, axis, block, False, kernel)
+
+    monkeypatch.delenv("MXCORE_MX_KERNEL", raising=False)
+    name, grid, args = launch((8192, 8192))
+    assert name == "mx_quantize_mx_fast_bf16" and grid == (8 * 132,)  # grid-stride: one resident wave
+    assert int(args[4]) == 8192 * 8192 // 16 and int(args[5]) == 8 * 132 * codec.THREADS
+    assert launch((4, 64))[1] == (1,)
+    for odd in (dict(shape=(4, 96), axis=0), dict(shape=(4, 90)), dict(shape=(4, 64), block=16),
+                dict(shape=(4, 64), suf="f64"), dict(shape=(4, 64), ptr=4098)):
+        name, _, args = launch(**odd)
+        assert name.startswith("mx_quantize_mx_") and "fast" not in name, odd
+        with pytest.raises(UnsupportedError, match="fast MX quantizer"):
+            launch(**odd, kernel="fast")
+    assert launch((4, 64), kernel="generic")[0] == "mx_quantize_mx_bf16"
+    monkeypatch.setenv("MXCORE_MX_KERNEL", "generic")
+    assert launch((4, 64))[0] == "mx_quantize_mx_bf16"
+    assert launch((4, 64), kernel="fast")[0] == "mx_quantize_mx_fast_bf16"  # the keyword wins over the variable
+    monkeypatch.setenv("MXCORE_MX_KERNEL", "fastest")
+    with pytest.raises(UnsupportedError, match="MXCORE_MX_KERNEL"):
+        launch((4, 64))
