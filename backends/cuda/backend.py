@@ -25,10 +25,18 @@ inputs the result equals ``mxcore.reference`` bit for bit.
 
 Inputs and results: CuPy arrays and torch CUDA tensors are used on their own device (``cupy.cuda.Device(i)``) and
 stream (torch's current stream for torch tensors, CuPy's otherwise); the result is the same kind of array (CuPy
-has no bfloat16: a bf16 result for CuPy inputs is a ``uint16`` array of bf16 bits).  numpy inputs are rounded or
-quantized on the host, uploaded, and the result comes back as numpy.  3-D operands ``(B, M, K) @ (B, K, N)`` or
-``(B, M, K) @ (K, N)`` run as one launch for the float dtypes (a shared weight with a contiguous A folds the
-batch into M); fp8/MX batches run one 2-D plan per element (each with its own per-tensor scales).
+has no bfloat16: a bf16 result for CuPy inputs is a ``uint16`` array of bf16 bits; torch results are allocated by
+torch).  numpy inputs are rounded or quantized on the host, uploaded, and the result comes back as numpy.  Device
+fp8/MX operands are quantized on their GPU (``device_quantization``: the API does it; ``plan`` does it for device
+float data it is handed) and their scales never come to the host: a device ScaledTensor's ``scale_exp`` and a
+device MXTensor's ``scale_max`` are read by the kernels (stage.py, plan.py ``scale_args``), so a call on device
+inputs does not synchronise.  3-D operands ``(B, M, K) @ (B, K, N)`` or ``(B, M, K) @ (K, N)`` run as one launch
+for the float dtypes (``batched``; a shared weight with a contiguous A folds the batch into M); fp8/MX batches run
+one 2-D plan per element (each with its own per-tensor scales; a batched MXTensor is sliced per element).
+
+Per-call cost: fp16/bf16 device operands that the kernel reads in place take a fast path (:meth:`matmul`): the
+plan of a layout (device, dtypes, shapes, strides, alignment, output dtype) is built once and later calls allocate
+the output and relaunch it through ``cuLaunchKernel`` with the new addresses (plan.py ``Relaunch``).
 
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
