@@ -1,0 +1,274 @@
+"""mxcore.distributed on the CPU: gloo over loopback, the reference backend, 2 and 3 processes.
+
+Every case runs in one forked job per world size (torch's import is the slow part); each test then checks one
+case's output on every rank against single-process ``mxcore.matmul`` on the gathered operands, bit for bit.
+Bad input must raise the same typed error on every rank within a bounded time.  The multi-GPU tests (NCCL, two
+GPUs) run under torchrun on a machine that has them and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+
+import numpy as np
+import pytest
+
+import mxcore
+from mxcore import errors
+from conftest import IN_CI, require_tool
+
+JOB_TIMEOUT_S = 90  # a hang fails the test instead of blocking the suite
+E2M1_GRID = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])  # exact in every fp8 / MX element format used here
+
+
+def _torch_reason():
+    try:
+        import torch.distributed as dist  # noqa: F401
+
+        return None if dist.is_available() else "torch has no torch.distributed"
+    except ImportError as exc:
+        return f"torch is not installed ({exc}); pip install -e '.[dist]'"
+
+
+def _exact(rng, shape, exp=0):
+    return (rng.choice(E2M1_GRID, size=shape) * rng.choice([-1, 1], size=shape) * 2.0 ** exp).astype(np.float32)
+
+
+COL_DTYPES = ("fp16", "bf16", "fp8", "mxfp8", "mxfp4", "mxfp6")
+ROW_DTYPES = ("fp16", "fp8", "mxfp8", "mxfp4")
+
+
+def _cases(world: int):
+    """name -> (layout, dtype, kwargs, A_full, B_full): every rank gets its shards of A_full / B_full."""
+    rng = np.random.default_rng(1400 + world)
+    out = {}
+    for dt in COL_DTYPES:
+        for chunks in (1, 3):
+            k = 40 if dt == "mxfp4" else 64  # mxfp4 with a K tail (a partial last block)
+            out[f"col-{dt}-c{chunks}"] = ("column", dt, {"chunks": chunks}, _exact(rng, (4 * world, k)),
+                                          _exact(rng, (k, 5 * world), -1))
+    # per-tensor fp8 needs one global scale: shards of very different magnitude, inexact values (column-parallel is
+    # row-independent, so bit-exactness holds on any input with the reference backend)
+    a = rng.standard_normal((4 * world, 64)).astype(np.float32)
+    a[:4] *= 1000.0
+    out["col-fp8-global-scale"] = ("column", "fp8", {"chunks": 2}, a,
+                                   rng.standard_normal((64, 5 * world)).astype(np.float32))
+    for dt in ROW_DTYPES:
+        for reduce in ("all_reduce", "reduce_scatter"):
+            for chunks in (1, 2):
+                out[f"row-{dt}-{reduce}-c{chunks}"] = ("row", dt, {"chunks": chunks, "reduce": reduce},
+                                                       _exact(rng, (6, 32 * world)), _exact(rng, (32 * world, 5), 1))
+    return out
+
+
+def _shard(layout, a, b, world, rank):
+    if layout == "column":
+        m, n = a.shape[0] // world, b.shape[1] // world
+        return a[rank * m:(rank + 1) * m], b[:, rank * n:(rank + 1) * n]
+    k = a.shape[1] // world
+    return a[:, rank * k:(rank + 1) * k], b[rank * k:(rank + 1) * k]
+
+
+def _caught(fn):
+    t0 = time.monotonic()
+    try:
+        fn()
+    except Exception as exc:  # recorded, compared by the test
+        return ("err", type(exc).__name__, str(exc), time.monotonic() - t0)
+    return ("no error", None, None, time.monotonic() - t0)
+
+
+def _worker(rank, world, port, outdir, cases):
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from mxcore import distributed as mxd
+
+    res = {}
+    a0, b0 = torch.ones(4, 64), torch.ones(64, 5)
+    res["uninitialised"] = _caught(lambda: mxd.matmul(a0, b0, "fp16", backend="reference"))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=30))
+    for name, (layout, dt, kw, a, b) in cases.items():
+        al, bl = _shard(layout, a, b, world, rank)
+        stats = {}
+        got = mxd.matmul(torch.from_numpy(al.copy()), torch.from_numpy(bl.copy()), dt, layout=layout,
+                         backend="reference", stats=stats, **kw)
+        res[name] = ("ok", got.numpy(), stats)
+    # bad input: every rank must raise the same typed error
+    m = 4 + (rank == world - 1)
+    res["bad-shapes"] = _caught(lambda: mxd.matmul(torch.ones(m, 64), torch.ones(64, 5), "mxfp8",
+                                                   backend="reference", timeout=20))
+    res["bad-dtypes"] = _caught(lambda: mxd.matmul(torch.ones(4, 64), torch.ones(64, 5), "fp8" if rank else "mxfp8",
+                                                   backend="reference", timeout=20))
+    res["bad-layout-one-rank"] = _caught(lambda: mxd.matmul(torch.ones(4, 64), torch.ones(64, 5), "fp16",
+                                                            layout="diagonal" if rank == 1 else "column",
+                                                            backend="reference", timeout=20))
+    res["bad-mx-shard"] = _caught(lambda: mxd.matmul(torch.ones(4, 48), torch.ones(48, 5), "mxfp8", layout="row",
+                                                     backend="reference", timeout=20))
+    # a rank that never calls: the others give up after the timeout (not a hang)
+    if rank == 0:
+        res["absent-rank"] = _caught(lambda: mxd.matmul(torch.ones(4, 64), torch.ones(64, 5), "fp16",
+                                                        backend="reference", timeout=2))
+    with open(os.path.join(outdir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(res, f)
+    if rank != 0:
+        time.sleep(4)  # stay connected (and silent) while rank 0 waits out its timeout
+    os._exit(0)  # the group may hold a timed-out collective: skip its teardown
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """Run the 2- and 3-rank jobs side by side (forked, so torch is imported once); results per world size."""
+    require_tool("torch (CPU) for the distributed tests", _torch_reason())
+    import torch.multiprocessing as mp
+
+    ctxs, dirs, cases = {}, {}, {}
+    for world in (2, 3):
+        dirs[world] = str(tmp_path_factory.mktemp(f"world{world}"))
+        cases[world] = _cases(world)
+        ctxs[world] = mp.start_processes(_worker, args=(world, _free_port(), dirs[world], cases[world]),
+                                         nprocs=world, join=False, start_method="fork")
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    for world, ctx in ctxs.items():
+        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                pytest.fail(f"the {world}-rank job did not finish within {JOB_TIMEOUT_S} s (a hang)")
+    out = {}
+    for world in (2, 3):
+        ranks = []
+        for r in range(world):
+            with open(os.path.join(dirs[world], f"rank{r}.pkl"), "rb") as f:
+                ranks.append(pickle.load(f))
+        out[world] = (cases[world], ranks)
+    return out
+
+
+def _expected(layout, dt, kw, a, b, world, rank):
+    full = mxcore.matmul(a, b, dt, backend="reference")
+    if layout == "column":
+        n = b.shape[1] // world
+        return full[:, rank * n:(rank + 1) * n]
+    if kw.get("reduce") == "reduce_scatter":
+        m = a.shape[0] // world
+        return full[rank * m:(rank + 1) * m]
+    return full
+
+
+CASE_NAMES = sorted(_cases(2))
+
+
+@pytest.mark.parametrize("world", (2, 3))
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_sharded_equals_single_process(jobs, world, name):
+    cases, ranks = jobs[world]
+    layout, dt, kw, a, b = cases[name]
+    for rank, res in enumerate(ranks):
+        status, got, stats = res[name]
+        assert status == "ok"
+        want = _expected(layout, dt, kw, a, b, world, rank)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # bit for bit
+        assert stats["world_size"] == world and stats["rank"] == rank
+        assert stats["collectives"] == (min(kw["chunks"], a.shape[0] // (world if layout == "column" else 1)))
+
+
+# bytes per element of A on the wire, from the formats (codes packed, one E8M0 byte per 32 elements)
+def _wire_bytes_per_element(dt):
+    from mxcore import dtypes, formats
+
+    od = dtypes.resolve(dt).a
+    if od.kind == "float":
+        return formats.get(od.element).bits / 8
+    return formats.get(od.element).bits / 8 + (1 / dtypes.MX_BLOCK if od.kind == "mx" else 0)
+
+
+@pytest.mark.parametrize("dt,limit", [("fp16", 1.0), ("fp8", 0.55), ("mxfp8", 0.55), ("mxfp6", 0.42),
+                                      ("mxfp4", 0.3)])
+def test_column_volume_ratio(jobs, dt, limit):
+    for world in (2, 3):
+        cases, ranks = jobs[world]
+        name = f"col-{dt}-c3"
+        a = cases[name][3]
+        for res in ranks:
+            stats = res[name][2]
+            m_local, k = a.shape[0] // world, a.shape[1]
+            packed_k = -(-k * _wire_bytes_per_element(dt) // 1) if dt.startswith("mx") else k * _wire_bytes_per_element(dt)
+            if dt.startswith("mx"):  # codes packed per row (padded to a whole group), plus the scale bytes
+                from mxcore import dtypes, formats
+
+                bits = formats.get(dtypes.resolve(dt).a.element).bits
+                per_group = {4: (2, 1), 6: (4, 3), 8: (1, 1)}[bits]
+                packed_k = -(-k // per_group[0]) * per_group[1] + -(-k // dtypes.MX_BLOCK)
+            assert stats["payload_bytes"] == m_local * packed_k
+            assert stats["bf16_bytes"] == m_local * k * 2
+            assert stats["wire_bytes"] == (world - 1) * stats["payload_bytes"]
+            assert stats["ratio"] <= limit
+    # at a benchmark-sized K the ratio is the per-element one: 0.516 (mxfp8), 0.266 (mxfp4)
+    assert _wire_bytes_per_element(dt) / 2 <= limit
+
+
+BAD = {"bad-shapes": "ShapeError", "bad-dtypes": "InputTypeError", "bad-layout-one-rank": "UnsupportedError",
+       "bad-mx-shard": "ShapeError", "uninitialised": "BackendUnavailableError"}
+
+
+@pytest.mark.parametrize("world", (2, 3))
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_same_error_on_every_rank(jobs, world, case):
+    _, ranks = jobs[world]
+    got = [res[case] for res in ranks]
+    assert all(g[0] == "err" and g[1] == BAD[case] for g in got), got
+    assert issubclass(getattr(errors, BAD[case]), errors.MXCoreError)
+    if case != "uninitialised":  # a collective decision: the very same message everywhere
+        assert len({g[2] for g in got}) == 1, got
+        assert all(g[3] < 10 for g in got)
+
+
+def test_absent_rank_times_out(jobs):
+    for world in (2, 3):
+        status, cls, msg, elapsed = jobs[world][1][0]["absent-rank"]
+        assert (status, cls) == ("err", "DeviceError"), msg
+        assert "did not complete within 2 s" in msg and elapsed < 10
+
+
+def test_no_torch_import_from_core():
+    import subprocess
+    import sys
+
+    code = "import sys, mxcore, mxcore.backends; assert 'torch' not in sys.modules, 'mxcore imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.nvidia_gpu
+def test_two_gpus_nccl():
+    """Column and row layouts over NCCL on two GPUs vs one-GPU mxcore.matmul (run by torchrun in bench_distributed's
+    --check mode, which raises on any mismatch)."""
+    import subprocess
+    import sys
+
+    require_tool("torch with CUDA", _torch_reason())
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, this machine has {torch.cuda.device_count()}")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "mxcore.bench_distributed",
+           "--check", "--m", "512", "--n", "1024", "--k", "512"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "check: all layouts match" in proc.stdout
+
+
+_ = IN_CI  # CI=true: require_tool fails instead of skipping when torch is missing
