@@ -32,10 +32,12 @@ except ImportError:  # the HIP backend's tools may move inside its package
 NV_ARCHS = ("sm_80", "sm_89", "sm_90")
 AMD_ARCHS = ("gfx942", "gfx950")
 # Every kernel is in every format's module (the format only changes constants), so each arch compiles the
-# module of its fp8 format, plus fp4 (the 4-bit, no-NaN case) and the packing-only module on one arch each.
+# module of its fp8 format, plus fp4 (the 4-bit, no-NaN case) and the packing-only module on one arch each;
+# gfx942 also compiles e4m3fn, the MX element format (its fast MX quantizer's float path).
 # The other formats' modules are compiled and run, bit-compared, by tests/test_device_codec.py on a GPU.
 _JOBS = ([("nvidia", arch, "e4m3fn") for arch in NV_ARCHS] + [("nvidia", "sm_90", "e2m1"), ("nvidia", "sm_90", None)]
-         + [("amd", "gfx942", "e4m3fnuz"), ("amd", "gfx950", "e4m3fn"), ("amd", "gfx950", "e2m1"),
+         + [("amd", "gfx942", "e4m3fnuz"), ("amd", "gfx942", "e4m3fn"), ("amd", "gfx950", "e4m3fn"),
+            ("amd", "gfx950", "e2m1"),
             ("amd", "gfx950", None)])
 
 
