@@ -100,6 +100,10 @@ def _worker(rank, world, port, outdir, cases):
         got = mxd.matmul(torch.from_numpy(al.copy()), torch.from_numpy(bl.copy()), dt, layout=layout,
                          backend="reference", stats=stats, **kw)
         res[name] = ("ok", got.numpy(), stats)
+    from mxcore import bench_distributed
+
+    res["bench"] = bench_distributed.main(["--device", "cpu", "--check", "--m", "6", "--n", "6", "--k", "192",
+                                           "--dtypes", "fp8,mxfp4", "--chunks", "2", "--iters", "1", "--warmup", "0"])
     # bad input: every rank must raise the same typed error
     m = 4 + (rank == world - 1)
     res["bad-shapes"] = _caught(lambda: mxd.matmul(torch.ones(m, 64), torch.ones(64, 5), "mxfp8",
@@ -244,6 +248,18 @@ def test_absent_rank_times_out(jobs):
         assert "did not complete within 2 s" in msg and elapsed < 10
 
 
+def test_bench_runs_on_cpu(jobs):
+    """The benchmark's CPU path (gloo + reference): --check passed on every rank, rank 0 has every rank's rows."""
+    for world in (2, 3):
+        rows = jobs[world][1][0]["bench"]
+        want = {(dt, r) for dt in ("fp8", "mxfp4", "bf16 all-gather + torch.matmul") for r in range(world)}
+        assert {(row["dtype"], row["rank"]) for row in rows} == want
+        for row in rows:
+            assert row["time_s"] > 0 and row["tflops_rank"] > 0
+            if row["dtype"] == "fp8":
+                assert row["ratio_vs_bf16"] == 0.5 and 0 < row["scaling_efficiency"]
+
+
 def test_no_torch_import_from_core():
     import subprocess
     import sys
@@ -268,7 +284,7 @@ def test_two_gpus_nccl():
            "--check", "--m", "512", "--n", "1024", "--k", "512"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "check: all layouts match" in proc.stdout
+    assert "check: all layouts match" in proc.stdout, proc.stdout
 
 
 _ = IN_CI  # CI=true: require_tool fails instead of skipping when torch is missing
