@@ -423,12 +423,34 @@ def _fast_rows(spec, rng, k):
     return np.stack(rows)
 
 
+def _every_offset_blocks(dt, rng):
+    """For every binade 2^j of a 16-bit float type (subnormal ones too): blocks whose largest magnitude lies
+    in that binade (2^j itself, or the binade's largest pattern: both scale rules' cases) holding every
+    pattern of the 12 binades below it, random signs: every element encode for every scale."""
+    mant = {np.dtype(np.float16): 10}.get(np.dtype(dt), 7)
+    mags = np.arange(1, 0x7c00 if mant == 10 else 0x7f80, dtype=np.uint16)  # finite, nonzero magnitudes
+    vals = mags.view(dt).astype(np.float64)
+    top = np.floor(np.log2(vals))
+    blocks = []
+    for j in np.unique(top):
+        pats = mags[(top < j) & (top >= j - 12)]
+        pats = pats[: pats.size - pats.size % 31]
+        if not pats.size:
+            continue
+        lead = np.where(np.arange(pats.size // 31) % 2 == 0, mags[top == j].min(), mags[top == j].max())
+        blk = np.concatenate([lead[:, None], pats.reshape(-1, 31)], axis=1).astype(np.uint16)
+        blocks.append(blk | (rng.integers(0, 2, blk.shape, dtype=np.uint16) << 15))
+    b = np.concatenate(blocks).ravel()
+    return b[: b.size - b.size % 256].view(dt).reshape(-1, 256)
+
+
 @pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"])
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, rng):
     """mx_quantize_mx_fast_* (the kernel the device path launches for contiguous blocks), lane exchange and
     grid-stride loop included, == numpy: float32 / float16 / bfloat16 inputs, both scale rules, special blocks,
-    and every float16 / bfloat16 bit pattern (all 65536, shuffled into blocks, plus blocks of one binade)."""
+    every float16 / bfloat16 bit pattern (all 65536, shuffled into blocks, plus blocks of one binade), and
+    every pattern at every offset of up to 12 binades below every block maximum."""
     import ml_dtypes
 
     require_tool("clang-22", hip_tools.have_clang())
@@ -444,6 +466,7 @@ def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, rng):
             every = np.arange(1 << 16, dtype=np.uint16)
             cases.append(rng.permutation(every).view(dt).reshape(-1, 256))  # mixed magnitudes per block
             cases.append(every.view(dt).reshape(-1, 64))  # blocks of neighbouring patterns: one binade each
+            cases.append(_every_offset_blocks(dt, rng))
         else:
             bits = rng.integers(0, 1 << 32, 1 << 14, dtype=np.uint64).astype(np.uint32)
             cases.append(bits.view(np.float32).reshape(-1, 128))
