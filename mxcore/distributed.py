@@ -137,9 +137,14 @@ def _describe(layout, mdt, out_dtype, chunks, reduce, reduce_dtype, backend, sca
     return text.encode()
 
 
-def _wait(work, timeout: float, what: str, world: int):
+def _wait(work, timeout, what: str, world: int):
+    """Wait for ``work``: with ``timeout`` (seconds) the host blocks until it completes or the time is up; with None
+    (NCCL data collectives) the current CUDA stream waits for it and the host goes on (the overlap)."""
     try:
-        work.wait(timeout=datetime.timedelta(seconds=timeout))
+        if timeout is None:
+            work.wait()
+        else:
+            work.wait(timeout=datetime.timedelta(seconds=timeout))
     except Exception as exc:  # gloo / NCCL raise RuntimeError (or DistBackendError) on timeout or a lost peer
         raise DeviceError(
             f"the {what} collective did not complete within {timeout:g} s on a group of {world} ranks: a rank did "
@@ -196,6 +201,9 @@ class _Comm:
     def __init__(self, torch, dist, group, world, rank, backend, device, timeout):
         self.torch, self.dist, self.group = torch, dist, group
         self.world, self.rank, self.backend, self.device, self.timeout = world, rank, backend, device, timeout
+        # gloo waits on the host (with the timeout); NCCL work is waited on by the stream, so the host can queue the
+        # next chunk's GEMM while the collective runs (NCCL's own watchdog bounds it: the group's timeout)
+        self.data_timeout = timeout if device.type == "cpu" else None
         self.stats = {"payload_bytes": 0, "wire_bytes": 0, "collectives": 0, "check_bytes": 0}
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -329,7 +337,7 @@ def _prepare_a_column(torch, a, od, scale_rounding, amax):
         wire = torch.cat([codes, scales], dim=1).contiguous()
 
         def rebuild(g):
-            return mx.MXTensor(_unpack(torch, g[:, :width], bits, k), _host(torch, g[:, width:].contiguous()),
+            return mx.MXTensor(_unpack(torch, g[:, :width].contiguous(), bits, k), _host(torch, g[:, width:].contiguous()),
                                q.fmt, 1, MX_BLOCK)
         return wire, rebuild
     if od.kind == "fp8":
@@ -406,9 +414,13 @@ def matmul(a_local, b_local, dtype=None, *, group=None, layout: str = "column", 
 
     torch, dist = _torch()
     world, rank, pg_backend = _group_info(dist, group)
-    a, b = _as_torch(torch, a_local), _as_torch(torch, b_local)
-    err, mdt, out = None, None, out_dtype
+    err, mdt, out, a, b = None, None, out_dtype, a_local, b_local
     try:
+        try:
+            a, b = _as_torch(torch, a_local), _as_torch(torch, b_local)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise InputTypeError(f"operands must be torch tensors, numpy or CuPy arrays, MXTensor or ScaledTensor; "
+                                 f"got {type(a_local).__name__} and {type(b_local).__name__} ({exc})") from exc
         be = select(backend)
         mdt = _dt.resolve(infer_dtype(a, b) if dtype is None else dtype, be.target().arch)
         out = _dt.canonical_out_dtype(out_dtype, allow_float64=be.name == "reference")
@@ -418,11 +430,13 @@ def matmul(a_local, b_local, dtype=None, *, group=None, layout: str = "column", 
     except MXCoreError as exc:
         err = [type(exc).__name__, str(exc)]
     dev = _device_of(torch, a) if err is None else None
-    comm_dev = torch.device("cuda", torch.cuda.current_device()) if "nccl" in pg_backend else torch.device("cpu")
-    if dev is not None and dev.type != comm_dev.type and err is None:
-        err = ["DeviceError", f"operands are on {dev} but the process group's backend {pg_backend!r} moves "
-                              f"{comm_dev.type} tensors; use gloo for CPU tensors and nccl for CUDA tensors"]
-    comm = _Comm(torch, dist, group, world, rank, pg_backend, comm_dev if dev is None or err else dev, timeout)
+    if dev is not None and dev.type == "cpu" and "gloo" not in pg_backend:
+        err = ["DeviceError", f"operands are on the CPU but the process group's backend {pg_backend!r} moves CUDA "
+                              "tensors only; use a gloo group for CPU tensors (or move the operands to the GPU)"]
+        dev = None
+    if dev is None:  # the check still runs (so every rank raises), on the device the group's backend moves
+        dev = torch.device("cuda", torch.cuda.current_device()) if "gloo" not in pg_backend else torch.device("cpu")
+    comm = _Comm(torch, dist, group, world, rank, pg_backend, dev, timeout)
     rows = comm.check(_describe(layout, mdt, out, chunks, reduce, reduce_dtype, backend, scale_rounding, a, b, err))
     _check_table(rows, world)
 
@@ -464,7 +478,7 @@ def _column(torch, comm, a, bq, mdt, pair, call, scale_rounding, amax, chunks):
         gathered, work = pending
         if i + 1 < len(parts):  # the next chunk travels while this one is multiplied
             pending = comm.all_gather_async(wire[parts[i + 1][0]:parts[i + 1][1]].contiguous())
-        _wait(work, comm.timeout, "all-gather", comm.world)
+        _wait(work, comm.data_timeout, "all-gather", comm.world)
         res = _to_torch_like(torch, api.matmul(rebuild(gathered), bq, pair, **call), device)
         if result is None:
             result = torch.empty((comm.world, m_local, n_local), dtype=res.dtype, device=res.device)
@@ -500,7 +514,7 @@ def _row(torch, comm, api, a, bq, mdt, pair, call, scale_rounding, amax, chunks,
         partial = _to_torch_like(torch, api.matmul(rows_of(aq, s, e), bq, pair, **call), device).contiguous()
         inflight.append((s, e) + comm.reduce_async(partial, reduce))  # reduced while the next chunk computes
     for s, e, reduced, work in inflight:
-        _wait(work, comm.timeout, reduce.replace("_", "-"), world)
+        _wait(work, comm.data_timeout, reduce.replace("_", "-"), world)
         if result is None:
             result = torch.empty((per, reduced.shape[1]), dtype=_torch_dtype(torch, out), device=reduced.device)
         result[s:e] = _round_to(torch, reduced, out)
