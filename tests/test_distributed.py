@@ -73,6 +73,13 @@ def _cases(world: int):
     a[:4] *= 1000.0
     out["col-fp8-global-scale"] = ("column", "fp8", {"chunks": 2}, a,
                                    rng.standard_normal((64, 5 * world)).astype(np.float32))
+    out["col-mxfp8-quantized-a"] = ("column", "mxfp8", {"chunks": 2, "quantize_a": True},
+                                    _exact(rng, (4 * world, 64)), _exact(rng, (64, 5 * world)))
+    out["row-mxfp4-out-bf16"] = ("row", "mxfp4", {"chunks": 2, "out_dtype": "bfloat16"},
+                                 _exact(rng, (6, 32 * world)), _exact(rng, (32 * world, 5)))
+    out["row-fp16-out-fp16-reduce-scatter"] = ("row", "fp16", {"chunks": 1, "out_dtype": "float16",
+                                                               "reduce": "reduce_scatter"},
+                                               _exact(rng, (6, 32 * world)), _exact(rng, (32 * world, 5)))
     for dt in ROW_DTYPES:
         for reduce in ("all_reduce", "reduce_scatter"):
             for chunks in (1, 2):
@@ -113,14 +120,16 @@ def _worker(rank, world, port, outdir, cases):
                             timeout=datetime.timedelta(seconds=30))
     for name, (layout, dt, kw, a, b) in cases.items():
         al, bl = _shard(layout, a, b, world, rank)
+        kw = dict(kw)
+        al = mxcore.quantize_mx(al, dt, axis=-1) if kw.pop("quantize_a", False) else torch.from_numpy(al.copy())
         stats = {}
-        got = mxd.matmul(torch.from_numpy(al.copy()), torch.from_numpy(bl.copy()), dt, layout=layout,
-                         backend="reference", stats=stats, **kw)
-        res[name] = ("ok", got.numpy(), stats)
+        got = mxd.matmul(al, torch.from_numpy(bl.copy()), dt, layout=layout, backend="reference", stats=stats, **kw)
+        res[name] = ("ok", mxcore.to_host(got), stats)
     from mxcore import bench_distributed
 
     res["bench"] = bench_distributed.main(["--device", "cpu", "--check", "--m", "6", "--n", "6", "--k", "192",
-                                           "--dtypes", "fp8,mxfp4", "--chunks", "2", "--iters", "1", "--warmup", "0"])
+                                           "--dtypes", "fp8,mxfp4", "--chunks", "2", "--iters", "1", "--warmup", "0",
+                                           "--check-once"])
     # bad input: every rank must raise the same typed error
     m = 4 + (rank == world - 1)
     res["bad-shapes"] = _caught(lambda: mxd.matmul(torch.ones(m, 64), torch.ones(64, 5), "mxfp8",
@@ -179,7 +188,7 @@ def jobs(tmp_path_factory):
 
 
 def _expected(layout, dt, kw, a, b, world, rank):
-    full = mxcore.matmul(a, b, dt, backend="reference")
+    full = mxcore.matmul(a, b, dt, backend="reference", out_dtype=kw.get("out_dtype", "float32"))
     if layout == "column":
         n = b.shape[1] // world
         return full[:, rank * n:(rank + 1) * n]
@@ -202,7 +211,7 @@ def test_sharded_equals_single_process(jobs, world, name):
         assert status == "ok"
         want = _expected(layout, dt, kw, a, b, world, rank)
         assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # bit for bit
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))  # bit for bit
         assert stats["world_size"] == world and stats["rank"] == rank
         assert stats["collectives"] == (min(kw["chunks"], a.shape[0] // (world if layout == "column" else 1)))
 
