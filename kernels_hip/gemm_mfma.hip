@@ -19,7 +19,8 @@
 //   K tile are loaded together with its operand tiles, one tile ahead of the MFMAs that use them.
 //   Batches: blockIdx.z (+ batch0) selects batch b; A, B, D and the scale arrays advance by their batch
 //   strides (0 broadcasts one operand over the batch).  Grid Y covers M tiles from m_tile0 on: the host
-//   splits tall problems into several launches when M / BM exceeds the device's grid-Y limit.
+//   splits tall problems into several launches when M / BM exceeds the device's grid-Y limit.  Block
+//   (x, y) computes tile mx_xcd_order(y * tiles_x + x) (chiplet-aware order, see there).
 //
 // Two paths, chosen per block at run time (uniform branch):
 //   fast    the block lies inside D and both operands are K-contiguous and 16-byte aligned (a/b_vec_ok):
@@ -407,10 +408,22 @@ __device__ __forceinline__ void mx_block(const mx_params& p, mx_u8 (*lds_a)[MX_B
     mx_compute(acc, lds_a[kt & 1], lds_b[kt & 1], wm, wn MX_SCALE_Q);  // the last tile
 }
 
+// Chiplet-aware block order.  The dispatcher hands workgroups to the MX_XCDS chiplets (XCDs, each with its
+// own L2) round-robin: linear block L runs on XCD L % MX_XCDS.  Renumber so that each XCD gets a contiguous
+// run of tiles (row-major over N tiles): neighbours that share A rows / B columns then share one L2.  A
+// bijection of [0, G) for any G (the first G % MX_XCDS chiplets take one tile more).
+__device__ __forceinline__ int mx_xcd_order(int L, int G) {
+    const int per = (G + MX_XCDS - 1) / MX_XCDS;
+    const int tall = G % MX_XCDS == 0 ? MX_XCDS : G % MX_XCDS;  // chiplets that take `per` tiles
+    const int xcd = L % MX_XCDS, local = L / MX_XCDS;
+    return xcd < tall ? xcd * per + local : tall * per + (xcd - tall) * (per - 1) + local;
+}
+
 extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
     const mx_elem* a, const mx_elem* b, float* d, const mx_u8* sa, const mx_u8* sb, long long sam, long long sak,
     long long sbk, long long sbn, long long ldd, long long sab, long long sbb, long long sdb, long long ssa,
-    long long ssb, int m, int n, int k, int a_vec_ok, int b_vec_ok, int m_tile0, int batch0, float out_scale) {
+    long long ssb, int m, int n, int k, int a_vec_ok, int b_vec_ok, int m_tile0, int batch0, float out_scale,
+    int tiles_y) {
     mx_params p;
     const long long z = (long long)blockIdx.z + batch0;
     p.a = a + z * sab;
@@ -427,8 +440,10 @@ extern "C" __global__ __launch_bounds__(MX_THREADS) void MX_ENTRY(
     const int lane = threadIdx.x % 64;
     const int wm = (wave / MX_WAVES_N) * MX_TM * MX_IM;  // wave's row offset inside the block tile
     const int wn = (wave % MX_WAVES_N) * MX_TN * MX_IN;
-    const int m0 = ((int)blockIdx.y + m_tile0) * MX_BM;
-    const int n0 = blockIdx.x * MX_BN;
+    const int tiles_x = (n + MX_BN - 1) / MX_BN;  // grid X (tiles_y: grid Y of this launch piece)
+    const int tile = mx_xcd_order((int)blockIdx.y * tiles_x + (int)blockIdx.x, tiles_x * tiles_y);
+    const int m0 = (tile / tiles_x + m_tile0) * MX_BM;
+    const int n0 = (tile % tiles_x) * MX_BN;
 
     MX_CFRAG_T acc[MX_TM][MX_TN];
 #pragma unroll

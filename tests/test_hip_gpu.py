@@ -315,7 +315,8 @@ class FakeHip:
             self.launches.append((name, None, self.current, stream))
             return (self.hip.hipError_t.hipSuccess,)
         vals = [v.value for v in extra]
-        a, b, d, sa, sb, sam, sak, sbk, sbn, ldd, sab, sbb, sdb, ssa, ssb, m, n, k, avec, bvec, mt0, b0, scale = vals
+        a, b, d, sa, sb, sam, sak, sbk, sbn, ldd, sab, sbb, sdb, ssa, ssb, m, n, k, avec, bvec, mt0, b0, scale, ty = vals
+        assert ty == gy, f"tiles_y argument {ty}, grid Y {gy}"
         c = {}
         for opt in func["module"]["options"]:
             key, value = opt[2:].split("=", 1)

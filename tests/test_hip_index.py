@@ -155,59 +155,62 @@ def mirror_gemm(c, launch, a_buf, b_buf, sa, sb, layout, z=0):
     ktiles = -(-L.k // bk)
     kblocks = -(-L.k // 32)
     a_kmaj, b_kmaj = L.sak == 1, L.sbk == 1
-    for by in range(L.grid[1]):
-        for bx in range(L.grid[0]):
-            m0, n0 = (by + L.m_tile0) * BM, bx * BN
-            lds_a = np.zeros((2, BM * pitch_a), np.uint8)
-            lds_b = np.zeros((2, BN * pitch_b), np.uint8)
-            acc = {}
-            sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, 0, L.m, ka, L.a_vec_ok, BM, bku_a)
-            stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, 0, L.n, kb, L.b_vec_ok, BN, bku_b)
-            _store_tile(c, lds_a[0], sta, eb, a_kmaj, BM, bku_a, pitch_a)
-            _store_tile(c, lds_b[0], stb, eb, b_kmaj, BN, bku_b, pitch_b)
-            for kt in range(ktiles):
-                cur, more = kt & 1, kt + 1 < ktiles
-                if more:
-                    sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, (kt + 1) * bku_a, L.m, ka, L.a_vec_ok, BM, bku_a)
-                    stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, (kt + 1) * bku_b, L.n, kb, L.b_vec_ok, BN, bku_b)
-                for wave in range(c["MX_WAVES_M"] * c["MX_WAVES_N"]):
-                    wm = (wave // c["MX_WAVES_N"]) * TM * IM
-                    wn = (wave % c["MX_WAVES_N"]) * TN * IN
-                    for ks in range(0, bk, ik):
-                        kb0 = (kt * bk + ks) // 32
-                        for i in range(TM):
-                            if m0 + wm + i * IM >= L.m:
-                                continue  # a tile wholly outside D: computed by the GPU, never stored
-                            fa = _frag_words(c, "A", lds_a[cur], wm + i * IM, ks, IM)
-                            ra = emulate.unpack(layout, "a", fa)
-                            for j in range(TN):
-                                if n0 + wn + j * IN >= L.n:
-                                    continue
-                                fb = _frag_words(c, "B", lds_b[cur], wn + j * IN, ks, IN)
-                                rb = emulate.unpack(layout, "b", fb)
-                                key = (wave, i, j)
-                                prev = acc.get(key, np.zeros((64, c["MX_C_SLOTS"]), np.float32))
-                                kw = {}
-                                if c["MX_SCALED"]:
-                                    kw["scale_a"] = _scale_regs(c, sa, kblocks, 1, m0 + wm + i * IM, kb0, L.m,
-                                                                kblocks, c["MX_SA_FR"])
-                                    kw["scale_b"] = _scale_regs(c, sb, 1, L.n, n0 + wn + j * IN, kb0, L.n,
-                                                                kblocks, c["MX_SB_FR"])
-                                acc[key] = emulate.execute(layout, ra, rb, prev, **kw)
-                if more:
-                    _store_tile(c, lds_a[cur ^ 1], sta, eb, a_kmaj, BM, bku_a, pitch_a)
-                    _store_tile(c, lds_b[cur ^ 1], stb, eb, b_kmaj, BN, bku_b, pitch_b)
-            lane = np.arange(64)[:, None]
-            s = np.arange(c["MX_C_SLOTS"])[None, :]
-            for (wave, i, j), regs in acc.items():
+    blocks = L.grid[0] * L.grid[1]
+    assert c["MX_XCDS"] == hip.XCDS
+    for linear in range(blocks):  # block (x, y) = linear (y * gx + x) computes tile mx_xcd_order(linear)
+        tile = hip.xcd_order(linear, blocks, c["MX_XCDS"])
+        by, bx = divmod(tile, L.grid[0])
+        m0, n0 = (by + L.m_tile0) * BM, bx * BN
+        lds_a = np.zeros((2, BM * pitch_a), np.uint8)
+        lds_b = np.zeros((2, BN * pitch_b), np.uint8)
+        acc = {}
+        sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, 0, L.m, ka, L.a_vec_ok, BM, bku_a)
+        stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, 0, L.n, kb, L.b_vec_ok, BN, bku_b)
+        _store_tile(c, lds_a[0], sta, eb, a_kmaj, BM, bku_a, pitch_a)
+        _store_tile(c, lds_b[0], stb, eb, b_kmaj, BN, bku_b, pitch_b)
+        for kt in range(ktiles):
+            cur, more = kt & 1, kt + 1 < ktiles
+            if more:
+                sta = _load_tile(c, a_buf, eb, L.sam, L.sak, m0, (kt + 1) * bku_a, L.m, ka, L.a_vec_ok, BM, bku_a)
+                stb = _load_tile(c, b_buf, eb, L.sbn, L.sbk, n0, (kt + 1) * bku_b, L.n, kb, L.b_vec_ok, BN, bku_b)
+            for wave in range(c["MX_WAVES_M"] * c["MX_WAVES_N"]):
                 wm = (wave // c["MX_WAVES_N"]) * TM * IM
                 wn = (wave % c["MX_WAVES_N"]) * TN * IN
-                r = m0 + wm + i * IM + c["MX_C_RLANE"] * (lane // IN) + (s // c["MX_C_GROUP"]) * c["MX_C_GSTRIDE"] \
-                    + s % c["MX_C_GROUP"]
-                col = np.broadcast_to(n0 + wn + j * IN + lane % IN, r.shape)
-                ok = (r < L.m) & (col < L.n)
-                d[r[ok], col[ok]] = regs[ok].astype(np.float32) * np.float32(L.out_scale)
-                np.add.at(writes, (r[ok], col[ok]), 1)
+                for ks in range(0, bk, ik):
+                    kb0 = (kt * bk + ks) // 32
+                    for i in range(TM):
+                        if m0 + wm + i * IM >= L.m:
+                            continue  # a tile wholly outside D: computed by the GPU, never stored
+                        fa = _frag_words(c, "A", lds_a[cur], wm + i * IM, ks, IM)
+                        ra = emulate.unpack(layout, "a", fa)
+                        for j in range(TN):
+                            if n0 + wn + j * IN >= L.n:
+                                continue
+                            fb = _frag_words(c, "B", lds_b[cur], wn + j * IN, ks, IN)
+                            rb = emulate.unpack(layout, "b", fb)
+                            key = (wave, i, j)
+                            prev = acc.get(key, np.zeros((64, c["MX_C_SLOTS"]), np.float32))
+                            kw = {}
+                            if c["MX_SCALED"]:
+                                kw["scale_a"] = _scale_regs(c, sa, kblocks, 1, m0 + wm + i * IM, kb0, L.m,
+                                                            kblocks, c["MX_SA_FR"])
+                                kw["scale_b"] = _scale_regs(c, sb, 1, L.n, n0 + wn + j * IN, kb0, L.n,
+                                                            kblocks, c["MX_SB_FR"])
+                            acc[key] = emulate.execute(layout, ra, rb, prev, **kw)
+            if more:
+                _store_tile(c, lds_a[cur ^ 1], sta, eb, a_kmaj, BM, bku_a, pitch_a)
+                _store_tile(c, lds_b[cur ^ 1], stb, eb, b_kmaj, BN, bku_b, pitch_b)
+        lane = np.arange(64)[:, None]
+        s = np.arange(c["MX_C_SLOTS"])[None, :]
+        for (wave, i, j), regs in acc.items():
+            wm = (wave // c["MX_WAVES_N"]) * TM * IM
+            wn = (wave % c["MX_WAVES_N"]) * TN * IN
+            r = m0 + wm + i * IM + c["MX_C_RLANE"] * (lane // IN) + (s // c["MX_C_GROUP"]) * c["MX_C_GSTRIDE"] \
+                + s % c["MX_C_GROUP"]
+            col = np.broadcast_to(n0 + wn + j * IN + lane % IN, r.shape)
+            ok = (r < L.m) & (col < L.n)
+            d[r[ok], col[ok]] = regs[ok].astype(np.float32) * np.float32(L.out_scale)
+            np.add.at(writes, (r[ok], col[ok]), 1)
     assert writes.max() <= 1, "an output element is written by two lanes"
     return d
 
@@ -335,6 +338,44 @@ def test_degenerate_shapes(rng, shape, dtype):
     spec = hip.select_spec("gfx950", _dt.resolve(dtype, "gfx950"), shape[0], shape[1])
     run_variant(spec, rng, *shape)
     run_variant(spec, rng, *shape, majors=("c", "c"))
+
+
+@pytest.mark.parametrize("xcds", [8, 6, 4, 1])
+def test_xcd_order_is_a_bijection(xcds):
+    """The chiplet-aware block order renumbers every grid size onto every tile exactly once, and chiplet c
+    (blocks c, c+xcds, ...) gets one contiguous run of tiles."""
+    for blocks in [*range(1, 70), 255, 256, 257, 1000]:
+        tiles = [hip.xcd_order(b, blocks, xcds) for b in range(blocks)]
+        assert sorted(tiles) == list(range(blocks))
+        for c in range(min(xcds, blocks)):
+            run = tiles[c::xcds]
+            assert run == list(range(run[0], run[0] + len(run)))
+
+
+def test_xcd_order_is_the_kernels(tmp_path):
+    """gemm_mfma.hip's mx_xcd_order, compiled for the host (clang-22, no libc) and called through ctypes,
+    equals the mirror's hip.xcd_order for every block of many grid sizes."""
+    import ctypes
+    import re
+    import subprocess
+
+    from conftest import require_tool
+    from mxcore.backends import hip_tools
+
+    from mxcore.kernels import kernel_source
+
+    require_tool("clang-22", hip_tools.have_clang())
+    src = kernel_source("amd", hip.SOURCE_FILE)
+    body = re.search(r"__device__ __forceinline__ int mx_xcd_order\(int L, int G\) \{.*?\n\}\n", src, re.S)
+    assert body, "mx_xcd_order not found in gemm_mfma.hip"
+    fn = body.group(0).replace("__device__ __forceinline__ int mx_xcd_order", 'extern "C" int mx_xcd_order')
+    (tmp_path / "x.cpp").write_text(f"#define MX_XCDS {hip.XCDS}\n{fn}")
+    lib = tmp_path / "x.so"
+    subprocess.run([hip_tools.CLANG, "-x", "c++", "-O2", "-shared", "-fPIC", "-nostdlib", str(tmp_path / "x.cpp"),
+                    "-o", str(lib)], check=True, capture_output=True)
+    f = ctypes.CDLL(str(lib)).mx_xcd_order
+    for blocks in [*range(1, 40), 256, 1001]:
+        assert [f(b, blocks) for b in range(blocks)] == [hip.xcd_order(b, blocks) for b in range(blocks)]
 
 
 def test_grid_split_covers_tall_m(rng):

@@ -55,10 +55,10 @@ from .cache import (
 )
 from .dlpack import DeviceView, device_view
 from .fragments import WAVE, frag_type, fragment_constants
-from .launch import Launch, kernel_args, plan_launch
+from .launch import XCDS, Launch, kernel_args, plan_launch, xcd_order
 from .plan import HipPlan
 from .runtime import Convention, Runtime, detect_convention, device_address
-from .staging import convert_fp8, operand_storage
+from .staging import K_PAD, convert_fp8, operand_storage, pack_k
 from .variants import (
     ARCHS,
     SOURCE_FILE,
@@ -74,10 +74,10 @@ from .variants import (
 )
 
 __all__ = [
-    "ARCHS", "COMMON_OPTIONS", "SOURCE_FILE", "WAVE", "Convention", "DeviceView", "HipBackend", "HipPlan",
+    "ARCHS", "COMMON_OPTIONS", "K_PAD", "SOURCE_FILE", "WAVE", "XCDS", "Convention", "DeviceView", "HipBackend", "HipPlan",
     "KernelSpec", "Launch", "Runtime", "cache_dir", "cache_key", "cache_read", "cache_write", "ceiling_defines",
     "clang_options", "compile_inputs", "convert_fp8", "detect_convention", "device_address", "device_view",
     "frag_type", "fragment_constants", "hiprtc_options", "kernel_args", "kernel_specs", "offline_compile",
-    "operand_storage", "plan_launch", "scaled_spec", "select_spec", "supported_dtype_names", "supports_on",
-    "tile_name", "validate_spec",
+    "operand_storage", "pack_k", "plan_launch", "scaled_spec", "select_spec", "supported_dtype_names", "supports_on",
+    "tile_name", "validate_spec", "xcd_order",
 ]

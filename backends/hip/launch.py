@@ -1,7 +1,7 @@
 """Grid, block and the scalar arguments of one GEMM launch, split to the device's grid limits.
 
-``gemm_mfma.hip`` covers N tiles with grid X, M tiles with grid Y (from ``m_tile0``) and batches with grid Z
-(from ``batch0``).  When M / BM exceeds the device's grid-Y limit or the batch its grid-Z limit,
+``gemm_mfma.hip`` covers N tiles with grid X, M tiles with grid Y (from ``m_tile0``; the kernel renumbers
+the X*Y blocks chiplet by chiplet, :func:`xcd_order`) and batches with grid Z (from ``batch0``).  When M / BM exceeds the device's grid-Y limit or the batch its grid-Z limit,
 :meth:`Launch.pieces` splits the launch into several with offsets; each piece is a complete launch.
 """
 
@@ -12,7 +12,20 @@ from dataclasses import dataclass, replace
 
 from ...errors import UnsupportedError
 
-__all__ = ["Launch", "kernel_args", "plan_launch"]
+__all__ = ["XCDS", "Launch", "kernel_args", "plan_launch", "xcd_order"]
+
+XCDS = 8  # chiplets (XCDs) of MI300X / MI325X / MI355X; the block order stays a bijection for any device
+
+
+def xcd_order(linear: int, blocks: int, xcds: int = XCDS) -> int:
+    """The tile that linear block ``linear`` of ``blocks`` computes (gemm_mfma.hip mx_xcd_order): the
+    dispatcher deals blocks round-robin to ``xcds`` chiplets, so chiplet c runs blocks c, c+xcds, ...;
+    those get one contiguous run of tiles (row-major over N tiles), the first ``blocks % xcds`` runs one
+    tile longer."""
+    per = -(-blocks // xcds)
+    tall = blocks % xcds or xcds
+    xcd, local = linear % xcds, linear // xcds
+    return xcd * per + local if xcd < tall else tall * per + (xcd - tall) * (per - 1) + local
 
 _INDEX_LIMIT = 2**31 - 1024  # row / column / k indices are 32-bit ints in the kernel; addresses are 64-bit
 
@@ -106,4 +119,4 @@ def kernel_args(launch: Launch, a_addr: int, b_addr: int, d_addr: int, sa_addr: 
             c.c_longlong(L.ldd), c.c_longlong(L.sab), c.c_longlong(L.sbb), c.c_longlong(L.sdb),
             c.c_longlong(L.ssa), c.c_longlong(L.ssb), c.c_int(L.m), c.c_int(L.n), c.c_int(L.k),
             c.c_int(L.a_vec_ok), c.c_int(L.b_vec_ok), c.c_int(L.m_tile0), c.c_int(L.batch0),
-            c.c_float(L.out_scale))
+            c.c_float(L.out_scale), c.c_int(L.grid[1]))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ... import dtypes as _dt
 from ...errors import FormatError, LayoutError, UnsupportedError
 from .fragments import WAVE, frag_type, fragment_constants
+from .launch import XCDS
 from .staging import K_PAD
 
 __all__ = ["ARCHS", "SOURCE_FILE", "KernelSpec", "ceiling_defines", "compile_inputs", "kernel_specs",
@@ -137,6 +138,7 @@ class KernelSpec:
             "MX_WAVES_M": self.waves_m, "MX_WAVES_N": self.waves_n, "MX_TM": self.tm, "MX_TN": self.tn,
             "MX_LDS_PAD": self.lds_pad, "MX_SCALED": int(self.scaled), "MX_CBSZ": self.cbsz, "MX_BLGP": self.blgp,
             "MX_A_SBITS": self.stored_bits("a"), "MX_B_SBITS": self.stored_bits("b"), "MX_KPAD": K_PAD,
+            "MX_XCDS": XCDS,
             **c,
         }
         return tuple(f"-D{key}={value}" for key, value in d.items())
