@@ -255,8 +255,9 @@ class _Comm:
         self.stats["collectives"] += 1
 
 
-def _finite_amax(torch, x) -> float:
-    """Largest finite |x| of a float tensor (0 when none), exact (the max of values of x's own dtype)."""
+def _finite_amax(torch, x):
+    """Largest finite |x| of a float tensor as a 0-d tensor of x's dtype on x's device (0 when none): exact, and
+    never read back to the host."""
     if x.numel() == 0:
         return torch.zeros((), dtype=x.dtype, device=x.device)
     mag = x.detach().abs()
@@ -327,9 +328,6 @@ def _prepare_a_column(torch, a, od, scale_rounding, amax):
     if od.kind == "mx":
         q = a if isinstance(a, mx.MXTensor) else mx.quantize_mx(_host(torch, a), od.name, axis=-1,
                                                                   scale_rounding=scale_rounding)
-        if q.axis != 1 or q.block != MX_BLOCK:
-            raise ShapeError(f"an MXTensor A must be blocked along K (axis=1) in blocks of {MX_BLOCK}; got axis="
-                             f"{q.axis}, block={q.block}; use mxcore.quantize_mx(a, fmt, axis=-1)")
         bits, k = _f.get(q.element).bits, q.shape[1]
         codes = _pack(torch, q.codes, bits)
         scales = q.scales if not isinstance(q.scales, np.ndarray) else torch.from_numpy(q.scales)
@@ -384,6 +382,9 @@ def _local_error(torch, a, b, layout, chunks, reduce, reduce_dtype):
     if isinstance(a, mx.ScaledTensor):
         return UnsupportedError("a ScaledTensor A has a scale of its own shard, not of the whole tensor; pass float "
                                 "data (mxcore.distributed quantizes it with one global scale)")
+    if isinstance(a, mx.MXTensor) and (a.ndim != 2 or a.axis != 1 or a.block != MX_BLOCK):
+        return ShapeError(f"an MXTensor A must be 2-D and blocked along K (axis=1) in blocks of {MX_BLOCK}; got "
+                          f"shape {a.shape}, axis={a.axis}, block={a.block}; use mxcore.quantize_mx(a, fmt, axis=-1)")
     if layout == "row" and isinstance(b, mx.ScaledTensor):
         return UnsupportedError("a ScaledTensor B of a K shard has the scale of its own shard, not of the whole "
                                 "weight; pass float data or an MXTensor (blocks along K)")
@@ -487,6 +488,8 @@ def _column(torch, comm, a, bq, mdt, pair, call, scale_rounding, amax, chunks):
             pending = comm.all_gather_async(wire[parts[i + 1][0]:parts[i + 1][1]].contiguous())
         _wait(work, comm.data_timeout, "all-gather", comm.world)
         res = _to_torch_like(torch, api.matmul(rebuild(gathered), bq, pair, **call), device)
+        if len(parts) == 1:  # one chunk: the gathered rows are already in rank order
+            return res
         if result is None:
             result = torch.empty((comm.world, m_local, n_local), dtype=res.dtype, device=res.device)
         result[:, s:e] = res.reshape(comm.world, e - s, n_local)
@@ -523,7 +526,7 @@ def _row(torch, comm, api, a, bq, mdt, pair, call, scale_rounding, amax, chunks,
     for s, e, reduced, work in inflight:
         _wait(work, comm.data_timeout, reduce.replace("_", "-"), world)
         if result is None:
-            result = torch.empty((per, reduced.shape[1]), dtype=_torch_dtype(torch, out), device=reduced.device)
+            result = torch.empty((per, reduced.shape[1]), dtype=getattr(torch, out), device=reduced.device)
         result[s:e] = _round_to(torch, reduced, out)
     return result
 
@@ -540,10 +543,6 @@ def _index(torch, x, idx):
     return x[idx] if isinstance(x, np.ndarray) else x[torch.as_tensor(idx, device=x.device)]
 
 
-def _torch_dtype(torch, out: str):
-    return getattr(torch, out)
-
-
 def _round_to(torch, reduced, out: str):
     """The reduced partial sums rounded once to ``out`` (RNE, as mxcore.matmul rounds its output)."""
     if str(reduced.dtype).replace("torch.", "") == out:
@@ -552,4 +551,4 @@ def _round_to(torch, reduced, out: str):
         from .reference import round_output
 
         return _to_torch_like(torch, round_output(_np_of(reduced).astype(np.float64), out), reduced.device)
-    return reduced.to(_torch_dtype(torch, out))
+    return reduced.to(getattr(torch, out))
