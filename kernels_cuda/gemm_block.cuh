@@ -362,9 +362,9 @@ __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* _
     }
     cp_async_wait<0>();
 
+    const float alpha = out_scale(exp0, exp_a, exp_b, exp_u8);  // device exponents are read here
     // epilogue: scale, convert, predicated stores; the two columns of a register pair (c0,c1 / c2,c3) go out
     // as one 8-byte (fp32) or 4-byte (fp16/bf16) store when both are inside N and the address is aligned
-    const float alpha = out_scale(exp0, exp_a, exp_b, exp_u8);
     const int osize = out_kind == 0 ? 4 : 2;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)

@@ -23,12 +23,28 @@ __device__ __forceinline__ u16 f32_to_bf16(float v) {
 // The output scale of a GEMM: 2^e with e = exp0 + *exp_a + *exp_b, where exp_a / exp_b point to device scalars
 // (int32 per-tensor fp8 scale exponents, or, with exp_u8, uint8 MX scale maxima) and null adds 0; read on the
 // device, so the caller never copies them to the host.  Returned as alpha0 * alpha1 with alpha0 = 2^floor(e/2),
-// alpha1 = 2^(e - floor(e/2)) in fp32 (ldexpf: exact, 0 / subnormal / inf outside fp32's range), the product
+// alpha1 = 2^(e - floor(e/2)) in fp32 (pow2f: exact, 0 / subnormal / inf outside fp32's normal range), the product
 // rounded once in fp32, as the host formed it before.
+__device__ __forceinline__ float pow2f(int x) {  // 2^x in fp32, exact: inf above 127, subnormal, 0 below -149
+    if (x > 127) return __int_as_float(0x7f800000);
+    if (x >= -126) return __int_as_float((x + 127) << 23);
+    if (x >= -149) return __int_as_float(1 << (x + 149));
+    return 0.f;
+}
+// one exponent scalar (u8 or s32), loaded where it is used: the volatile load stays in the epilogue instead of
+// being hoisted across the main loop (where its pointer and value would occupy registers)
+__device__ __forceinline__ int load_exp(const void* p, int u8) {
+    u32 v;
+    if (u8)
+        asm volatile("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(p));
+    else
+        asm volatile("ld.global.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    return (int)v;
+}
 __device__ __forceinline__ float out_scale(int exp0, const void* exp_a, const void* exp_b, int exp_u8) {
     int e = exp0;
-    if (exp_a) e += exp_u8 ? (int)*(const u8*)exp_a : *(const int*)exp_a;
-    if (exp_b) e += exp_u8 ? (int)*(const u8*)exp_b : *(const int*)exp_b;
+    if (exp_a) e += load_exp(exp_a, exp_u8);
+    if (exp_b) e += load_exp(exp_b, exp_u8);
     const int h = e >> 1;  // floor(e / 2) (arithmetic shift)
-    return ldexpf(1.f, h) * ldexpf(1.f, e - h);
+    return pow2f(h) * pow2f(e - h);
 }

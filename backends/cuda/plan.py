@@ -55,15 +55,6 @@ def scale_args(a: DevOperand, b: DevOperand) -> tuple:
             _NULL if b.exp_at is None else b.exp_at, np.int32(kinds == {1}))
 
 
-def host_alpha(a: DevOperand, b: DevOperand) -> tuple:
-    """(alpha0, alpha1) as fp32 of a host-only scale (no ``exp_at``), for kernels that take the scale by value."""
-    if a.exp_at is not None or b.exp_at is not None:
-        raise UnsupportedError("internal: this kernel takes its output scale by value, but the operands carry "
-                               "device scale exponents")
-    e = a.exp + b.exp
-    return np.float32(np.ldexp(1.0, e // 2)), np.float32(np.ldexp(1.0, e - e // 2))
-
-
 class CudaPlan(Plan):
     """``a @ b`` on one device: ``gemm()`` launches the GEMM alone, ``prep()`` re-runs the device-side operand
     preparation (the benchmark times them separately), ``result()`` gives the caller's kind of array."""
