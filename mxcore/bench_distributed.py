@@ -29,7 +29,6 @@ import time
 
 __all__ = ["main", "run"]
 
-_BF16_BYTES = 2
 
 
 def _parser():
@@ -80,7 +79,11 @@ def _timer(torch, dist, device, fn, warmup, iters):
 def _global_problem(torch, args, device, seed=14):
     g = torch.Generator(device="cpu").manual_seed(seed)
     if args.check:  # exact in every format (values of the e2m1 grid times signs): results are bit-comparable
-        grid = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6])
+        import numpy as np
+
+        from mxcore import formats
+
+        grid = torch.from_numpy(formats.decode(np.arange(8, dtype=np.uint8), "e2m1", dtype=np.float32))
         pick = lambda shape: grid[torch.randint(0, 8, shape, generator=g)] * (  # noqa: E731
             torch.randint(0, 2, shape, generator=g) * 2 - 1)
         a, b = pick((args.m, args.k)), pick((args.k, args.n))
@@ -193,7 +196,7 @@ def _baseline(torch, dist, args, al, bl, dev, world, rank, gather, flops):
         return torch.matmul(full, b16)
 
     t = _timer(torch, dist, args.device, step, args.warmup, args.iters)
-    n = a16.numel() * _BF16_BYTES
+    n = a16.numel() * a16.element_size()
     return {"dtype": "bf16 all-gather + torch.matmul", "layout": "column", "world": world, "rank": rank, "m": args.m,
             "n": args.n, "k": args.k, "chunks": 1, "time_s": t, "tflops_rank": flops / t / 1e12, "payload_bytes": n,
             "bf16_bytes": n, "ratio_vs_bf16": 1.0, "comm_time_s": None, "busbw_GBps": None, "one_gpu_time_s": None,

@@ -63,7 +63,7 @@ LAYOUTS = ("column", "row")
 REDUCES = ("all_reduce", "reduce_scatter")
 REDUCE_DTYPES = ("float32", "bfloat16")
 _CHECK_BYTES = 1024  # the call description every rank all-gathers before the large collectives
-_BF16_BYTES = 2
+_BF16_BYTES = _f.get("bf16").bits // 8
 
 
 def _torch():

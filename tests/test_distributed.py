@@ -21,7 +21,8 @@ from mxcore import errors
 from conftest import require_tool
 
 JOB_TIMEOUT_S = 90  # a hang fails the test instead of blocking the suite
-E2M1_GRID = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])  # exact in every fp8 / MX element format used here
+# the non-negative e2m1 values: exact in every fp8 / MX element format used here
+E2M1_GRID = mxcore.formats.decode(np.arange(8, dtype=np.uint8), "e2m1", dtype=np.float64)
 
 
 def _torch_reason():
@@ -80,6 +81,10 @@ def _cases(world: int):
     out["row-fp16-out-fp16-reduce-scatter"] = ("row", "fp16", {"chunks": 1, "out_dtype": "float16",
                                                                "reduce": "reduce_scatter"},
                                                _exact(rng, (6, 32 * world)), _exact(rng, (32 * world, 5)))
+    # bf16 partial sums: values in {-1, 0, 1} give integer sums of at most 32·world < 256, exact in bf16
+    ints = lambda shape: rng.integers(-1, 2, size=shape).astype(np.float32)  # noqa: E731
+    out["row-fp16-reduce-bf16"] = ("row", "fp16", {"chunks": 2, "reduce_dtype": "bfloat16"},
+                                   ints((6, 32 * world)), ints((32 * world, 5)))
     for dt in ROW_DTYPES:
         for reduce in ("all_reduce", "reduce_scatter"):
             for chunks in (1, 2):
@@ -213,7 +218,8 @@ def test_sharded_equals_single_process(jobs, world, name):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))  # bit for bit
         assert stats["world_size"] == world and stats["rank"] == rank
-        assert stats["collectives"] == (min(kw["chunks"], a.shape[0] // (world if layout == "column" else 1)))
+        split_rows = a.shape[0] // (1 if layout == "row" and kw.get("reduce") != "reduce_scatter" else world)
+        assert stats["collectives"] == min(kw["chunks"], split_rows)  # one large collective per chunk
 
 
 def _column_wire_bytes(dt, m_local, k):
