@@ -84,9 +84,13 @@ def _group_info(dist, group):
             "torch.distributed is not initialised on this rank: call torch.distributed.init_process_group('nccl') "
             "(GPUs) or ('gloo') (CPU) first — torchrun --nproc-per-node N sets the environment it reads")
     try:
-        return dist.get_world_size(group), dist.get_rank(group), str(dist.get_backend(group))
+        world, rank, backend = dist.get_world_size(group), dist.get_rank(group), str(dist.get_backend(group))
     except (RuntimeError, ValueError) as exc:
         raise BackendUnavailableError(f"group {group!r} is not a usable process group on this rank: {exc}") from exc
+    if rank < 0:
+        raise BackendUnavailableError(f"this process (global rank {dist.get_rank()}) is not a member of group "
+                                      f"{group!r}; call mxcore.distributed.matmul only on the group's ranks")
+    return world, rank, backend
 
 
 def _as_torch(torch, x):
@@ -146,8 +150,9 @@ def _wait(work, timeout, what: str, world: int):
         else:
             work.wait(timeout=datetime.timedelta(seconds=timeout))
     except Exception as exc:  # gloo / NCCL raise RuntimeError (or DistBackendError) on timeout or a lost peer
+        within = f"within {timeout:g} s " if timeout is not None else ""
         raise DeviceError(
-            f"the {what} collective did not complete within {timeout:g} s on a group of {world} ranks: a rank did "
+            f"the {what} collective did not complete {within}on a group of {world} ranks: a rank did "
             "not call mxcore.distributed.matmul (or called a different collective), or a peer died. Call it on "
             f"every rank of the group with the same arguments. ({type(exc).__name__}: {str(exc)[:200]})") from exc
 
