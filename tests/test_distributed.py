@@ -289,6 +289,48 @@ def test_bench_runs_on_cpu(jobs):
                 assert row["ratio_vs_bf16"] == 0.5 and 0 < row["scaling_efficiency"]
 
 
+def test_column_chunks_overlap_order(monkeypatch):
+    """The pipeline's order: chunk i+1's all-gather is issued before chunk i is waited on and multiplied."""
+    _require_torch()
+    import torch
+
+    from mxcore import api, distributed
+    from mxcore import dtypes as dt
+
+    events = []
+
+    class Work:
+        def __init__(self, i):
+            self.i = i
+
+        def wait(self, timeout=None):
+            events.append(f"wait{self.i}")
+
+    class Comm:
+        world, timeout, data_timeout, issued = 2, 5.0, None, 0
+
+        def all_gather_async(self, payload):
+            events.append(f"send{self.issued}")
+            self.issued += 1
+            return torch.cat([payload] * self.world), Work(self.issued - 1)
+
+    real = api.matmul
+
+    def gemm(*args, **kw):
+        events.append("gemm")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(api, "matmul", gemm)
+    a, b = torch.ones(6, 64), torch.ones(64, 3)
+    mdt = dt.resolve("mxfp8")
+    bq = mxcore.quantize_mx(b.numpy(), "mxfp8", axis=0)
+    out = distributed._column(torch, Comm(), a, bq, mdt, (mdt.a.name, mdt.b.name),
+                              {"out_dtype": "float32", "backend": "reference", "scale_rounding": "floor"},
+                              "floor", None, 3)
+    assert events == ["send0", "send1", "wait0", "gemm", "send2", "wait1", "gemm", "wait2", "gemm"]
+    np.testing.assert_array_equal(out.numpy(), np.full((12, 3), 64.0, np.float32))
+
+
 def test_no_torch_import_from_core():
     import subprocess
     import sys
