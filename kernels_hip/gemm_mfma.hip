@@ -31,30 +31,40 @@
 //           MN-contiguous operand (8/16/32-bit elements read in place) is transposed into LDS per element.
 //   -DMX_FAST_ONLY=1 builds only the fast path (tests/test_hip_steady_state.py reads its K loop).
 //
+// Tiles: per instruction shape a 2x2-wave tile (64x64 for 16x16 instructions, 128x128 for 32x32), and for
+// the 32x32 instructions a large 8-wave tile (256x256 on gfx950, 256x128 on gfx942; two waves per SIMD;
+// backends/hip/variants.py BIG_TILE, chosen for problems of at least BIG_TILES such tiles).
+//
 // DESIGN ESTIMATE of the fraction of MFMA peak -- NOT A MEASUREMENT (no AMD GPU has run this code).
 // Counted on the steady-state K loop of the fast path in clang-22's disassembly (test_hip_steady_state.py
-// prints them), per K tile of one wave, 2x2 waves, one block per CU assumed:
-//   family (tile)                          MFMA  VALU  SALU  global  ds_read  ds_write
-//   gfx950 mxfp4 32x32x64 (128x128x64)       4    24    16     6        4        2
-//   gfx950 mxfp6 16x16x128 (64x64x256)       8    57    30    14       16        6
-//   gfx950 mxfp8 / OCP fp8 32x32x64          4    35    16     8        8        4
-//   gfx950 fp16/bf16 32x32x16 (128x128x32)   8    17     7     4        8        4
-//   gfx942 fp16/bf16 32x32x8 (128x128x32)   16    20     7     4        8        4
-//   gfx942 fp8 32x32x16 (128x128x64)        16    20     7     4        8        4
-//   gfx942/gfx950 fp32 32x32x2               32    20     8     4       16        4
-// Reasoning: VALU/SALU issue alongside MFMAs from other waves of the SIMD, so the limit is the MFMA pipe
-// when the MFMA cycles per tile exceed the issue cycles of the rest.  Taking 16 passes of 4 cycles for a
-// 32x32x64 f8f6f4 MFMA with fp8 operands and half that with fp4 (CDNA4's doubled fp4 rate), 4 MFMAs are
-// 128-256 cycles against ~40-60 other instructions (one wave per SIMD at 2x2 waves of 256 threads: nothing else to interleave but the
-// waves of other blocks; LDS 24-60 KiB per block allows 2-6 blocks per CU on gfx950's 160 KiB).  Issue is
-// not the limit any more (the correct-first kernel spent 250-580 VALU per 4 MFMAs on fp4/fp6/fp8 packing
-// and scale addressing); the remaining limits are (a) the barrier per K tile with a two-stage pipeline
-// (the LDS stores of tile kt+1 wait for its global loads right after the MFMAs of tile kt: with BK of one
-// or two MFMA K steps the global latency (hundreds of ns) is hidden only across blocks), (b) 128x128 / 64x64
-// tiles: 64-128 FLOP per byte of global traffic, below MI355X's ~1000 FLOP/B ridge for fp4 and ~600 for
-// fp8.  Expected by design: 30-50 % of peak for fp16/bf16/fp8 on large problems, 15-30 % for MXFP4/MXFP6
-// (bandwidth-bound tiles), pending 256x256 tiles with 8 waves and a deeper pipeline (not built).
-// Measure with `python -m mxcore bench` on the hardware before quoting any number.
+// prints them), per K tile of one wave:
+//   family (block tile x BK)                  MFMA  VALU  SALU  global  ds_read  ds_write
+//   gfx950 mxfp4 32x32x64 (256x256x64)          8    34    21     8        6        2
+//   gfx950 mxfp4 32x32x64 (128x128x64)          4    24    16     6        4        2
+//   gfx950 mxfp6 16x16x128 (64x64x256)          8    65    28    14       16        6
+//   gfx950 mxfp8 / OCP fp8 32x32x64 (256x256)   8    45    21    10       12        4
+//   gfx950 fp16/bf16 32x32x16 (256x256x32)     16    17     7     4       12        4
+//   gfx942 fp16/bf16/fp8 32x32 (256x128)       16    11     9     3        8        3
+//   gfx942 fp16/bf16 32x32x8 (128x128x32)      16    20     7     4        8        4
+//   gfx942/gfx950 fp32 32x32x2 (128x128x16)    32    20     8     4       16        4
+// Before this design (one code per byte, packing in the loop, scales loaded after the prefetch, edge tests
+// in every loop) the same K loop held 250-580 VALU per 4 f8f6f4 MFMAs (fp8 / fp4 / fp6), 170 per 16 fp16
+// MFMAs on gfx942 (static counts of the loop body, edge code included), and the scaled kernels waited
+// vmcnt(0) before the first MFMA of every tile.
+// Reasoning: VALU/SALU issue alongside the MFMAs of the other waves of a SIMD, so the MFMA pipe is the limit
+// once the MFMA cycles per tile exceed the issue cycles of everything else.  Taking 16 passes of 4 cycles
+// for a 32x32x64 f8f6f4 MFMA with fp8 operands and half that with fp4 (CDNA4's doubled fp4 rate), the
+// 8 MFMAs of a 256x256 tile are 256-512 cycles against ~60-80 other instructions: issue is not the limit.
+// The remaining limits: (a) one barrier per K tile and a two-stage pipeline (the LDS stores of tile kt+1
+// wait for its global loads right after the MFMAs of tile kt; with BK of one or two MFMA K steps the global
+// latency, hundreds of ns, is hidden only by the other blocks / waves of the CU: a deeper pipeline is NOT
+// built); (b) arithmetic intensity: 256x256 tiles give 256 FLOP per byte of global traffic at fp8 (512 at
+// fp4, 128 at fp16), 128x128 half that, against ridges of roughly 600 FLOP/B for fp8 and 1200 for fp4
+// (MI355X's published peaks over 8 TB/s), so large problems lean on L2 reuse (chiplet-aware block order,
+// mx_xcd_order).  Expected by design on large
+// problems: 40-60 % of peak for fp16/bf16 and fp8, 25-40 % for MXFP4 / MXFP6 (bandwidth- and
+// latency-bound), less on small problems.  Measure with `python -m mxcore bench` on the hardware before
+// quoting any number.
 
 #ifndef MX_ENTRY
 #error "compile through backends/hip (KernelSpec.defines): it passes the -D defines of a variant"

@@ -615,7 +615,11 @@ def test_fake_plan_reuse_and_tile(fake_gfx950, rng):
     fake, be = fake_gfx950
     a, b = _exact_inputs(rng, 40, 24, 64)
     mdt = _dt.resolve("bf16")
-    assert be.tiles("bf16") == ("128x128", "64x64")
+    assert be.tiles("bf16") == ("128x128", "256x256", "64x64")
+    with be.plan(a, b, mdt, tile="256x256") as p:  # the large 8-wave tile: one block, 512 threads
+        assert p.spec.big and p.spec.threads == 512
+        p.gemm()
+        np.testing.assert_array_equal(p.result(), reference_matmul(a, b, "bf16"))
     with be.plan(a, b, mdt, tile="128x128") as p:
         assert p.spec.shape[0] == 32 and p.variant == f"{p.spec.entry} 128x128"
         p.prep()  # re-staging frees the previous operand buffers
@@ -626,7 +630,7 @@ def test_fake_plan_reuse_and_tile(fake_gfx950, rng):
             q.gemm()
             np.testing.assert_array_equal(q.result(), reference_matmul(a, b, "bf16"))
     assert not fake.mem
-    with pytest.raises(UnsupportedError, match="tile '96x96'.*128x128, 64x64"):
+    with pytest.raises(UnsupportedError, match="tile '96x96'.*128x128, 256x256, 64x64"):
         be.plan(a, b, mdt, tile="96x96")
 
 

@@ -130,8 +130,10 @@ def fast_builds():
 
 
 def test_every_family_has_a_fast_build():
-    assert {(s.arch, s.shape[0]) for s in SPECS} == {(a, m) for a in hip.ARCHS for m in (16, 32)}
-    assert len(SPECS) == 2 * len(FAMILIES) - 2  # gfx950 e4m3fn shares the mxfp8_e4m3 kernel
+    assert {(s.arch, s.shape[0], s.big) for s in SPECS} == {(a, m, b) for a in hip.ARCHS for m, b in
+                                                            ((16, False), (32, False), (32, True))}
+    names = {(s.arch, d) for s in SPECS for d in s.dtypes}
+    assert all((a, _dt.resolve(tuple(d.split(",")) if "," in d else d, a).name) in names for a, d in FAMILIES)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.arch}-{s.entry}")

@@ -12,6 +12,10 @@ the records (:func:`kernel_specs`):
   record over an unscaled one of the same K;
 * a record serves every matmul dtype whose element format it reads (:data:`mxcore.dtypes.ELEMENT`): MX
   dtypes on scaled records, plain fp8 dtypes on the same scaled kernel with scale bytes 127;
+* every 32x32 instruction also gets a large 8-wave tile (:data:`BIG_TILE`: 256x256 on gfx950, 256x128 on
+  gfx942) where its LDS fits the arch (:data:`LDS_BYTES`) and a K-tile row is at most 64 bytes (fp6's
+  96-byte rows would spill registers); :func:`select_spec` picks it for problems of at least
+  :data:`BIG_TILES` such tiles;
 * tf32 where no record reads tf32 (CDNA4 has no xf32 MFMA) runs on the fp32 records: the inputs are rounded
   to tf32 on the host and the products are exact, so the fp32 instruction computes the same sums.
 """
@@ -19,7 +23,7 @@ the records (:func:`kernel_specs`):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ... import dtypes as _dt
 from ...errors import FormatError, LayoutError, UnsupportedError
@@ -27,11 +31,16 @@ from .fragments import WAVE, frag_type, fragment_constants
 from .launch import XCDS
 from .staging import K_PAD
 
-__all__ = ["ARCHS", "SOURCE_FILE", "KernelSpec", "ceiling_defines", "compile_inputs", "kernel_specs",
+__all__ = ["ARCHS", "BIG_TILE", "BIG_TILES", "LDS_BYTES", "SOURCE_FILE", "KernelSpec", "ceiling_defines", "compile_inputs", "kernel_specs",
            "scaled_spec", "select_spec", "supported_dtype_names", "tile_name", "tile_names", "validate_spec"]
 
 ARCHS = ("gfx942", "gfx950")
 SOURCE_FILE = "gemm_mfma.hip"
+LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}  # LDS per workgroup (CDNA3 / CDNA4)
+# the large tile of the 32x32 instructions: (waves_m, waves_n, tm, tn) -> 256x256 on gfx950, 256x128 on gfx942
+# (8 waves, two per SIMD); chosen by select_spec for problems of at least BIG_TILES such tiles
+BIG_TILE = {"gfx942": (4, 2, 2, 2), "gfx950": (2, 4, 4, 2)}
+BIG_TILES = 1024
 
 
 @dataclass(frozen=True)
@@ -108,9 +117,15 @@ class KernelSpec:
         return WAVE * self.waves_m * self.waves_n
 
     @property
+    def big(self) -> bool:
+        """The 8-wave large-tile variant (BIG_TILE) of its instruction."""
+        return self.waves_m * self.waves_n == 8
+
+    @property
     def entry(self) -> str:
         base = "mx_gemm_" + self.instruction.removeprefix("v_mfma_")
-        return f"{base}_{self.a_format}_{self.b_format}" if self.scaled else base
+        base = f"{base}_{self.a_format}_{self.b_format}" if self.scaled else base
+        return f"{base}_{tile_name(self)}" if self.big else base
 
     def layout(self):
         """The instruction's record in mxcore.layouts."""
@@ -199,8 +214,17 @@ def kernel_specs(arch: str) -> tuple:
         if rec.a_format == rec.b_format:
             pairs += stand_in.get(rec.a_format, [])
         if pairs:
-            specs.append(_spec_from_record(rec, arch, pairs[0], pairs[1:]))
-    return tuple(sorted(specs, key=lambda s: (s.scaled, -s.shape[0])))  # stable: record order within a group
+            spec = _spec_from_record(rec, arch, pairs[0], pairs[1:])
+            specs.append(spec)
+            if rec.m == 32:
+                wm, wn, tm, tn = BIG_TILE[arch]
+                big = replace(spec, waves_m=wm, waves_n=wn, tm=tm, tn=tn)
+                # K-tile rows of at most 64 bytes: staging plus 128 accumulator registers fit the 256 VGPRs of
+                # two waves per SIMD (fp6's 96-byte rows would spill)
+                if big.lds_bytes <= LDS_BYTES[arch] and max(big.row_bytes(r) - big.lds_pad for r in "ab") <= 64:
+                    specs.append(big)
+    # stable: record order within a group; the default tile of a shape before its large tile
+    return tuple(sorted(specs, key=lambda s: (s.scaled, -s.shape[0], s.big)))
 
 
 def validate_spec(spec: KernelSpec) -> None:
@@ -231,8 +255,10 @@ def validate_spec(spec: KernelSpec) -> None:
 
 
 def select_spec(arch: str, mdt, m: int, n: int, *, tile: str | None = None) -> KernelSpec:
-    """The variant that runs ``mdt`` on ``arch``: the 32x32 shape when both M and N reach its 128 tile,
-    else the 16x16 one (less padding on small or skinny problems).  ``tile``: one of :func:`tile_names`."""
+    """The variant that runs ``mdt`` on ``arch``: the 32x32 shape's large 8-wave tile (256x256 on gfx950,
+    256x128 on gfx942) when the problem holds at least BIG_TILES of them (enough blocks for every CU twice
+    over), else its 128x128 tile when both M and N reach 128, else the 16x16 shape (less padding on small or
+    skinny problems).  ``tile``: one of :func:`tile_names`."""
     name = mdt if isinstance(mdt, str) else mdt.name  # kernel_specs lists kernels under MatmulDType names
     cands = [s for s in kernel_specs(arch) if name in s.dtypes]
     if not cands:
@@ -244,10 +270,13 @@ def select_spec(arch: str, mdt, m: int, n: int, *, tile: str | None = None) -> K
                 return s
         raise UnsupportedError(f"tile {tile!r} for {name} on {arch}: choose one of "
                                f"{', '.join(tile_name(s) for s in cands)}")
-    big = [s for s in cands if s.shape[0] == 32]
+    large = [s for s in cands if s.shape[0] == 32 and not s.big]
     small = [s for s in cands if s.shape[0] == 16]
-    if big and min(m, n) >= 128 or not small:
-        return big[0]
+    huge = [s for s in cands if s.big]
+    if huge and (-(-m // huge[0].tile[0])) * (-(-n // huge[0].tile[1])) >= BIG_TILES:
+        return huge[0]
+    if large and min(m, n) >= 128 or not small:
+        return large[0]
     return small[0]
 
 
