@@ -1,4 +1,4 @@
-// mxcore NVIDIA GEMM, Hopper family (sm_90a): D[M,N] = alpha0 * alpha1 * (A[M,K] @ B[K,N]), fp32 accumulation.
+// mxcore NVIDIA GEMM, Hopper family (sm_90a): D[M,N] = 2^e * (A[M,K] @ B[K,N]), fp32 accumulation (e: out_scale).
 //
 // One persistent, warp-specialized kernel per -D variant:
 //   * warpgroup 0 = producer: one thread issues TMA loads (cp.async.bulk.tensor.2d, 128-byte swizzle) of A and B
@@ -7,7 +7,7 @@
 //     "empty" mbarrier (one arrive per consumer warpgroup when its wgmma have read the stage).
 //   * warpgroups 1, 2 = consumers: rows [64c, 64c + 64) of the 128 x SM90_BN block tile each, wgmma.mma_async
 //     m64nNk{16,8,32} with both operands read from shared memory through matrix descriptors; fp32 accumulators
-//     in registers; the epilogue scales by alpha0 * alpha1 and writes fp32 / fp16 / bf16 straight from registers
+//     in registers; the epilogue scales by out_scale (mx_common.cuh) and writes fp32 / fp16 / bf16 straight from registers
 //     (predicated on M, N).  setmaxnreg gives the consumers SM90_REG_CONSUMER registers, the producer
 //     SM90_REG_PRODUCER.
 //   * tiles are visited in SM90_GROUP_M-row groups (L2 reuse of B), tile = blockIdx.x, += gridDim.x.
@@ -329,8 +329,9 @@ __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
 
 extern "C" __global__ void __launch_bounds__(384, 1) SM90_CLUSTER_ATTR
 mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
-             const __grid_constant__ TmaMap map_c, void* __restrict__ C, int M, int N, int K, i64 ldc, float alpha0,
-             float alpha1, int out_kind, int pair_ok, int k_split, i64 split_stride) {
+             const __grid_constant__ TmaMap map_c, void* __restrict__ C, int M, int N, int K, i64 ldc, int exp0,
+             const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int pair_ok, int k_split,
+             i64 split_stride) {
     extern __shared__ __align__(1024) u8 smem_raw[];
     // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
     u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -422,7 +423,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         const int c = wg - 1;                   // consumer index: rows [64c, 64c + 64) of the tile
         const int t = threadIdx.x - 128 * wg;   // thread in the warpgroup
         const int warp = t / 32, lane = t % 32;
-        const float alpha = alpha0 * alpha1;
+        const float alpha = out_scale(exp0, exp_a, exp_b, exp_u8);  // 2^e; device exponents read here (mx_common)
         int s = 0;
         u32 phase = 0;
         float acc[SM90_ACC];

@@ -13,8 +13,9 @@ nvidia_gpu; skipped without CuPy, a GPU, or when the GPU is not sm_90).  Every c
 * Random normal inputs within |err| <= (K + 2) 2^-23 Σ|ab| (fp16/bf16/tf32), plus 2^-20 Σ|ab| (fp32 3xTF32),
   plus 2^-p Σ|ab| (fp8 promoted: one rounding to p bits per 128-K window), or (K/32 + 1) 2^-p Σ|ab| (fp8 fast:
   one rounding per k32 wgmma into the running sum).
-fp8/MX operands are passed as host arrays (quantized on the host: host per-tensor scales, which the wgmma kernel
-takes by value).  Shapes with M <= 64 run the swapped (C^T = B^T A^T) variant with split K.  Every launch writes
+fp8/MX operands are passed as host arrays (quantized on the host: host per-tensor scales, passed by value) and,
+in ``test_device_quantized_operands``, as device arrays quantized on the GPU (their scale exponents stay in device
+memory and the epilogue reads them).  Shapes with M <= 64 run the swapped (C^T = B^T A^T) variant with split K.  Every launch writes
 into an output poisoned with NaN first.
 """
 
@@ -60,8 +61,7 @@ def _ints(rng, shape, lo, hi, pow2=False):
 
 def _place(cp, x, dtype, major="row"):
     """Float dtypes: a device array (read in place or prepared on the GPU).  fp8/MX: a host array, quantized on
-    the host with host per-tensor scales (the wgmma kernel takes its scale by value; device-quantized operands
-    carry device scales and run on mma.sync)."""
+    the host with host per-tensor scales (passed to the kernel by value)."""
     quantized = _dt.resolve(dtype, "sm_90").kind != "float"
     d = x if quantized else cp.asarray(x)
     lib = np if quantized else cp
@@ -240,3 +240,18 @@ def test_shared_weight_batch_folds_into_one_wgmma_launch(backend, rng):
     plan.gemm()
     got = cp.asnumpy(plan.result()).astype(np.float64)
     np.testing.assert_array_equal(got, np.stack([reference_matmul(x, b, "fp16") for x in a]).astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["e4m3fn", ("e4m3fn", "e5m2"), "mxfp8_e4m3", "mxfp4"], ids=_id)
+@pytest.mark.parametrize("shape", [(17, 33, 65), (300, 600, 1000), (2048, 2048, 512)], ids=lambda s: "x".join(map(str, s)))
+def test_device_quantized_operands(backend, rng, dtype, shape):
+    """fp8/MX operands quantized on the GPU carry their scale exponents in device memory (a device ScaledTensor's
+    scale_exp, a device MXTensor's scale_max): the wgmma epilogue reads them there, and the result equals the
+    reference bit for bit (exact inputs, scaled by powers of two so that the scale is not 1)."""
+    import cupy as cp
+
+    m, n, k = shape
+    a, b = _ints(rng, (m, k), -4, 4) * 2.0 ** 9, _ints(rng, (k, n), -4, 4) * 2.0 ** -7
+    got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
+    assert not np.isnan(got).any(), "unwritten (NaN-poisoned) outputs"
+    np.testing.assert_array_equal(got, reference_matmul(a, b, dtype).astype(np.float64))

@@ -212,13 +212,6 @@ class CudaBackend(Backend):
                     raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
                 if fold:
                     out = out.reshape(m, n)
-        if fam == "wgmma" and (da.exp_at is not None or db.exp_at is not None):
-            # the wgmma kernel takes its output scale by value (alpha0, alpha1); device scale exponents are read
-            # by the mma.sync epilogue only
-            if family == "wgmma":
-                raise UnsupportedError("family='wgmma' takes host per-tensor scales only; these operands carry "
-                                       "device scales (device ScaledTensor/MXTensor): use family='mma_sync'")
-            fam = "mma_sync"
         if fam == "wgmma":  # the sm_90a family (sm90.py): same staging and output, its own launch
             from .sm90 import Sm90Plan
 

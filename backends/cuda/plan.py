@@ -41,7 +41,7 @@ def split_k(sms: int, blocks: int, k: int, bk: int, force: int = 0) -> tuple[int
 
 
 _NULL = np.uint64(0)
-_UNIT = (np.int32(0), _NULL, _NULL, np.int32(0))  # scale 1 (split-K partial products)
+UNIT_SCALE = (np.int32(0), _NULL, _NULL, np.int32(0))  # scale 1 (split-K partial products)
 
 
 def scale_args(a: DevOperand, b: DevOperand) -> tuple:
@@ -147,7 +147,7 @@ class CudaPlan(Plan):
             return
         nb, m, n = self._nb, self.m, self.n
         ws = self.cp.empty((self._splits, nb, m, n), dtype=self.cp.float32)  # fp32 partials, summed in z order
-        self._kernel(self._grid, (v.threads,), self._args(ws, n, _UNIT, 0, nb * m * n, m * n),
+        self._kernel(self._grid, (v.threads,), self._args(ws, n, UNIT_SCALE, 0, nb * m * n, m * n),
                      shared_mem=v.smem_bytes)
         self._red(self._red_grid, (256,), (ws, *red))
 
@@ -159,7 +159,7 @@ class CudaPlan(Plan):
             return Relaunch(RawLaunch(self._kernel, self._grid, (v.threads,), v.smem_bytes, args), None, 0)
         nb, m, n = self._nb, self.m, self.n
         main = RawLaunch(self._kernel, self._grid, (v.threads,), v.smem_bytes,
-                         self._args(None, n, _UNIT, 0, nb * m * n, m * n))
+                         self._args(None, n, UNIT_SCALE, 0, nb * m * n, m * n))
         return Relaunch(main, RawLaunch(self._red, self._red_grid, (256,), 0, (None,) + red),
                         self._splits * nb * m * n * 4)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
-from .plan import CudaPlan
+from .plan import UNIT_SCALE, CudaPlan, scale_args
 from .variants import ELEMENTS
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
@@ -284,9 +284,6 @@ class Sm90Plan(CudaPlan):
         a, b, m, n = self.da, self.db, self.m, self.n
         if getattr(self, "_nb", 1) > 1 or a.bstride or b.bstride:  # batch elements in the grid (folded: none)
             raise UnsupportedError("the wgmma kernel multiplies one matrix; batches run on family='mma_sync'")
-        if getattr(a, "exp_at", None) is not None or getattr(b, "exp_at", None) is not None:
-            raise UnsupportedError("the wgmma kernel takes the per-tensor scale by value, not from device memory; "
-                                   "use family='mma_sync' for device-quantized operands")
         out = self.out
         ob = out.dtype.itemsize  # 2 (fp16, bf16 bits) or 4 (fp32)
         store = ob if out.size > 0 and (out.shape[-1] * ob) % 16 == 0 and out.data.ptr % 16 == 0 else 0
@@ -299,8 +296,7 @@ class Sm90Plan(CudaPlan):
         self.variant = f"{v.name} (wgmma)"
         self._kmn = (n, m) if self._swap else (m, n)  # the kernel's M and N
         self.diagnostics = ()
-        e = a.exp + b.exp
-        self._alpha = (np.float32(2.0 ** (e // 2)), np.float32(2.0 ** (e - e // 2)))
+        self._scale = scale_args(a, b)  # host exponents by value, device ones (exp_at) as pointers
         self._kernel = self.backend.kernels.get(self.cp, self.dev.ordinal, ("sm90", v), SM90_FILE, SM90_KERNEL,
                                                 v.options(), v.smem_bytes)
         self._maps()
@@ -340,20 +336,20 @@ class Sm90Plan(CudaPlan):
                 out.fill(0)
                 return
             ldc, (km, kn) = out.shape[-1], self._kmn
-            dst, alpha, kind = out, self._alpha, _OUT_KIND[self.out_dtype]
-            if self._splits > 1:  # fp32 slices (alpha 1), summed in split order into out
-                dst, alpha, kind = cp.empty((self._splits, self.m, self.n), dtype=cp.float32), (np.float32(1),) * 2, 0
+            dst, scale, kind = out, self._scale, _OUT_KIND[self.out_dtype]
+            if self._splits > 1:  # fp32 slices (scale 1), summed in split order into out
+                dst, scale, kind = cp.empty((self._splits, self.m, self.n), dtype=cp.float32), UNIT_SCALE, 0
             pair_ok = int(ldc % 2 == 0 and dst.data.ptr % 8 == 0)
             self._kernel(self._grid, (THREADS,), (
                 self._map_a, self._map_b, self._map_c, dst, np.int32(km), np.int32(kn), np.int32(self.da.k),
-                np.int64(ldc), alpha[0], alpha[1], np.int32(kind), np.int32(pair_ok), np.int32(self._k_split),
+                np.int64(ldc), *scale, np.int32(kind), np.int32(pair_ok), np.int32(self._k_split),
                 np.int64(self.m * self.n)), shared_mem=v.smem_bytes)
             if self._splits > 1:
                 red = self.backend.kernels.get(cp, self.dev.ordinal, ("sm90", "reduce"), SM90_REDUCE_FILE,
                                                SM90_REDUCE_KERNEL, ("-std=c++17",))
                 grid = (max(1, min(-(-self.m * self.n // 256), 4 * self.dev.sms)),)
                 red(grid, (256,), (dst, np.int32(self._splits), np.int64(self.m * self.n), out, np.int32(self.m),
-                                   np.int32(self.n), np.int64(ldc), self._alpha[0], self._alpha[1],
+                                   np.int32(self.n), np.int64(ldc), *self._scale,
                                    np.int32(_OUT_KIND[self.out_dtype])))
 
     def clone(self) -> "Sm90Plan":
