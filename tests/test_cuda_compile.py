@@ -110,7 +110,8 @@ def test_compile_cache_roundtrip_and_corruption(tmp_path, monkeypatch):
     lined = nvrtc_tools.compile_cuda(TINY, name="tiny2", arch="sm_80", options=["-DX=1", "-lineinfo"])
     assert len(calls) == 5 and "tiny2.cu" in lined.ptx  # with line information the name is part of the key
     for p in (tmp_path / "nvrtc").iterdir():
-        p.write_bytes(p.read_bytes()[:-1] + b"X")  # every entry corrupt: none may be trusted
+        raw = p.read_bytes()
+        p.write_bytes(raw[:-1] + bytes([raw[-1] ^ 0xFF]))  # every entry corrupt: none may be trusted
     rebuilt = nvrtc_tools.compile_cuda(TINY, name="tiny", arch="sm_80", options=["-DX=1"])
     assert len(calls) == 6 and rebuilt.cubin == first.cubin
     assert not [p for p in (tmp_path / "nvrtc").iterdir() if p.name.startswith(".tmp_")]
