@@ -43,6 +43,17 @@ def compile_jobs(arch: str) -> list[dict]:
         jobs.append({"file": CEILING_FILE, "kernel": "mx_mma_ceiling", "stem": f"ceiling_{e.replace('.', '_')}",
                      "dtype": e, "options": ["-std=c++17", f'-DMX_MMA_OP="{rec.ptx}"', "-DMX_CHAINS=8"],
                      "smem": 0, "threads": 256})
+    if sm == 90:  # the wgmma family: sm_90a machine code (wgmma and setmaxnreg are arch-specific)
+        from .sm90 import SM90_FILE, SM90_KERNEL, SM90_REDUCE_FILE, SM90_REDUCE_KERNEL, THREADS, all_sm90_variants
+
+        for v in all_sm90_variants():
+            jobs.append({"file": SM90_FILE, "kernel": SM90_KERNEL, "stem": v.name, "family": "wgmma", "arch": "sm_90a",
+                         "dtype": f"{v.elem} x {v.b_elem} (wgmma)", "tile": v.tile, "smem": v.smem_bytes,
+                         "threads": THREADS,
+                         "options": [o for o in v.options() if not o.startswith("--gpu-architecture")]})
+        jobs.append({"file": SM90_REDUCE_FILE, "kernel": SM90_REDUCE_KERNEL, "stem": "sm90_splitk_reduce",
+                     "family": "wgmma", "dtype": "split-K reduction (wgmma)", "options": ["-std=c++17"], "smem": 0,
+                     "threads": 256})
     return jobs
 
 
@@ -55,7 +66,7 @@ def compile_all(jobs: list[dict], *, arch: str, workers: int | None = None):
     from ..nvrtc_tools import compile_cuda
 
     def one(job):
-        return compile_cuda(source(job["file"]), name=job["stem"], arch=arch, options=job["options"])
+        return compile_cuda(source(job["file"]), name=job["stem"], arch=job.get("arch", arch), options=job["options"])
 
     workers = workers or max(1, min(4, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -71,7 +82,8 @@ def emit_kernels(arch: str, out_dir, *, workers: int | None = None) -> list[Kern
         cubin_path, _ = binary.write(out_dir, job["stem"])
         res = binary.resources.get(job["kernel"], next(iter(binary.resources.values()), {}))
         rows.append(KernelRecord(
-            kernel=job["kernel"], variant=job["stem"], dtype=job["dtype"], arch=arch, file=cubin_path.name,
+            kernel=job["kernel"], variant=job["stem"], dtype=job["dtype"], arch=job.get("arch", arch),
+            file=cubin_path.name,
             tile=job.get("tile", ""), registers=res.get("registers", 0),
             shared_bytes=job.get("smem", 0) + res.get("shared_bytes", 0), local_bytes=res.get("local_bytes", 0),
             spill_stores=res.get("spill_stores", 0), spill_loads=res.get("spill_loads", 0),
