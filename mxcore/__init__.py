@@ -47,6 +47,7 @@ __all__ = [
     "MXTensor",
     "ScaledTensor",
     "dequantize",
+    "distributed",
     "dtypes",
     "emulate",
     "errors",
@@ -74,6 +75,7 @@ _LAZY = {
     "reference_matmul": ("reference", "reference_matmul"),
     "info": ("_info", "info"),
     "formats": ("formats", None),
+    "distributed": ("distributed", None),
     "layouts": ("layouts", None),
     "emulate": ("emulate", None),
 }
