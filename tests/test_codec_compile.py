@@ -482,9 +482,9 @@ def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, rng):
 
 
 def test_mx_kernel_choice_on_host(monkeypatch):
-    """backends.codec._mx_launch (no GPU: a stand-in call/module records the launch): the fast kernel for
-    contiguous aligned 32-blocks of <=32-bit floats, the generic one otherwise, and $MXCORE_MX_KERNEL /
-    kernel= forcing either (a forced fast kernel that does not apply, or an unknown name, raises)."""
+    """backends.codec._mx_launch (no GPU: a stand-in call/module records the launch): the generic kernel by
+    default (the fast one failed on an H200), the fast kernel only when forced and only for contiguous aligned
+    32-blocks of <=32-bit floats (a forced fast kernel that does not apply, or an unknown name, raises)."""
     from types import SimpleNamespace
 
     from mxcore.errors import UnsupportedError
@@ -503,10 +503,11 @@ def test_mx_kernel_choice_on_host(monkeypatch):
         return codec._mx_launch(call, spec, arr(ptr), suf, arr(8192), arr(0), arr(0), shape, axis, block, False, kernel)
 
     monkeypatch.delenv("MXCORE_MX_KERNEL", raising=False)
-    name, grid, args = launch((8192, 8192))
+    assert launch((8192, 8192))[0] == "mx_quantize_mx_bf16"  # the default: the GPU-verified generic kernel
+    name, grid, args = launch((8192, 8192), kernel="fast")
     assert name == "mx_quantize_mx_fast_bf16" and grid == (8 * 132,)  # grid-stride: one resident wave
     assert int(args[4]) == 8192 * 8192 // 16 and int(args[5]) == 8 * 132 * codec.THREADS
-    assert launch((4, 64))[1] == (1,)
+    assert launch((4, 64), kernel="fast")[1] == (1,)
     for odd in (dict(shape=(4, 96), axis=0), dict(shape=(4, 90)), dict(shape=(4, 64), block=16),
                 dict(shape=(4, 64), suf="f64"), dict(shape=(4, 64), ptr=4098)):
         name, _, args = launch(**odd)
