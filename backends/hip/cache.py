@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
+
+from ...kernels import DiskCache
 
 __all__ = ["COMMON_OPTIONS", "cache_dir", "cache_key", "cache_read", "cache_write", "clang_options",
            "hiprtc_options", "offline_compile"]
 
 COMMON_OPTIONS = ("-O3", "-std=c++17")  # what hiprtc gets besides the arch; clang-22 gets the same
-_MAGIC = b"MXCOv1 "
+
+
+_STORE = DiskCache("hip", ".co")  # the one verified store (mxcore.kernels), folder <cache root>/hip
 
 
 def cache_dir() -> str:
     """Where compiled code objects are kept: $MXCORE_CACHE_DIR/hip, else $XDG_CACHE_HOME (~/.cache)/mxcore/hip."""
-    root = os.environ.get("MXCORE_CACHE_DIR")
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mxcore")
-    return os.path.join(root, "hip")
+    return str(_STORE.folder)
 
 
 def hiprtc_options(arch: str, options) -> list[str]:
@@ -58,40 +57,12 @@ def cache_key(source: str, arch: str, options, compiler: str) -> str:
 
 def cache_read(key: str) -> bytes | None:
     """The cached code object for ``key``, or None.  A corrupt or truncated entry is deleted, never trusted."""
-    path = os.path.join(cache_dir(), key + ".co")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    head, sep, body = raw.partition(b"\n")
-    if head.startswith(_MAGIC) and sep and hashlib.sha256(body).hexdigest().encode() == head[len(_MAGIC):]:
-        return body
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    return None
+    return _STORE.get(key)
 
 
 def cache_write(key: str, blob: bytes) -> None:
     """Store atomically (temp file in the same folder + os.replace) with a SHA-256 header."""
-    d = cache_dir()
-    try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=".co")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + hashlib.sha256(blob).hexdigest().encode() + b"\n" + blob)
-            os.replace(tmp, os.path.join(d, key + ".co"))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    except OSError:
-        pass  # a read-only or full cache folder costs a recompile, nothing else
+    _STORE.put(key, blob)
 
 
 def offline_compile(spec, *, use_cache: bool = True):
