@@ -22,7 +22,7 @@ TARGETS = (
 
 # arch -> where and how the GPU tests (pytest -m nvidia_gpu / amd_gpu) passed.  Add a line only for a real run.
 MEASURED = {
-    "sm_90": "NVIDIA H100 80GB HBM3, `python3 -m pytest -q -m nvidia_gpu`, 2026-11-22",
+    "sm_90": "NVIDIA H200 (and H100 80GB HBM3 before), `python3 -m pytest -q -m nvidia_gpu`, 2026-11-23",
 }
 
 MARK = {"measured": "✅", "compiled": "🔧", "none": "➖"}

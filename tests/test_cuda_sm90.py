@@ -229,13 +229,19 @@ def test_wgmma_layout_probes(backend):
 
 
 def test_shared_weight_batch_folds_into_one_wgmma_launch(backend, rng):
-    """(B, M, K) @ (K, N) with a contiguous A is one (B*M, K) @ (K, N) problem: it runs on wgmma when asked (the
-    family rule sees the batch before the fold and keeps batches on mma.sync)."""
+    """(B, M, K) @ (K, N) with a contiguous A is one (B*M, K) @ (K, N) problem: it runs on wgmma when asked, and
+    the family rule (which judges the folded problem) picks wgmma by itself when the folded problem is large."""
     import cupy as cp
 
     a, b = _ints(rng, (4, 512, 1024), -4, 4, True), _ints(rng, (1024, 2048), -4, 4, True)
     da, db = cp.asarray(a.astype(np.float16)), cp.asarray(b.astype(np.float16))
     plan = backend.plan(da, db, _dt.resolve("fp16", "sm_90"), family="wgmma")
+    assert plan.variant.endswith("(wgmma)"), plan.variant
+    plan.gemm()
+    got = cp.asnumpy(plan.result()).astype(np.float64)
+    np.testing.assert_array_equal(got, np.stack([reference_matmul(x, b, "fp16") for x in a]).astype(np.float64))
+    a, b = _ints(rng, (16, 512, 256), -4, 4, True), _ints(rng, (256, 4096), -4, 4, True)  # 64 x 16 tiles folded
+    plan = backend.plan(cp.asarray(a.astype(np.float16)), cp.asarray(b.astype(np.float16)), _dt.resolve("fp16", "sm_90"))
     assert plan.variant.endswith("(wgmma)"), plan.variant
     plan.gemm()
     got = cp.asnumpy(plan.result()).astype(np.float64)

@@ -181,7 +181,9 @@ class CudaBackend(Backend):
         batch = sa[0] if len(sa) == 3 else (sb[0] if len(sb) == 3 else None)
         m, k, n = sa[-2], sa[-1], sb[-1]
         mma_sync_only = tile in TILES or split_k or fp8_path is not None  # options of the mma.sync kernel
-        fam = family_for(dev.arch, mdt, (batch or 1, m, n, k), family or ("mma_sync" if mma_sync_only else None))
+        folds = batch is not None and len(sb) == 2 and mdt.kind == "float" and _foldable(a)
+        shape = (1, batch * m, n, k) if folds else (batch or 1, m, n, k)  # the rule sees the folded problem
+        fam = family_for(dev.arch, mdt, shape, family or ("mma_sync" if mma_sync_only else None))
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
         if path not in _FP8_PATHS:
             raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")
@@ -190,7 +192,7 @@ class CudaBackend(Backend):
             with stream:
                 stager = Stager(cp, ordinal, self.kernels, dev.sms)
                 fold = None
-                if batch is not None and len(sb) == 2 and mdt.kind == "float" and _foldable(a):
+                if folds:
                     fold, a, m = (batch, m, n), _fold(a), batch * m  # shared weight: the batch stacks along M
                     batch = None
                 if batch is not None and mdt.kind != "float":
