@@ -9,7 +9,7 @@ Two parts:
 * the same glue on this machine through ``FakeHip``: a stand-in for hip-python whose "device" memory is
   numpy and whose "hiprtc" is clang-22 (the same code object hiprtc would get); a launch checks the
   packed argument tuple against the code object's kernel-argument metadata, then runs the kernel with
-  the CPU mirror of tests/test_hip_index.py.  So staging, strides, argument order and the result
+  the CPU mirror (tests/_hip_mirror.py).  So staging, strides, argument order and the result
   path of ``HipBackend.matmul`` are exercised without a GPU.
 """
 
@@ -28,7 +28,7 @@ from conftest import require_tool
 from mxcore.backends import hip, hip_tools
 from mxcore.backends._contract import is_failure
 from mxcore.backends.hip.runtime import detect_convention
-from test_hip_index import HALVES, consts, mirror_gemm
+from _hip_mirror import HALVES, consts, mirror_gemm
 
 from mxcore import dtypes as _dt
 from mxcore.errors import BackendUnavailableError, DeviceError, UnsupportedError

@@ -2,7 +2,7 @@
 
 A stand-in HIP runtime (tests/standin_hip/standin_hip.c, built here with ``cc``) exports the ``hip*`` and
 ``hiprtc*`` entry points hip-python dlopens; its "hiprtc" is clang-22 and its launches run the kernel's CPU
-mirror (tests/test_hip_index.py) from the argument bytes hip-python packed.  Each test runs in a subprocess
+mirror (tests/_hip_mirror.py) from the argument bytes hip-python packed.  Each test runs in a subprocess
 that imports one pinned hip-python release from PyPI (installed with ``pip --target`` into a cache folder),
 for both call conventions:
 

@@ -11,7 +11,7 @@ hip-python dlopens), which for every ``mx_gemm_*`` launch
   metadata (``NT_AMDGPU_METADATA``, decoded by ``hip_tools``), typed by the entry point's parameter list in
   the kernel source -- so a wrong order, size or alignment of any argument is a failed launch or wrong D;
 * checks that the -D options hiprtc compiled the module with are the variant's ``KernelSpec.defines()``;
-* runs the kernel with the CPU mirror of tests/test_hip_index.py (its -D constants, per-lane fragments and
+* runs the kernel with the CPU mirror (tests/_hip_mirror.py) (its -D constants, per-lane fragments and
   the layout records), one grid-Y piece and batch at a time, and writes D into the stand-in's device memory.
 """
 
@@ -79,7 +79,7 @@ def _compile_options(entry: str) -> list[str]:
 def _gemm(dev: StandIn, name: str, grid, block, raw: bytes, code: bytes) -> dict:
     from mxcore.backends import hip, hip_tools
     from mxcore.kernels import kernel_source
-    from test_hip_index import consts, mirror_gemm
+    from _hip_mirror import consts, mirror_gemm
 
     kernels = hip_tools.code_object_metadata(code)["amdhsa.kernels"]
     (meta,) = [k for k in kernels if k[".name"] == name]
@@ -151,7 +151,7 @@ def attach(lib_dir: str) -> StandIn:
 # ----------------------------------------------------------------------------- scenarios
 def _exact(rng, shape_a, shape_b):
     """Inputs exactly representable in fp16 with exact fp32 sums (small multiples of 1/2)."""
-    from test_hip_index import HALVES
+    from _hip_mirror import HALVES
 
     return rng.choice(HALVES, shape_a).astype(np.float32), rng.choice(HALVES, shape_b).astype(np.float32)
 
