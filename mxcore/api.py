@@ -94,8 +94,8 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     nothing is copied between host and device implicitly).
     dtype: a name from :func:`mxcore.dtypes.known_names` (``"fp16"``, ``"fp8"``, ``"mxfp4"``...), an
     (A, B) pair such as ``("mxfp8", "mxfp4")``, a dtype object (``numpy.float16``, ``ml_dtypes.bfloat16``,
-    ``torch.float16``), or None for the inputs' own dtype.  High-precision inputs are quantized by mxcore (MX: OCP v1.0 blocks of 32
-    along K; fp8: a per-tensor power-of-two scale, per batch element for batches) — on the GPU for GPU inputs,
+    ``torch.float16``), or None for the inputs' own dtype.  High-precision inputs are quantized by mxcore
+    (MX: OCP v1.0 blocks of 32 along K; fp8: a per-tensor power-of-two scale, per batch element for batches) — on the GPU for GPU inputs,
     on the host for host inputs; quantized inputs are used as they are (quantize weights once, multiply many
     times).  ``fp8`` means e4m3fnuz on CDNA3 (gfx940–gfx942), e4m3fn elsewhere.
     out_dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
@@ -108,8 +108,6 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     Returns the same kind of array as the inputs (numpy in → numpy out; CuPy → CuPy; torch → torch), on the
     inputs' device.
     """
-    from .backends import select
-
     for x, role in ((a, "a"), (b, "b")):
         check_real_input(x, role)
     sa, sb = _shape(a), _shape(b)
@@ -135,8 +133,8 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     if 0 in (sa[-2], sb[-1]) or sa[-1] == 0:
         return _empty_like_kind(sa[:-1] + (sb[-1],), out, a, b)
     # a batch runs in one launch where the backend can (per-tensor fp8 keeps one scale per batch element: a loop)
-    loop = batched and not (getattr(be, "batched", False) and mdt.kind != "fp8")
-    if where[0] == "gpu" and getattr(be, "device_quantization", False) and mdt.kind in ("fp8", "mx"):
+    loop = batched and not (be.batched and mdt.kind != "fp8")
+    if where[0] == "gpu" and be.device_quantization and mdt.kind in ("fp8", "mx"):
         if len(sb) == 2:  # one operand shared by the whole batch (or a plain 2-D product): quantized once
             b = _quantize_on_device(b, mdt.b, "b", False, scale_rounding)
         if not loop:
@@ -194,7 +192,7 @@ def _resolved(backend, dtype, out_dtype):
 
 
 def _check_options(be, options) -> None:
-    accepted = tuple(getattr(be, "options", ()))
+    accepted = tuple(be.options)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise UnsupportedError(
