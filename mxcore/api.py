@@ -57,7 +57,8 @@ def _common_placement(a, b):
         raise DeviceError(
             f"operand {'a' if host_role == 'b' else 'b'} is on {_describe(dev)} but operand {host_role} is on the "
             f"host; mxcore does not copy operands between host and device behind your back. Move {host_role} to "
-            f"GPU {dev[1]} (cupy.asarray(x) under cupy.cuda.Device({dev[1]}), torch.as_tensor(x, device='cuda:{dev[1]}'), "
+            f"GPU {dev[1]} (cupy.asarray(x) under cupy.cuda.Device({dev[1]}), "
+            f"torch.as_tensor(x, device='cuda:{dev[1]}'), "
             "or MXTensor.to_device()), or pass both from the host"
         )
     raise DeviceError(f"operand a is on {_describe(pa)} but operand b is on {_describe(pb)}; put both operands on "
@@ -95,8 +96,8 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     dtype: a name from :func:`mxcore.dtypes.known_names` (``"fp16"``, ``"fp8"``, ``"mxfp4"``...), an
     (A, B) pair such as ``("mxfp8", "mxfp4")``, a dtype object (``numpy.float16``, ``ml_dtypes.bfloat16``,
     ``torch.float16``), or None for the inputs' own dtype.  High-precision inputs are quantized by mxcore
-    (MX: OCP v1.0 blocks of 32 along K; fp8: a per-tensor power-of-two scale, per batch element for batches) — on the GPU for GPU inputs,
-    on the host for host inputs; quantized inputs are used as they are (quantize weights once, multiply many
+    (MX: OCP v1.0 blocks of 32 along K; fp8: a per-tensor power-of-two scale, per batch element for batches)
+    — on the GPU for GPU inputs, on the host for host inputs; quantized inputs are used as they are (quantize weights once, multiply many
     times).  ``fp8`` means e4m3fnuz on CDNA3 (gfx940–gfx942), e4m3fn elsewhere.
     out_dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
     backend: ``"auto"`` (``MXCORE_BACKEND``, else the first usable GPU backend, else ``"reference"``),
