@@ -97,8 +97,8 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     (A, B) pair such as ``("mxfp8", "mxfp4")``, a dtype object (``numpy.float16``, ``ml_dtypes.bfloat16``,
     ``torch.float16``), or None for the inputs' own dtype.  High-precision inputs are quantized by mxcore
     (MX: OCP v1.0 blocks of 32 along K; fp8: a per-tensor power-of-two scale, per batch element for batches)
-    — on the GPU for GPU inputs, on the host for host inputs; quantized inputs are used as they are (quantize weights once, multiply many
-    times).  ``fp8`` means e4m3fnuz on CDNA3 (gfx940–gfx942), e4m3fn elsewhere.
+    — on the GPU for GPU inputs, on the host for host inputs; quantized inputs are used as they are (quantize
+    weights once, multiply many times).  ``fp8`` means e4m3fnuz on CDNA3 (gfx940–gfx942), e4m3fn elsewhere.
     out_dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
     backend: ``"auto"`` (``MXCORE_BACKEND``, else the first usable GPU backend, else ``"reference"``),
     ``"cuda"``, ``"hip"`` or ``"reference"``.
