@@ -385,7 +385,9 @@ def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape
     which passed the GPU bit-exactness tests on an H200; ``"fast"`` (raises where it does not apply) runs the
     lane-pair kernel, which matches numpy in the host build but FAILED the GPU tests on an H200 (codes of some
     blocks come out as zeros; tests/test_device_codec.py keeps the reproducer as a strict xfail): experimental,
-    never chosen by default until it passes on hardware."""
+    never chosen by default until it passes on hardware.  What is known (H200): its scales are right; element
+    codes whose intermediate z = r * 2^(-126 - emin) is a float32 subnormal come out 0 (e.g. e2m1 0.5 -> 0, e4m3
+    subnormal codes -> 0); adding --ftz=false, --fmad=false or -G to the NVRTC options changes nothing."""
     import os
 
     choice = kernel if kernel is not None else os.environ.get("MXCORE_MX_KERNEL", "auto")
