@@ -19,10 +19,8 @@ Exit status: the selftest's, or 3 when the hook itself failed (its tracebacks ar
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -60,31 +58,18 @@ def _run_probe(dev, rec, raw: bytes) -> None:
 
 
 def attach(lib_dir: str, arch: str):
-    """Install the hook on the stand-in library; returns the object that keeps it alive."""
+    """Install the stand-in's launch hook with the probe kernels run through the emulator; returns the object
+    that keeps it alive."""
     from standin_hip import scenario
 
-    dev = scenario.StandIn(lib_dir)
     records = _probe_records(arch)
 
-    def hook(name, grid, block, args, size, code, code_size):
-        try:
-            name = name.decode()
-            g, b = [grid[i] for i in range(3)], [block[i] for i in range(3)]
-            raw = ctypes.string_at(args, size) if size else b""
-            if name.startswith("mx_gemm_"):
-                scenario._gemm(dev, name, g, b, raw, ctypes.string_at(code, code_size))
-            elif name in records:
-                _run_probe(dev, records[name], raw)
-            else:
-                raise AssertionError(f"the stand-in cannot execute kernel {name}")
-            return 0
-        except Exception:  # noqa: BLE001  (reported; the launch fails with hipErrorLaunchFailure)
-            scenario.ERRORS.append(traceback.format_exc())
-            return 1
+    def probe(dev, name, raw):
+        if name not in records:
+            raise AssertionError(f"the stand-in cannot execute kernel {name}")
+        _run_probe(dev, records[name], raw)
 
-    dev.hook = scenario.HOOK(hook)
-    dev.lib.standin_set_launch_hook(dev.hook)
-    return dev
+    return scenario.attach(lib_dir, other=probe)
 
 
 def _plant_wrong_layout() -> None:

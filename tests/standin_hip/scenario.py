@@ -125,8 +125,9 @@ def _gemm(dev: StandIn, name: str, grid, block, raw: bytes, code: bytes) -> dict
             "packed_bytes": len(raw)}
 
 
-def attach(lib_dir: str) -> StandIn:
-    """Install the launch hook (kept alive on the returned object)."""
+def attach(lib_dir: str, other=None) -> StandIn:
+    """Install the launch hook (kept alive on the returned object): GEMM launches run through the CPU mirror;
+    any other kernel is logged, or handed to ``other(dev, name, raw)`` when given (e.g. the selftest's probes)."""
     dev = StandIn(lib_dir)
 
     def hook(name, grid, block, args, size, code, code_size):
@@ -136,6 +137,8 @@ def attach(lib_dir: str) -> StandIn:
             raw = ctypes.string_at(args, size) if size else b""
             if name.startswith("mx_gemm_"):
                 LAUNCHES.append(_gemm(dev, name, g, b, raw, ctypes.string_at(code, code_size)))
+            elif other is not None:
+                other(dev, name, raw)
             else:
                 LAUNCHES.append({"name": name, "grid": g, "block": b, "packed_bytes": size})
             return 0
