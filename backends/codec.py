@@ -12,11 +12,10 @@ DLPack producers on a GPU; results are bit-identical to the numpy path (``tests/
   ROCm, which compiles with hiprtc) plus :func:`format_defines` of the format's
   :class:`~mxcore.formats.FormatSpec`, compiled by ``cupy.RawModule`` (NVRTC, cached on disk by CuPy) on
   first use per device.  :func:`compile_inputs` gives the exact (source, options) for offline checks.
-* **MX kernels.**  :func:`_mx_launch` runs the generic quantizer (one thread per block, any layout; bit-exact on
-  an H200).  An experimental fast one (two lanes per block of 32, 16-byte loads and stores; float32/float16/
-  bfloat16 data with contiguous, aligned blocks along the last axis) runs only when forced
-  (``$MXCORE_MX_KERNEL=fast`` or ``kernel="fast"``): it matches numpy in the host build but gave wrong codes for
-  some blocks on an H200, so it is not used until it passes there (``python -m mxcore.bench_quant`` times both).
+* **MX kernels.**  :func:`_mx_launch` runs the lane-pair quantizer (two lanes per block of 32, 16-byte loads and
+  stores) on float32/float16/bfloat16 data with contiguous, aligned blocks along the last axis, and the generic
+  one (one thread per block, any layout) on everything else; ``$MXCORE_MX_KERNEL`` / ``kernel=`` force either
+  (``python -m mxcore.bench_quant`` times both).
 * **Synchronisation.**  None, except where the host path raises on data: NaN in a format without NaN under
   ``nan="raise"``, and integer codes too wide for the format (decode, packing) read one device counter.
   ``quantize_tensor`` keeps the scale on the device (one amax reduction, then the encode pass reads it).
@@ -381,13 +380,11 @@ def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape
     takes blocks of 32 along the contiguous last axis of float32/float16/bfloat16 data, 16-byte aligned, with
     K a multiple of 32; everything else (other axes, K tails, other block lengths, float64, unaligned views)
     runs ``mx_quantize_mx_*`` (one thread per block, any layout).  Both give the numpy path's bits.  ``kernel``
-    (else ``$MXCORE_MX_KERNEL``): ``"auto"`` (default) and ``"generic"`` run the one-thread-per-block kernel,
-    which passed the GPU bit-exactness tests on an H200; ``"fast"`` (raises where it does not apply) runs the
-    lane-pair kernel, which matches numpy in the host build but FAILED the GPU tests on an H200 (codes of some
-    blocks come out as zeros; tests/test_device_codec.py keeps the reproducer as a strict xfail): experimental,
-    never chosen by default until it passes on hardware.  What is known (H200): its scales are right; element
-    codes whose intermediate z = r * 2^(-126 - emin) is a float32 subnormal come out 0 (e.g. e2m1 0.5 -> 0, e4m3
-    subnormal codes -> 0); adding --ftz=false, --fmad=false or -G to the NVRTC options changes nothing."""
+    (else ``$MXCORE_MX_KERNEL``): ``"auto"`` (default) runs the lane-pair kernel where it applies and the generic
+    one elsewhere; ``"generic"`` forces the one-thread-per-block kernel, ``"fast"`` the lane-pair one (raising
+    where it does not apply).  History: a first lane-pair kernel matched numpy in the host build but not on an
+    H200, whose arithmetic flushed its float32 subnormal intermediates; the kernel now computes no float32
+    subnormal that matters (mx_codec.cuh), and the host build is also checked with subnormals flushed."""
     import os
 
     choice = kernel if kernel is not None else os.environ.get("MXCORE_MX_KERNEL", "auto")
@@ -403,7 +400,7 @@ def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape
                                "contiguous last axis, K a multiple of 32 and 16-byte aligned data; use "
                                "kernel='auto' for this input")
     mod = call.module(spec)
-    if fits and choice == "fast":
+    if fits and choice != "generic":
         halves = n // 16  # two lanes per block
         grid = max(1, min(-(-halves // THREADS), 8 * call.sm_count()))  # grid-stride: one resident wave at most
         args = (xb, codes, scales, smax1, _i64(halves), _i64(grid * THREADS), np.int32(rceil))

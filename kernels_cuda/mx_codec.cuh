@@ -111,6 +111,28 @@ __device__ __forceinline__ float mxc_fmul(float a, float b) {
     return __fmul_rn(a, b);
 #endif
 }
+// float16 bits -> float32, exact (subnormals included): the hardware conversion on the GPUs, integer
+// operations in the host build (which may run with float32 subnormals flushed)
+__device__ __forceinline__ float mxc_h2f(mxc_u16 h) {
+#if MXC_HOST
+    const mxc_u32 e = (h >> 10) & 0x1fu, m = h & 0x3ffu, sign = (mxc_u32)(h >> 15) << 31;
+    if (e == 0) return mxc_u2f(mxc_f2u((float)m * mxc_u2f(103u << 23)) | sign);  // m * 2^-24: normal or 0
+    return mxc_u2f(sign | ((e == 31 ? 0xffu : e + 112u) << 23) | (m << 13));
+#elif MXC_HIP
+    return (float)__builtin_bit_cast(_Float16, h);
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#endif
+}
+#if MXC_HOST
+#define MXC_NOINLINE __attribute__((noinline))
+#elif MXC_HIP
+#define MXC_NOINLINE __device__ __attribute__((noinline))
+#else
+#define MXC_NOINLINE __device__ __noinline__
+#endif
 __device__ __forceinline__ float mxc_fadd(float a, float b) {
 #if MXC_HIP || MXC_HOST
     return a + b;
@@ -533,38 +555,56 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
 // two lanes of a block exchange their half maxima (mxc_lane_xor1), both derive the scale, the even lane writes
 // it.  Grid-stride over half blocks (the loop bound is uniform in the CTA, so whole warps run every exchange).
 //
-// The element encode (MXC_FAST_FLOAT formats) is float arithmetic that rounds exactly once: y = x * 2^-k is
-// exact in float32 (x has at most 24 significant bits; 2^-k is a normal float32 because k <= 126 for inputs of
-// at most 32 bits when MXF_EMAX >= 2; a product below 2^-126 is far below half the smallest subnormal code, so
-// its own rounding cannot change the result).  With E = max(floor(log2|y|), MXF_EMIN) and M = 2^(E + 23 -
-// MXF_MBITS), the float32 sum |y| + M lies in [M, 2M) where one ulp is the format's quantum 2^(E - MXF_MBITS):
-// the add rounds |y| to the format's grid, RNE (the sum's last bit is the code's last bit), and r = sum - M
-// is exact.  Then z = r * 2^(-126 - MXF_EMIN) (exact) maps the format's smallest normal onto float32's: a
-// normal r gets the format's exponent field and mantissa at the top of z's fields, a subnormal r becomes a
-// float32 subnormal with the format's mantissa there, so z's bits >> (23 - MXF_MBITS) are the magnitude code
-// (a subnormal that rounds up is the smallest normal by itself).  Clamping z's bits saturates above the
-// largest normal, as the MX rule does.  Other formats use mxc_mx_element (same results, slower).
-// Needs float32 subnormals (no flush to zero: NVRTC's default, and hiprtc's / clang's for gfx9).
+// The element encode (MXC_FAST_FLOAT formats) rounds once, with one float32 add, and never computes with a
+// float32 subnormal that matters: y = x * 2^-k is exact in float32 (x has at most 24 significant bits; 2^-k is
+// a normal float32 because k <= 126 for inputs of at most 32 bits when MXF_EMAX >= 2; a product below 2^-126 is
+// far below half the smallest subnormal code, so its own rounding, or a flush to zero, cannot change the result).
+// With E = max(floor(log2|y|), MXF_EMIN) and M = 2^(E + 23 - MXF_MBITS), the float32 sum s = |y| + M lies in
+// [M, 2M) where one ulp is the format's quantum 2^(E - MXF_MBITS): the add rounds |y| to the format's grid, RNE,
+// and s's mantissa field holds q = |y| / quantum (at most 2^(MXF_MBITS + 1): a round-up into the next binade).
+// The magnitude code is then q + (E - MXF_EMIN) * 2^MXF_MBITS (a normal |y| has q >= 2^MXF_MBITS, which adds the
+// implicit 1 to the exponent field; a subnormal one has E = MXF_EMIN and q < 2^MXF_MBITS), computed by integer
+// operations: bits(s) << (23 - MXF_MBITS) drops s's exponent (23 - MXF_MBITS >= 9) and leaves q at the top, and
+// bits(M) - bits(M_emin) = (E - MXF_EMIN) << 23 adds the exponent.  The constant bits(M_emin) is subtracted once
+// per packed word (mxc_fast_word_base).  Clamping saturates above the largest normal, as the MX rule does.
+// Subnormal inputs: float16 values are converted by the hardware (exact); float32/bfloat16 subnormals matter only
+// in blocks whose scale exponent is below MXC_FAST_TINY_K, which take mxc_fast_tiny (integer arithmetic, out of
+// line).  So the result does not depend on float32 subnormal support (an H200 flushed them in this kernel).
+// Other formats use mxc_mx_element (same results, slower).
 #define MXC_HALF 16
 #define MXC_FAST_FLOAT (MXF_BITS <= 8 && MXF_SIGNED && MXF_SUBNORMALS && MXF_SPECIALS != 2 && MXF_EMAX >= 2 && \
-                        MXF_MBITS >= 1 && MXF_EMAX + 23 - MXF_MBITS <= 127 && MXF_EMIN >= -125)
+                        MXF_MBITS >= 1 && MXF_MBITS <= 14 && MXF_EMAX + 23 - MXF_MBITS <= 127 && MXF_EMIN >= -125)
 #define MXC_FAST_SHIFT (23 - MXF_MBITS)
+// bits(M) for E = MXF_EMIN
+#define MXC_FAST_MEMIN ((((mxc_u32)(MXF_EMIN + 127)) << 23) + ((mxc_u32)MXC_FAST_SHIFT << 23))
+// scale exponents below this: a float32/bfloat16 subnormal input can reach the format's half smallest subnormal
+#define MXC_FAST_TINY_K (-(MXF_EMIN - MXF_MBITS + 125))
 
-// the magnitude code of |y| (y exact, |y| < 2^(MXF_EMAX + 1)), left at bit MXC_FAST_SHIFT (lower bits zero)
+// the magnitude code of |y| (y exact, |y| < 2^(MXF_EMAX + 1)) at bit MXC_FAST_SHIFT, plus MXC_FAST_MEMIN
 __device__ __forceinline__ mxc_u32 mxc_fast_mag_hi(float y) {
-    const mxc_u32 shift = (mxc_u32)MXC_FAST_SHIFT << 23;  // M = 2^E * 2^(23 - MBITS): an exponent-field add
-    const mxc_u32 emin_m = ((mxc_u32)(MXF_EMIN + 127) << 23) + shift;
-    const mxc_u32 eb_m = (mxc_f2u(y) & 0x7f800000u) + shift;
-    const float m = mxc_u2f(eb_m > emin_m ? eb_m : emin_m);
-    const float r = mxc_fadd(mxc_fadd(mxc_fabs(y), m), -m);
-    const mxc_u32 z = mxc_f2u(mxc_fmul(r, mxc_u2f((mxc_u32)(1 - MXF_EMIN) << 23)));  // r * 2^(-126 - EMIN)
-    const mxc_u32 top = (mxc_u32)MXF_MAX_MAGCODE << MXC_FAST_SHIFT;
-    return z < top ? z : top;
+    const mxc_u32 e = mxc_f2u(y) & 0x7f800000u;
+    const mxc_u32 eminf = (mxc_u32)(MXF_EMIN + 127) << 23;
+    const mxc_u32 m = (e > eminf ? e : eminf) + ((mxc_u32)MXC_FAST_SHIFT << 23);  // bits(M)
+    const mxc_u32 s = mxc_f2u(mxc_fadd(mxc_fabs(y), mxc_u2f(m)));
+    const mxc_u32 hi = (s << MXC_FAST_SHIFT) + m;  // (q << SHIFT) + (E - EMIN) << 23 + MXC_FAST_MEMIN
+    const mxc_u32 top = ((mxc_u32)MXF_MAX_MAGCODE << MXC_FAST_SHIFT) + MXC_FAST_MEMIN;
+    return hi < top ? hi : top;
 }
 
 // v >> s for s > 0, v << -s otherwise (a compile-time s: one shift; the packing adds disjoint fields, so the
 // shift and the add fuse into one LEA / LEA.HI)
 __device__ __forceinline__ mxc_u32 mxc_shr(mxc_u32 v, int s) { return s > 0 ? v >> s : v << (-s); }
+
+#if MXC_FAST_FLOAT
+// what the four mxc_fast_mag_hi terms of a packed word add beyond the codes (MXC_FAST_MEMIN at each byte's
+// shift), negated: a compile-time constant added once per word (all arithmetic mod 2^32)
+__device__ __forceinline__ mxc_u32 mxc_fast_word_base() {
+    mxc_u32 b = 0u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b += mxc_shr(MXC_FAST_MEMIN, MXC_FAST_SHIFT - 8 * j);
+    return 0u - b;
+}
+#endif
 
 // the sign bits of elements 4q..4q+3 at bit 7 of each byte
 template <class In>
@@ -591,9 +631,8 @@ __device__ __forceinline__ float mxc_fast_value(const mxc_u32* wd, int j) {
         return mxc_u2f(wd[j]);
     } else if constexpr (In::ebits == 8) {  // bfloat16: the top half of a float32
         return mxc_u2f((j & 1) ? (wd[j >> 1] & 0xffff0000u) : (wd[j >> 1] << 16));
-    } else {  // float16: its bits shifted into a float32 read 2^-112 times the value (subnormals too)
-        const mxc_u32 h = (j & 1) ? (wd[j >> 1] >> 16) : wd[j >> 1];
-        return mxc_fmul(mxc_u2f((h & 0x7fffu) << 13), mxc_u2f((112u + 127u) << 23));  // times 2^112
+    } else {  // float16 (subnormals included: mxc_h2f is exact)
+        return mxc_h2f((mxc_u16)((j & 1) ? (wd[j >> 1] >> 16) : wd[j >> 1]));
     }
 }
 
@@ -637,6 +676,26 @@ __device__ __forceinline__ void mxc_fast_load(const typename In::bits_t* x, mxc_
     }
 }
 
+#if MXC_FAST_FLOAT
+// a half block whose scale exponent k is below MXC_FAST_TINY_K: the exact integer encode (mxc_mx_element), kept
+// out of line so that the main loop stays short; only data below ~2^-100 gets here
+template <class In>
+MXC_NOINLINE mxc_v16 mxc_fast_tiny(mxc_v16 c0, mxc_v16 c1, mxc_v16 c2, mxc_v16 c3, int k) {
+    // the lane's words by value (registers: an array passed by address would live in local memory)
+    const mxc_u32 wd[16] = {c0.w[0], c0.w[1], c0.w[2], c0.w[3], c1.w[0], c1.w[1], c1.w[2], c1.w[3],
+                            c2.w[0], c2.w[1], c2.w[2], c2.w[3], c3.w[0], c3.w[1], c3.w[2], c3.w[3]};
+    mxc_v16 out;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        mxc_u32 word = 0u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) word |= (mxc_mx_element<In>(mxc_fast_bits<In>(wd, 4 * q + j), k) & 0xffu) << (8 * j);
+        out.w[q] = word;
+    }
+    return out;
+}
+#endif
+
 template <class In>
 __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::bits_t* x, mxc_u8* codes,
                                                             mxc_u8* scales, mxc_u32* scale_max1, mxc_i64 halves,
@@ -677,7 +736,7 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
 #if MXC_FAST_FLOAT
-            mxc_u32 word = mxc_shr(mxc_fast_signs<In>(wd, q), 8 - MXF_BITS);
+            mxc_u32 word = mxc_shr(mxc_fast_signs<In>(wd, q), 8 - MXF_BITS) + mxc_fast_word_base();
 #pragma unroll
             for (int j = 0; j < 4; ++j)
                 word += mxc_shr(mxc_fast_mag_hi(mxc_fmul(mxc_fast_value<In>(wd, 4 * q + j), scale)),
@@ -689,6 +748,16 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
 #endif
             out.w[q] = bad ? 0u : word;
         }
+#if MXC_FAST_FLOAT
+        if (In::width == 32 || In::ebits == 8) {  // float32 / bfloat16: subnormal inputs may matter
+            if (k < MXC_FAST_TINY_K && !bad) {
+                mxc_v16 c[4];
+#pragma unroll
+                for (int w = 0; w < 16; ++w) c[w >> 2].w[w & 3] = w < (int)(MXC_HALF * sizeof(B) / 4) ? wd[w] : 0u;
+                out = mxc_fast_tiny<In>(c[0], c[1], c[2], c[3], k);
+            }
+        }
+#endif
         if (live) {
             *(mxc_v16*)(codes + h * MXC_HALF) = out;
             const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
