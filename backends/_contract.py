@@ -152,6 +152,12 @@ class Backend:
         p.gemm()
         return p.result()
 
+    def fast_matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor"):
+        """An optional per-call fast path for two 2-D device operands with no options (``mxcore.matmul`` tries it
+        before anything else on GPU data): the result, or None when not taken (then ``matmul`` runs as usual).
+        Whatever it returns must equal ``matmul``'s result bit for bit."""
+        return None
+
     # ---- benchmarking ---------------------------------------------------------------------------------------
     def timer(self) -> Callable[[Callable[[], object]], float]:
         """``measure(fn) -> seconds`` with device events; the reference backend uses the host clock."""

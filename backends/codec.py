@@ -38,6 +38,8 @@ from ..errors import FormatError, InputTypeError, ShapeError, UnsupportedError
 from ..kernels import kernel_source
 
 __all__ = [
+    "Recording",
+    "Replay",
     "FAST_SUFFIXES",
     "INPUT_SUFFIXES",
     "MX_KERNELS",
@@ -54,6 +56,7 @@ __all__ = [
     "quantize_mx",
     "quantize_mx_kernel_only",
     "quantize_tensor",
+    "recording",
     "to_device",
     "unpack",
 ]
@@ -99,12 +102,88 @@ def entry_points(with_format: bool = True) -> list[str]:
         return pack
     per_input = [f"mx_{op}_{suf}" for op in ("encode", "quantize_mx", "amax", "quantize_tensor")
                  for suf, _ in INPUT_SUFFIXES.values()]
-    fast = [f"mx_quantize_mx_fast_{suf}" for suf in FAST_SUFFIXES]
-    return per_input + fast + ["mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32", "mx_dequantize_mx_f64"] + pack
+    fast = [f"mx_{op}_fast_{suf}" for op in ("quantize_mx", "amax", "quantize_tensor") for suf in FAST_SUFFIXES]
+    return per_input + fast + ["mx_scale_max_finish", "mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32",
+                               "mx_dequantize_mx_f64"] + pack
+
+
+# ---- recording device work for replay -------------------------------------------------------------------------------
+_RECORDING = threading.local()
+
+
+def _run(fn, grid, args) -> None:
+    """Launch ``fn`` (MXC_THREADS per block) on the current device and stream, recorded under :func:`recording`."""
+    fn(grid, (THREADS,), args)
+    rec = getattr(_RECORDING, "rec", None)
+    if rec is not None:
+        rec.steps.append(("launch", fn, grid, args))
+
+
+class Recording:
+    """The kernel launches and counter resets of the codec calls made under :func:`recording`, in order."""
+
+    def __init__(self):
+        self.steps: list = []
+
+    def replay(self, inputs) -> "Replay":
+        """A :class:`Replay` of the recorded work with ``inputs`` (device arrays the calls read, by address) as
+        the slots that change.  Raises UnsupportedError if an input was not read in place (a copy was made)."""
+        addrs = [int(x.data.ptr) for x in inputs]
+        launches = []
+        for step in self.steps:
+            if step[0] == "zero":
+                launches.append((None, step[1], ()))
+                continue
+            _, fn, grid, args = step
+            slots = tuple((i, addrs.index(int(a.data.ptr))) for i, a in enumerate(args)
+                          if hasattr(a, "data") and hasattr(a.data, "ptr") and int(a.data.ptr) in addrs)
+            args = list(args)
+            for i, _ in slots:
+                args[i] = np.uint64(0)  # set per replay (and the recorded input is not kept alive)
+            launches.append((fn, grid, (args, slots)))
+        used = {j for fn, _, extra in launches if fn is not None for _, j in extra[1]}
+        if used != set(range(len(addrs))):
+            raise UnsupportedError("internal: a recorded input was not read in place")
+        return Replay(launches)
+
+
+class Replay:
+    """Recorded codec work re-run with new input addresses into the same output buffers (the outputs of the
+    recorded calls), on the current device and stream: ``replay(addresses)``.  The caller owns the ordering: a
+    replay overwrites what the previous one wrote (fine on one stream, where the previous consumers ran first)."""
+
+    def __init__(self, launches):
+        self._launches = launches
+
+    def __call__(self, addresses) -> None:
+        import cupy as cp
+
+        stream = cp.cuda.get_current_stream().ptr
+        for fn, target, extra in self._launches:
+            if fn is None:
+                cp.cuda.runtime.memsetAsync(target.data.ptr, 0, target.nbytes, stream)
+                continue
+            args, slots = extra
+            for i, j in slots:
+                args[i] = np.uint64(addresses[j])
+            fn(target, (THREADS,), tuple(args))
+
+
+@contextlib.contextmanager
+def recording():
+    """Record the device work of the codec calls made inside (this thread): ``with recording() as rec: ...``,
+    then ``rec.replay(inputs)``."""
+    prev = getattr(_RECORDING, "rec", None)
+    rec = _RECORDING.rec = Recording()
+    try:
+        yield rec
+    finally:
+        _RECORDING.rec = prev
 
 
 # ---- one call on one device ---------------------------------------------------------------------------------------
 _MODULES: dict = {}
+_FUNCTIONS: dict = {}  # (ordinal, format name, kernel name) -> CuPy function
 _LOCK = threading.Lock()
 
 
@@ -122,6 +201,11 @@ class _Call:
         if self.kind == "torch":
             import torch
 
+            from .cuda.device import _torch_view
+
+            view = _torch_view(self.cp, x)  # from the tensor's address: no DLPack capsule, no stream query
+            if view is not None:
+                return view
             t = x.detach()
             name = str(t.dtype).replace("torch.", "")
             if name in ("bfloat16", "float16"):  # CuPy has no bfloat16: hand over the raw bits
@@ -154,8 +238,11 @@ class _Call:
         import torch
 
         store = _SIGNED_OF.get(dtype, dtype)
+        from .cuda.device import _torch_view
+
         t = torch.empty(tuple(shape), dtype=getattr(torch, store), device=self.torch_device)
-        view = cp.from_dlpack(t).view(dtype)
+        view = _torch_view(cp, t)
+        view = (view if view is not None else cp.from_dlpack(t)).view(dtype)
         if store != dtype:
             try:
                 t = t.view(getattr(torch, dtype))
@@ -171,8 +258,13 @@ class _Call:
 
         return torch.from_dlpack(a)
 
-    def counter(self):
-        return self.cp.zeros(1, dtype=self.cp.uint32)
+    def counter(self, dtype: str = "uint32"):
+        """A zeroed one-element device counter (zeroed again by a replay of a :func:`recording`)."""
+        c = self.cp.zeros(1, dtype=dtype)
+        rec = getattr(_RECORDING, "rec", None)
+        if rec is not None:
+            rec.steps.append(("zero", c))
+        return c
 
     def module(self, spec: FormatSpec | None):
         key = (self.ordinal, spec.name if spec is not None else None)
@@ -187,11 +279,19 @@ class _Call:
                     _MODULES[key] = mod
         return mod
 
+    def function(self, spec: FormatSpec | None, name: str):
+        """Kernel ``name`` of ``spec``'s module on this device (looked up once)."""
+        key = (self.ordinal, spec.name if spec is not None else None, name)
+        fn = _FUNCTIONS.get(key)
+        if fn is None:
+            fn = _FUNCTIONS[key] = self.module(spec).get_function(name)
+        return fn
+
     def launch(self, spec, name: str, threads: int, args, grid: int | None = None) -> None:
         if threads <= 0:
             return
         blocks = grid if grid is not None else -(-threads // THREADS)
-        self.module(spec).get_function(name)((blocks,), (THREADS,), tuple(args))
+        _run(self.function(spec, name), (blocks,), tuple(args))
 
     def sm_count(self) -> int:
         return _sm_count(self.cp, self.ordinal)
@@ -232,9 +332,16 @@ def _on(x):
 
         dev = x.device
         ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # torch's current stream, without a Stream object
         with cp.cuda.Device(ordinal):
-            with _external_stream(cp, torch.cuda.current_stream(dev), ordinal):
-                yield _Call(cp, kind, ordinal, torch.device("cuda", ordinal))
+            if raw is not None and not getattr(cp.cuda.runtime, "is_hip", False):
+                from .cuda.device import external_stream
+
+                stream = external_stream(cp, raw(ordinal))
+            else:
+                stream = _external_stream(cp, torch.cuda.current_stream(dev), ordinal)
+            with stream:
+                yield _Call(cp, kind, ordinal, dev if dev.index is not None else torch.device("cuda", ordinal))
         return
     if kind == "cupy":
         ordinal = x.device.id
@@ -426,10 +533,10 @@ def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
         smax1 = call.counter()
         if xb.size:
             fn, grid, args = _mx_launch(call, spec, xb, suf, codes, scales, smax1, shape, axis, block, rceil)
-            fn(grid, (THREADS,), args)
-        cp = call.cp
-        smax = cp.where(smax1[0] == 0, cp.uint32(128), smax1[0]).astype(cp.int32) - 1
-        return codes_r, scales_r, call.native(smax.astype(cp.uint8))
+            _run(fn, grid, args)
+        smax, smax_r = call.empty((), "uint8")
+        call.launch(spec, "mx_scale_max_finish", 1, (smax1, smax))
+        return codes_r, scales_r, smax_r
 
 
 def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int = 32, rceil: bool = False,
@@ -458,15 +565,22 @@ def quantize_tensor(x, spec: FormatSpec):
         xb, suf = call.float_bits(x)
         n = xb.size
         cp = call.cp
-        amax = cp.zeros(1, dtype=cp.uint64)
-        grid = max(1, min(-(-n // THREADS), 8 * call.sm_count()))
-        call.launch(spec, f"mx_amax_{suf}", n, (xb, _i64(n), _i64(grid * THREADS), amax), grid=grid)
+        amax = call.counter("uint64")
         codes, codes_r = call.empty(xb.shape, "uint8")
         exp, exp_r = call.empty((), "int32")
         scale, scale_r = call.empty((), "float32")
         count = call.counter() if not spec.has_nan else None
-        call.launch(spec, f"mx_quantize_tensor_{suf}", max(n, 1),
-                    (xb, codes, _i64(n), amax, exp, scale, count if count is not None else _NULL))
+        nan_arg = count if count is not None else _NULL
+        if suf in FAST_SUFFIXES and n and n % 16 == 0 and xb.data.ptr % 16 == 0 and codes.data.ptr % 16 == 0:
+            runs = n // 16  # runs of 16 elements, 16-byte loads and stores, grid-stride
+            grid = max(1, min(-(-runs // THREADS), 8 * call.sm_count()))
+            call.launch(spec, f"mx_amax_fast_{suf}", runs, (xb, _i64(runs), _i64(grid * THREADS), amax), grid=grid)
+            call.launch(spec, f"mx_quantize_tensor_fast_{suf}", runs,
+                        (xb, codes, _i64(runs), _i64(grid * THREADS), amax, exp, scale, nan_arg), grid=grid)
+        else:
+            grid = max(1, min(-(-n // THREADS), 8 * call.sm_count()))
+            call.launch(spec, f"mx_amax_{suf}", n, (xb, _i64(n), _i64(grid * THREADS), amax), grid=grid)
+            call.launch(spec, f"mx_quantize_tensor_{suf}", max(n, 1), (xb, codes, _i64(n), amax, exp, scale, nan_arg))
         if count is not None:
             bad = int(count.get()[0])
             if bad:

@@ -677,6 +677,23 @@ __device__ __forceinline__ void mxc_fast_load(const typename In::bits_t* x, mxc_
 }
 
 #if MXC_FAST_FLOAT
+// 16 finite elements (a lane's words) times scale = 2^-k, encoded and packed: byte j of word q is element 4q + j
+template <class In>
+__device__ __forceinline__ mxc_v16 mxc_fast_encode16(const mxc_u32* wd, float scale) {
+    mxc_v16 out;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        mxc_u32 word = mxc_shr(mxc_fast_signs<In>(wd, q), 8 - MXF_BITS) + mxc_fast_word_base();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            word += mxc_shr(mxc_fast_mag_hi(mxc_fmul(mxc_fast_value<In>(wd, 4 * q + j), scale)), MXC_FAST_SHIFT - 8 * j);
+        out.w[q] = word;
+    }
+    return out;
+}
+#endif
+
+#if MXC_FAST_FLOAT
 // a half block whose scale exponent k is below MXC_FAST_TINY_K: the exact integer encode (mxc_mx_element), kept
 // out of line so that the main loop stays short; only data below ~2^-100 gets here
 template <class In>
@@ -733,21 +750,19 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
 #if MXC_FAST_FLOAT
         const float scale = mxc_u2f((mxc_u32)(127 - k) << 23);  // 2^-k
 #endif
+#if MXC_FAST_FLOAT
+        out = mxc_fast_encode16<In>(wd, scale);
+#else
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-#if MXC_FAST_FLOAT
-            mxc_u32 word = mxc_shr(mxc_fast_signs<In>(wd, q), 8 - MXF_BITS) + mxc_fast_word_base();
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                word += mxc_shr(mxc_fast_mag_hi(mxc_fmul(mxc_fast_value<In>(wd, 4 * q + j), scale)),
-                                MXC_FAST_SHIFT - 8 * j);
-#else
             mxc_u32 word = 0u;
 #pragma unroll
             for (int j = 0; j < 4; ++j) word |= (mxc_mx_element<In>(mxc_fast_bits<In>(wd, 4 * q + j), k) & 0xffu) << (8 * j);
-#endif
-            out.w[q] = bad ? 0u : word;
+            out.w[q] = word;
         }
+#endif
+#pragma unroll
+        for (int q = 0; q < 4; ++q) out.w[q] = bad ? 0u : out.w[q];
 #if MXC_FAST_FLOAT
         if (In::width == 32 || In::ebits == 8) {  // float32 / bfloat16: subnormal inputs may matter
             if (k < MXC_FAST_TINY_K && !bad) {
@@ -825,6 +840,91 @@ __device__ __forceinline__ void mxc_quantize_tensor_kernel(const typename In::bi
     }
 }
 
+// per-tensor scale, both passes over runs of 16 elements (n a multiple of 16, x and codes 16-byte aligned; inputs
+// of at most 32 bits), 16-byte loads and stores, grid-stride over the runs.  Same results as the kernels above.
+template <class In>
+__device__ __forceinline__ void mxc_amax_fast_kernel(const typename In::bits_t* x, mxc_i64 runs, mxc_i64 stride,
+                                                    mxc_u64* amax_bits) {
+    typedef typename In::bits_t B;
+    static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
+#if MXC_HOST
+    mxc_u64& cta_max = *amax_bits;
+#else
+    __shared__ mxc_u64 cta_max;
+    if (threadIdx.x == 0) cta_max = 0ull;
+    __syncthreads();
+#endif
+    const mxc_u32 inf = (mxc_u32)mxc_inf_bits<In>();
+    mxc_u32 m = 0u;
+    for (mxc_i64 h = mxc_thread_index(); h < runs; h += stride) {
+        mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
+        mxc_fast_load<In>(x, h, wd);
+#pragma unroll
+        for (int j = 0; j < MXC_HALF; ++j) {
+            const mxc_u32 v = (mxc_u32)mxc_fast_bits<In>(wd, j) & (mxc_u32)(B)(~((B)1 << (In::width - 1)));
+            m = (v < inf && v > m) ? v : m;  // finite magnitudes only
+        }
+    }
+    if (m) mxc_atomic_max(&cta_max, (mxc_u64)m);
+#if !MXC_HOST
+    __syncthreads();
+    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(amax_bits, cta_max);
+#endif
+}
+
+template <class In>
+__device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename In::bits_t* x, mxc_u8* codes,
+                                                               mxc_i64 runs, mxc_i64 stride,
+                                                               const mxc_u64* amax_bits, int* scale_exp,
+                                                               float* scale, mxc_u32* nan_count) {
+    typedef typename In::bits_t B;
+    static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
+    const B amax = (B)*amax_bits;
+    int k = 0;
+    if (amax) {
+        bool above;
+        k = mxc_log2_parts<In>(amax, (mxc_u64)MXF_MAXSIG, MXF_MBITS, above) - MXF_EMAX + (above ? 1 : 0);
+        k = k < -126 ? -126 : (k > 127 ? 127 : k);
+    }
+    const mxc_i64 t = mxc_thread_index();
+    if (t == 0) {
+        *scale_exp = k;
+        *(mxc_u32*)scale = (mxc_u32)(k + 127) << 23;
+    }
+#if MXC_FAST_FLOAT
+    // every scaled value is at most the largest normal (k's choice), so nothing saturates; 2^-k is a normal float32
+    const float sc = mxc_u2f((mxc_u32)(127 - k) << 23);
+    const bool exact_path = k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8);  // uniform: the whole grid
+#endif
+    for (mxc_i64 h = t; h < runs; h += stride) {
+        mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
+        mxc_fast_load<In>(x, h, wd);
+        mxc_v16 out;
+#if MXC_FAST_FLOAT
+        const bool special = mxc_fast_half_amax<In>(wd) >= (mxc_u32)mxc_inf_bits<In>();  // inf / NaN in the run
+        if (!special && !exact_path) {
+            out = mxc_fast_encode16<In>(wd, sc);
+        } else
+#endif
+        {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                mxc_u32 word = 0u;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const B b = mxc_fast_bits<In>(wd, 4 * q + j);
+                    const bool finite = (B)(b & (B)(~((B)1 << (In::width - 1)))) < mxc_inf_bits<In>();
+                    const mxc_u32 c = finite ? mxc_encode<In>(b, k, false, false, 0)
+                                             : mxc_encode<In>(b, 0, false, true, nan_count);
+                    word |= (c & 0xffu) << (8 * j);
+                }
+                out.w[q] = word;
+            }
+        }
+        *(mxc_v16*)(codes + h * MXC_HALF) = out;
+    }
+}
+
 // MX dequantization: codes [outer][K][inner], scales [outer][ceil(K/block)][inner] -> float32 / float64 bits
 template <typename O>
 __device__ __forceinline__ void mxc_dequantize_mx_kernel(const mxc_u8* codes, const mxc_u8* scales, O* out,
@@ -886,10 +986,27 @@ MXC_INPUT_KERNELS(f64, MxcF64)
                                   mxc_i64 halves, mxc_i64 stride, int rceil) {                                      \
         mxc_quantize_mx_fast_kernel<IN>(x, codes, scales, scale_max1, halves, stride, rceil);                       \
     }
+#define MXC_FAST_TENSOR_KERNELS(SUF, IN)                                                                            \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_amax_fast_##SUF(const IN::bits_t* x, mxc_i64 runs, mxc_i64 stride, mxc_u64* amax_bits) {                  \
+        mxc_amax_fast_kernel<IN>(x, runs, stride, amax_bits);                                                       \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_quantize_tensor_fast_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_i64 runs, mxc_i64 stride,             \
+                                      const mxc_u64* amax_bits, int* scale_exp, float* scale, mxc_u32* nan_count) {   \
+        mxc_quantize_tensor_fast_kernel<IN>(x, codes, runs, stride, amax_bits, scale_exp, scale, nan_count);          \
+    }
 MXC_FAST_KERNEL(f32, MxcF32)
 MXC_FAST_KERNEL(f16, MxcF16)
 MXC_FAST_KERNEL(bf16, MxcBF16)
+MXC_FAST_TENSOR_KERNELS(f32, MxcF32)
+MXC_FAST_TENSOR_KERNELS(f16, MxcF16)
+MXC_FAST_TENSOR_KERNELS(bf16, MxcBF16)
 
+// an MX quantization's largest finite scale code from its counter (largest code + 1; 0: every block NaN -> 127)
+extern "C" __global__ void __launch_bounds__(MXC_THREADS) mx_scale_max_finish(const mxc_u32* scale_max1, mxc_u8* out) {
+    if (mxc_thread_index() == 0) out[0] = (mxc_u8)(*scale_max1 ? *scale_max1 - 1u : 127u);
+}
 extern "C" __global__ void __launch_bounds__(MXC_THREADS)
     mx_decode_f32(const mxc_code_t* codes, mxc_u32* out, mxc_i64 n, const int* scale_exp) {
     mxc_decode_kernel<mxc_u32>(codes, out, n, scale_exp);

@@ -237,6 +237,16 @@ extern "C" int host_can_flush() { return 0; }
         const unsigned csr = host_csr(); if (flush) host_set_csr(csr | 0x8040u); \
         RUN(ctas * MXC_THREADS, mx_quantize_mx_fast_##SUF(x, c, s, m, halves, ctas * MXC_THREADS, rceil)) \
         host_set_csr(csr); }
+#define FAST_TENSOR(SUF, B) \
+    extern "C" void host_quantize_tensor_fast_##SUF(const B* x, mxc_u8* c, mxc_i64 n, mxc_u64* amax, int* k, \
+                                                    float* sc, mxc_u32* cnt, mxc_i64 ctas, int flush) { \
+        const unsigned csr = host_csr(); if (flush) host_set_csr(csr | 0x8040u); \
+        RUN(ctas * MXC_THREADS, mx_amax_fast_##SUF(x, n / 16, ctas * MXC_THREADS, amax)) \
+        RUN(ctas * MXC_THREADS, mx_quantize_tensor_fast_##SUF(x, c, n / 16, ctas * MXC_THREADS, amax, k, sc, cnt)) \
+        host_set_csr(csr); }
+FAST_TENSOR(f32, mxc_u32)
+FAST_TENSOR(f16, mxc_u16)
+FAST_TENSOR(bf16, mxc_u16)
 FAST(f32, mxc_u32)
 FAST(f16, mxc_u16)
 FAST(bf16, mxc_u16)
@@ -502,6 +512,51 @@ def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, flush, rng):
                     bad = np.argwhere(c != want.codes)
                     assert bad.size == 0, (dt, rule, ctas, bad[:5], c[tuple(bad[0])], want.codes[tuple(bad[0])])
                     assert smax == want.scale_max
+
+
+@pytest.mark.parametrize("flush", [False, True], ids=["ieee", "ftz"])
+@pytest.mark.parametrize("name", [n for n in F.names() if F.get(n).bits == 8 and F.get(n).signed])
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
+    """mx_amax_fast_* + mx_quantize_tensor_fast_* (runs of 16, grid-stride; what the device path launches for
+    aligned data whose size is a multiple of 16) == numpy's quantize_tensor: float32 / float16 / bfloat16, tensors
+    with NaN / inf, all-zero, tiny (scale exponent at its lower clamp: float32/bfloat16 subnormal inputs count),
+    every 16-bit pattern; ``ftz``: with float32 subnormals flushed to zero (the kernels must not depend on them)."""
+    import ctypes
+
+    import ml_dtypes
+
+    require_tool("clang-22", hip_tools.have_clang())
+    from mxcore import mx
+
+    lib = host_codecs[name]
+    if flush and not lib.host_can_flush():
+        pytest.skip("flush-to-zero mode is set through the x86 MXCSR; this host is not x86-64")
+    spec = F.get(name)
+    base = [rng.standard_normal(512) * 2.0 ** rng.integers(-30, 30, 512), np.zeros(64),
+            rng.standard_normal(256) * 2.0 ** -140, rng.standard_normal(256) * 2.0 ** -125,
+            np.where(rng.random(256) < 0.5, 2.0 ** -135, 3 * 2.0 ** -133) * rng.choice([-1, 1], 256),
+            np.where(np.arange(128) == 5, np.inf, rng.standard_normal(128))]
+    if spec.has_nan:
+        base.append(np.where(np.arange(128) == 77, np.nan, rng.standard_normal(128)))
+    for dt in (np.float32, np.float16, ml_dtypes.bfloat16):
+        with np.errstate(over="ignore"):
+            cases = [x.astype(dt) for x in base]
+        if np.dtype(dt).itemsize == 2:
+            every = rng.permutation(np.arange(1 << 16, dtype=np.uint16)).view(dt)
+            cases.append(every if spec.has_nan else every[~np.isnan(every.astype(np.float32))][:65520])
+        for xs in cases:
+            xs = np.ascontiguousarray(xs)
+            for ctas in (1, 3):
+                c, amax, k, sc, cnt = (np.zeros(xs.size, np.uint8), np.zeros(1, np.uint64), np.zeros(1, np.int32),
+                                       np.zeros(1, np.float32), np.zeros(1, np.uint32))
+                getattr(lib, f"host_quantize_tensor_fast_{_SUFFIX[np.dtype(dt).name]}")(
+                    _ptr(xs), _ptr(c), _i(xs.size), _ptr(amax), _ptr(k), _ptr(sc), _ptr(cnt), _i(ctas),
+                    ctypes.c_int(int(flush)))
+                want = mx.quantize_tensor(xs, name)
+                bad = np.flatnonzero(c != want.codes)
+                assert bad.size == 0, (dt, ctas, bad[:5], c[bad[:1]], want.codes[bad[:1]], xs[bad[:1]])
+                assert int(k[0]) == want.scale_exp and float(sc[0]) == want.scale, (dt, int(k[0]), want.scale_exp)
 
 
 def test_mx_kernel_choice_on_host(monkeypatch):

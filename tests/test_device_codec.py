@@ -353,11 +353,15 @@ def test_quantize_tensor_bit_identical(fmt, lib, rng):
     cases = [rng.standard_normal((33, 65)) * 10, np.zeros((4, 4)), rng.standard_normal(1000) * 2.0 ** -140,
              rng.standard_normal(100) * 1e30, np.array([spec.max_normal * 2.0 ** -3, -1.0, 0.5]),
              np.array([np.nextafter(np.float32(spec.max_normal), np.float32(np.inf)), 1.0])]
-    special = rng.standard_normal(300)
-    special[[5, 50]] = [np.inf, -np.inf]
-    if spec.has_nan:
-        special[[7, 70]] = [np.nan, -np.nan]
-    cases.append(special)
+    # sizes that are multiples of 16 run the 16-element-run kernels (mx_amax_fast / mx_quantize_tensor_fast)
+    cases += [rng.standard_normal((64, 96)) * 10, rng.standard_normal(1024) * 2.0 ** -140,
+              rng.standard_normal(2048) * 2.0 ** -125, rng.standard_normal((128, 128)) * 2.0 ** rng.integers(-30, 30)]
+    for n in (300, 320):
+        special = rng.standard_normal(n)
+        special[[5, 50]] = [np.inf, -np.inf]
+        if spec.has_nan:
+            special[[7, 70]] = [np.nan, -np.nan]
+        cases.append(special)
     for x64 in cases:
         for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
             if lib == "cupy" and dtype == ml_dtypes.bfloat16:
@@ -373,6 +377,17 @@ def test_quantize_tensor_bit_identical(fmt, lib, rng):
                 h, w = host(mxcore.dequantize(got, dtype=dtype_out)), mxcore.dequantize(want, dtype=dtype_out)
                 assert np.array_equal(np.isnan(h), np.isnan(w))
                 same_bits(np.where(np.isnan(w), 0, h), np.where(np.isnan(w), 0, w))
+    every = np.arange(1 << 16, dtype=np.uint16)  # every 16-bit pattern (fast kernels: 65536 is a multiple of 16)
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+            continue
+        xh = rng.permutation(every).view(dtype)
+        if not spec.has_nan:
+            xh = xh[~np.isnan(xh.astype(np.float32))][:65520]
+        want = mxcore.quantize_tensor(xh, fmt)
+        got = mxcore.quantize_tensor(dev(xh, lib), fmt)
+        same_bits(host(got.codes), want.codes)
+        assert int(host(got.scale_exp)) == want.scale_exp
     x64 = np.array([1.0, 1e300, -1e-300, 5e-324])  # float64 only: clamps of the exponent, exact rounding
     same_bits(host(mxcore.quantize_tensor(dev(x64, lib), fmt).codes), mxcore.quantize_tensor(x64, fmt).codes)
     if not spec.has_nan:

@@ -40,7 +40,8 @@ the output and relaunch it through ``cuLaunchKernel`` with the new addresses (pl
 
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
-slices).
+slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in the kernel, or decoded to bf16;
+``families.mx_path``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from .._contract import Backend, Target
 from .compile import KernelCache
 from .device import as_cupy, device_info, external_stream, resolve_ordinal, stream_for
 from .families import family_for
+from .families import mx_path as _mx_path
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
@@ -68,7 +70,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     vendor = "nvidia"
-    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate")
+    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path")
     batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
     device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
 
@@ -164,7 +166,8 @@ class CudaBackend(Backend):
     # ---- running --------------------------------------------------------------------------------------------
     def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
              tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
-             split_k: int = 0, fp8_accumulate: str = "promote") -> CudaPlan:
+             split_k: int = 0, fp8_accumulate: str = "promote", mx_path: str | None = None,
+             _restage: bool = False) -> CudaPlan:
         """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
         C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16)."""
         from mxcore import dtypes as _dt
@@ -185,6 +188,7 @@ class CudaBackend(Backend):
         shape = (1, batch * m, n, k) if folds else (batch or 1, m, n, k)  # the rule sees the folded problem
         fam = family_for(dev.arch, mdt, shape, family or ("mma_sync" if mma_sync_only else None))
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
+        path = _mx_path(fam, mdt, mx_path) or path  # mxfp8 on wgmma: exact block scales in the kernel
         if path not in _FP8_PATHS:
             raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")
         with cp.cuda.Device(ordinal):
@@ -198,12 +202,12 @@ class CudaBackend(Backend):
                 if batch is not None and mdt.kind != "float":
                     return self._batch_loop(a, b, mdt, batch, (m, n), out_dtype, scale_rounding, out, tile=tile,
                                             family=family, fp8_path=fp8_path, split_k=split_k,
-                                            fp8_accumulate=fp8_accumulate)
+                                            fp8_accumulate=fp8_accumulate, mx_path=mx_path)
                 if mdt.kind == "float":
                     def prep():
                         return stager.stage_float(a, "a", mdt.a), stager.stage_float(b, "b", mdt.b)
                 else:
-                    prep = self._quantized_prep(stager, a, b, mdt, scale_rounding, path)
+                    prep = self._quantized_prep(stager, a, b, mdt, scale_rounding, path, cache=not _restage)
                 da, db = prep()
                 shape = fold or ((m, n) if batch is None else (batch, m, n))
                 store = getattr(cp, STORE[out_dtype])
@@ -235,10 +239,11 @@ class CudaBackend(Backend):
                            scale_rounding=scale_rounding, out=out[i], **options) for i in range(batch)]
         return BatchLoopPlan(parts, out, _result_like(cp, out_dtype, a, b))
 
-    def _quantized_prep(self, stager, a, b, mdt, scale_rounding, path):
+    def _quantized_prep(self, stager, a, b, mdt, scale_rounding, path, cache: bool = True):
         """fp8/MX operands: quantized objects as they are (codes/scales on any device), device float data quantized
         on its GPU (mxcore.quantize_mx / quantize_tensor), host data by mxcore.operands.prepare; device scales stay
-        on the device.  Returns the staging callable."""
+        on the device.  Returns the staging callable (``cache``: staged buffers cached on quantized objects; off,
+        every call stages again from the objects' current contents)."""
         from mxcore.arrays import to_numpy
         from mxcore.operands import prepare
 
@@ -246,7 +251,7 @@ class CudaBackend(Backend):
         host = [x if kd in ("mx", "numpy") else _quantize_device(x, od, role, scale_rounding) if _on_gpu(x)
                 else to_numpy(x) for x, kd, od, role in zip((a, b), kinds, (mdt.a, mdt.b), ("a", "b"))]
         opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
-        src = [x if kd == "mx" else None for x, kd in zip((a, b), kinds)]
+        src = [x if kd == "mx" and cache else None for x, kd in zip((a, b), kinds)]
         up: dict = {}  # uploads once per plan: prep() re-runs the device work only
 
         def uploaded(op, role):
@@ -273,6 +278,84 @@ class CudaBackend(Backend):
         p = self.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, out=out, **options)
         p.gemm()
         return p.result()
+
+    def fast_matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor"):
+        """The contract's per-call fast path for 2-D device operands (None: not taken, call matmul):
+        fp16/bf16 read in place (:meth:`_fast_call`), and fp8/MX products of contiguous float16/bfloat16/float32
+        device arrays, whose quantization, staging and GEMM are set up once per layout and replayed."""
+        if mdt.kind == "float":
+            return self._fast_call(a, b, mdt, out_dtype)
+        return self._fast_quantized(a, b, mdt, out_dtype, scale_rounding)
+
+    def _fast_quantized(self, a, b, mdt, out_dtype: str, scale_rounding: str):
+        """fp8/MX ``a @ b`` of contiguous 2-D float device arrays (both torch CUDA tensors or both CuPy arrays).
+        Once per (device, stream, dtypes, shapes, alignment, dtype, out_dtype, scale_rounding): quantize with
+        :func:`~mxcore.backends.codec.recording` on, build the plan over the quantized objects (staging re-run
+        by ``prep()``), keep both.  Later calls replay the quantization into the same buffers with the new input
+        addresses, re-stage, and launch the GEMM into a new output: no Python-side quantization objects, no plan.
+        The kept buffers are reused in stream order (the key holds the stream)."""
+        ka = array_kind(a)
+        if ka != array_kind(b) or ka not in ("torch", "cupy") or mdt.kind not in ("fp8", "mx"):
+            return None
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            return None
+        if ka == "torch":
+            if (a.device.type != "cuda" or b.device != a.device or a.requires_grad or b.requires_grad
+                    or not a.is_contiguous() or not b.is_contiguous()):
+                return None
+            import torch
+
+            names = (str(a.dtype), str(b.dtype))
+            pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.device.index
+            stream_h = _torch_stream(torch, a.device)
+        else:
+            if a.device.id != b.device.id or not a.flags.c_contiguous or not b.flags.c_contiguous:
+                return None
+            names = (a.dtype.name, b.dtype.name)
+            pa, pb, ordinal = a.data.ptr, b.data.ptr, a.device.id
+            stream_h = self.cp_module.cuda.get_current_stream().ptr
+        if any(n.replace("torch.", "") not in ("float16", "bfloat16", "float32") for n in names):
+            return None
+        key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), pa % 16, pb % 16, mdt.name,
+               out_dtype, scale_rounding)
+        entry = self._fast.get(key)
+        cp = self.cp_module
+        if entry is None:
+            if len(self._fast) > 256:
+                self._fast.clear()
+            from mxcore.backends import codec
+
+            with cp.cuda.Device(ordinal):
+                with codec.recording() as rec:
+                    qa = _quantize_device(a, mdt.a, "a", scale_rounding)
+                    qb = _quantize_device(b, mdt.b, "b", scale_rounding)
+                p = self.plan(qa, qb, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage=True)
+                p.gemm()
+                result = p.result()
+                entry = False
+                if type(p).__name__ in ("CudaPlan", "Sm90Plan") and p.batch is None and p._fold is None and pa != pb:
+                    try:
+                        entry = (rec.replay(_device_views(cp, a, b)), p)
+                    except UnsupportedError:  # an operand was copied before quantization: no replay
+                        entry = False
+                self._fast[key] = entry
+            return result
+        if entry is False:
+            return None
+        replay, p = entry
+        with cp.cuda.Device(ordinal), p.stream:
+            replay((pa, pb))
+            p._prep()
+            if ka == "torch":
+                import torch
+
+                out = torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[out_dtype], device=a.device)
+                p.set_output(as_cupy(cp, out) if out.numel() else p.out)
+            else:
+                out = cp.empty(p.out.shape, dtype=p.out.dtype)
+                p.set_output(out)
+            p._gemm() if type(p) is CudaPlan else p.gemm()
+        return out
 
     def _fast_call(self, a, b, mdt, out_dtype: str):
         """fp16/bf16 device operands the kernel reads in place: the plan is built once per layout (device, dtypes,
@@ -414,6 +497,11 @@ def _torch_stream(torch, dev) -> int:
     if raw is not None:
         return raw(dev.index)
     return torch.cuda.current_stream(dev).cuda_stream
+
+
+def _device_views(cp, *xs):
+    """CuPy views of device arrays (the addresses a recording read)."""
+    return [as_cupy(cp, x) for x in xs]
 
 
 def _on_gpu(x) -> bool:

@@ -151,6 +151,11 @@ class CudaPlan(Plan):
                      shared_mem=v.smem_bytes)
         self._red(self._red_grid, (256,), (ws, *red))
 
+    def set_output(self, out) -> None:
+        """Write the next gemm() into ``out`` (a CuPy array like the plan's output: shape, dtype, C order)."""
+        self.out = out
+        self._pack()
+
     def launcher(self) -> "Relaunch":
         """This plan's launch(es) as a :class:`Relaunch` (direct operands only: the addresses change per call)."""
         args, red = self._launch
