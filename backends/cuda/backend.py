@@ -345,15 +345,15 @@ class CudaBackend(Backend):
         replay, p = entry
         with cp.cuda.Device(ordinal), p.stream:
             replay((pa, pb))
-            p._prep()
+            da, db = p._prep()  # staging into new buffers where it copies (A/B codes read in place stay)
             if ka == "torch":
                 import torch
 
                 out = torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[out_dtype], device=a.device)
-                p.set_output(as_cupy(cp, out) if out.numel() else p.out)
+                view = as_cupy(cp, out)
             else:
-                out = cp.empty(p.out.shape, dtype=p.out.dtype)
-                p.set_output(out)
+                out = view = cp.empty(p.out.shape, dtype=p.out.dtype)
+            p.rebind(da if da.buf is not p.da.buf else None, db if db.buf is not p.db.buf else None, view)
             p._gemm() if type(p) is CudaPlan else p.gemm()
         return out
 

@@ -151,9 +151,12 @@ class CudaPlan(Plan):
                      shared_mem=v.smem_bytes)
         self._red(self._red_grid, (256,), (ws, *red))
 
-    def set_output(self, out) -> None:
-        """Write the next gemm() into ``out`` (a CuPy array like the plan's output: shape, dtype, C order)."""
-        self.out = out
+    def rebind(self, da: DevOperand | None = None, db: DevOperand | None = None, out=None) -> None:
+        """Point the next gemm() at other staged operands (same layout: what ``prep()`` returns again) and/or another
+        output (a CuPy array like the plan's output: shape, dtype, C order)."""
+        self.da, self.db = da or self.da, db or self.db
+        if out is not None:
+            self.out = out
         self._pack()
 
     def launcher(self) -> "Relaunch":

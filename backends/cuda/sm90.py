@@ -371,14 +371,19 @@ class Sm90Plan(CudaPlan):
         self._map_c = (tensor_map(out.data.ptr, ob, self.n, self.m, out.shape[-1], STAGE_K_BYTES // ob, 64) if ob
                        else np.zeros(1, dtype="V128"))
 
-    def set_output(self, out) -> None:
-        """Write the next gemm() into ``out`` (shape, dtype and C order of the plan's output): the output's tensor
-        map only (the operand maps stay)."""
-        self.out = out
+    def rebind(self, da=None, db=None, out=None) -> None:
+        """:meth:`CudaPlan.rebind`: the tensor maps of what changed are encoded again (the output's only when just
+        the output changed)."""
+        operands = da is not None or db is not None
+        self.da, self.db = da or self.da, db or self.db
+        if out is not None:
+            self.out = out
         v = self.variant_
-        if out.size and v.tma_store and self.da.k:
-            self._map_c = tensor_map(out.data.ptr, v.tma_store, self.n, self.m, out.shape[-1], STAGE_K_BYTES // v.tma_store,
-                                     64)
+        if operands:
+            self._maps()
+        elif out is not None and out.size and v.tma_store and self.da.k:
+            self._map_c = tensor_map(out.data.ptr, v.tma_store, self.n, self.m, out.shape[-1],
+                                     STAGE_K_BYTES // v.tma_store, 64)
 
     def gemm(self) -> None:
         cp, out, v = self.cp, self.out, self.variant_
