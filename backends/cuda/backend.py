@@ -40,8 +40,7 @@ the output and relaunch it through ``cuLaunchKernel`` with the new addresses (pl
 
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
-slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in the kernel, or decoded to bf16;
-``families.mx_path``).
+slices).
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ from .._contract import Backend, Target
 from .compile import KernelCache
 from .device import as_cupy, device_info, external_stream, resolve_ordinal, stream_for
 from .families import family_for
-from .families import mx_path as _mx_path
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
@@ -70,7 +68,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     vendor = "nvidia"
-    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path")
+    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate")
     batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
     device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
 
@@ -166,8 +164,7 @@ class CudaBackend(Backend):
     # ---- running --------------------------------------------------------------------------------------------
     def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
              tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
-             split_k: int = 0, fp8_accumulate: str = "promote", mx_path: str | None = None,
-             _restage: bool = False) -> CudaPlan:
+             split_k: int = 0, fp8_accumulate: str = "promote", _restage: bool = False) -> CudaPlan:
         """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
         C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16)."""
         from mxcore import dtypes as _dt
@@ -188,7 +185,6 @@ class CudaBackend(Backend):
         shape = (1, batch * m, n, k) if folds else (batch or 1, m, n, k)  # the rule sees the folded problem
         fam = family_for(dev.arch, mdt, shape, family or ("mma_sync" if mma_sync_only else None))
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
-        path = _mx_path(fam, mdt, mx_path) or path  # mxfp8 on wgmma: exact block scales in the kernel
         if path not in _FP8_PATHS:
             raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")
         with cp.cuda.Device(ordinal):
@@ -202,7 +198,7 @@ class CudaBackend(Backend):
                 if batch is not None and mdt.kind != "float":
                     return self._batch_loop(a, b, mdt, batch, (m, n), out_dtype, scale_rounding, out, tile=tile,
                                             family=family, fp8_path=fp8_path, split_k=split_k,
-                                            fp8_accumulate=fp8_accumulate, mx_path=mx_path)
+                                            fp8_accumulate=fp8_accumulate)
                 if mdt.kind == "float":
                     def prep():
                         return stager.stage_float(a, "a", mdt.a), stager.stage_float(b, "b", mdt.b)
