@@ -102,7 +102,8 @@ def entry_points(with_format: bool = True) -> list[str]:
         return pack
     per_input = [f"mx_{op}_{suf}" for op in ("encode", "quantize_mx", "amax", "quantize_tensor")
                  for suf, _ in INPUT_SUFFIXES.values()]
-    fast = [f"mx_{op}_fast_{suf}" for op in ("quantize_mx", "amax", "quantize_tensor") for suf in FAST_SUFFIXES]
+    fast = [f"mx_{op}_{suf}" for op in ("quantize_mx_fast", "quantize_mx_cols", "amax_fast", "quantize_tensor_fast")
+            for suf in FAST_SUFFIXES]
     return per_input + fast + ["mx_scale_max_finish", "mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32",
                                "mx_dequantize_mx_f64"] + pack
 
@@ -486,10 +487,12 @@ def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape
     ``mx_quantize_mx_fast_*`` (lane pairs per block, 16-byte loads and stores, one float rounding per element)
     takes blocks of 32 along the contiguous last axis of float32/float16/bfloat16 data, 16-byte aligned, with
     K a multiple of 32; everything else (other axes, K tails, other block lengths, float64, unaligned views)
-    runs ``mx_quantize_mx_*`` (one thread per block, any layout).  Both give the numpy path's bits.  ``kernel``
-    (else ``$MXCORE_MX_KERNEL``): ``"auto"`` (default) runs the lane-pair kernel where it applies and the generic
-    one elsewhere; ``"generic"`` forces the one-thread-per-block kernel, ``"fast"`` the lane-pair one (raising
-    where it does not apply).  History: a first lane-pair kernel matched numpy in the host build but not on an
+    runs ``mx_quantize_mx_*`` (one thread per block, any layout), except blocks of 32 along the second-to-last axis
+    of float32/float16/bfloat16 data (B [K, N] along K), which ``mx_quantize_mx_cols_*`` takes (one thread per block
+    and 32-bit word of columns, coalesced rows).  All give the numpy path's bits.  ``kernel``
+    (else ``$MXCORE_MX_KERNEL``): ``"auto"`` (default) runs the lane-pair or column kernel where one applies and
+    the generic one elsewhere; ``"generic"`` forces the one-thread-per-block kernel, ``"fast"`` the other two
+    (raising where neither applies).  History: a first lane-pair kernel matched numpy in the host build but not on an
     H200, whose arithmetic flushed its float32 subnormal intermediates; the kernel now computes no float32
     subnormal that matters (mx_codec.cuh), and the host build is also checked with subnormals flushed."""
     import os
@@ -500,13 +503,20 @@ def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape
                                "(keyword kernel= or $MXCORE_MX_KERNEL)")
     outer, k, inner = _outer_inner(shape, axis)
     n = outer * k * inner
-    fits = (suf in FAST_SUFFIXES and block == 32 and inner == 1 and k % 32 == 0 and n > 0
-            and xb.data.ptr % 16 == 0 and codes.data.ptr % 16 == 0)
-    if choice == "fast" and not fits:
-        raise UnsupportedError("the fast MX quantizer takes float32/float16/bfloat16 data, blocks of 32 along the "
-                               "contiguous last axis, K a multiple of 32 and 16-byte aligned data; use "
-                               "kernel='auto' for this input")
+    common = suf in FAST_SUFFIXES and block == 32 and k % 32 == 0 and n > 0
+    fits = common and inner == 1 and xb.data.ptr % 16 == 0 and codes.data.ptr % 16 == 0
+    per_word = 4 // np.dtype(dict(INPUT_SUFFIXES.values())[suf]).itemsize if common else 1  # columns per word
+    cols = (common and axis == len(shape) - 2 and inner % per_word == 0 and xb.data.ptr % 4 == 0
+            and codes.data.ptr % per_word == 0)
+    if choice == "fast" and not (fits or cols):
+        raise UnsupportedError("the fast MX quantizers take float32/float16/bfloat16 data, blocks of 32 along the "
+                               "contiguous last axis (16-byte aligned) or along the second-to-last axis, K a "
+                               "multiple of 32; use kernel='auto' for this input")
     mod = call.module(spec)
+    if cols and not fits and choice != "generic":
+        groups = outer * (k // 32) * (inner // per_word)
+        args = (xb, codes, scales, smax1, _i64(outer), _i64(k), _i64(inner), np.int32(rceil))
+        return mod.get_function(f"mx_quantize_mx_cols_{suf}"), (-(-groups // THREADS),), args
     if fits and choice != "generic":
         halves = n // 16  # two lanes per block
         grid = max(1, min(-(-halves // THREADS), 8 * call.sm_count()))  # grid-stride: one resident wave at most

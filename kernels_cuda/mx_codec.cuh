@@ -787,6 +787,92 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
 #endif
 }
 
+// ---- the column MX quantizer: blocks of 32 along the second-to-last axis of a C-contiguous [outer][K][N] array
+// (B [K, N] quantized along K), inputs of at most 32 bits, K a multiple of 32.  One thread per block of 32 rows
+// and one 32-bit word of columns (two 16-bit columns or one float32 column): a warp reads 128 contiguous bytes
+// per row.  Elements are encoded as in the fast quantizer (mxc_fast_mag_hi: one float add; tiny blocks and
+// formats without MXC_FAST_FLOAT through mxc_mx_element).  Codes [outer][K][N], scales [outer][K/32][N].
+template <class In>
+__device__ __forceinline__ float mxc_value_of_bits(mxc_u32 b) {
+    if constexpr (In::width == 32) return mxc_u2f(b);
+    else if constexpr (In::ebits == 8) return mxc_u2f(b << 16);
+    else return mxc_h2f((mxc_u16)b);
+}
+
+template <class In>
+__device__ __forceinline__ void mxc_quantize_mx_cols_kernel(const typename In::bits_t* x, mxc_u8* codes,
+                                                           mxc_u8* scales, mxc_u32* scale_max1, mxc_i64 outer,
+                                                           mxc_i64 K, mxc_i64 N, int rceil) {
+    typedef typename In::bits_t B;
+    static_assert(In::width <= 32, "the column MX quantizer takes inputs of at most 32 bits");
+    constexpr int C = (int)(4 / sizeof(B));  // columns per 32-bit word
+#if MXC_HOST
+    mxc_u32& cta_max = *scale_max1;
+#else
+    __shared__ mxc_u32 cta_max;
+    if (threadIdx.x == 0) cta_max = 0u;
+    __syncthreads();
+#endif
+    const mxc_i64 groups = N / C, nb = K / MXC_MX_BLOCK, t = mxc_thread_index();
+    mxc_u32 lane_max = 0u;
+    if (t < outer * nb * groups) {
+        const mxc_i64 g = t % groups, rest = t / groups, kb = rest % nb, o = rest / nb;
+        const mxc_i64 row0 = o * K + kb * MXC_MX_BLOCK;
+        const mxc_u32* p = (const mxc_u32*)(x + row0 * N + g * C);
+        mxc_u32 w[MXC_MX_BLOCK];
+#pragma unroll
+        for (int r = 0; r < MXC_MX_BLOCK; ++r) w[r] = p[r * groups];
+        mxc_u32 out[MXC_MX_BLOCK];
+#pragma unroll
+        for (int r = 0; r < MXC_MX_BLOCK; ++r) out[r] = 0u;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const mxc_u32 absmask = (mxc_u32)(B)(~((B)1 << (In::width - 1)));
+            mxc_u32 amax = 0u;
+#pragma unroll
+            for (int r = 0; r < MXC_MX_BLOCK; ++r) {
+                const mxc_u32 m = (w[r] >> (16 * c)) & absmask;
+                amax = m > amax ? m : amax;
+            }
+            const bool bad = amax >= (mxc_u32)mxc_inf_bits<In>();
+            const int k = mxc_fast_exp<In>(amax, rceil != 0);
+#if MXC_FAST_FLOAT
+            if (!(k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8))) {
+                const float scale = mxc_u2f((mxc_u32)(127 - k) << 23);  // 2^-k
+#pragma unroll
+                for (int r = 0; r < MXC_MX_BLOCK; ++r) {
+                    const mxc_u32 b = (w[r] >> (16 * c)) & (C == 1 ? 0xffffffffu : 0xffffu);
+                    const mxc_u32 mag = (mxc_fast_mag_hi(mxc_fmul(mxc_value_of_bits<In>(b), scale)) - MXC_FAST_MEMIN) >>
+                                        MXC_FAST_SHIFT;
+                    const mxc_u32 code = mag | ((b >> (In::width - 1)) << (MXF_BITS - 1));
+                    out[r] |= (bad ? 0u : code) << (8 * c);
+                }
+            } else
+#endif
+            {
+#pragma unroll
+                for (int r = 0; r < MXC_MX_BLOCK; ++r) {
+                    const B b = (B)((w[r] >> (16 * c)) & (C == 1 ? 0xffffffffu : 0xffffu));
+                    out[r] |= (bad ? 0u : (mxc_mx_element<In>(b, k) & 0xffu)) << (8 * c);
+                }
+            }
+            const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
+            scales[(o * nb + kb) * N + g * C + c] = (mxc_u8)sc;
+            if (!bad && sc + 1u > lane_max) lane_max = sc + 1u;
+        }
+#pragma unroll
+        for (int r = 0; r < MXC_MX_BLOCK; ++r) {
+            if constexpr (C == 2) ((mxc_u16*)(codes + (row0 + r) * N))[g] = (mxc_u16)out[r];
+            else codes[(row0 + r) * N + g] = (mxc_u8)out[r];
+        }
+    }
+    if (lane_max) mxc_atomic_max(&cta_max, lane_max);
+#if !MXC_HOST
+    __syncthreads();
+    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(scale_max1, cta_max);
+#endif
+}
+
 // per-tensor scale, pass 1: the largest finite magnitude's bits, folded per CTA, then one atomic per CTA
 template <class In>
 __device__ __forceinline__ void mxc_amax_kernel(const typename In::bits_t* x, mxc_i64 n, mxc_i64 stride,
@@ -986,6 +1072,15 @@ MXC_INPUT_KERNELS(f64, MxcF64)
                                   mxc_i64 halves, mxc_i64 stride, int rceil) {                                      \
         mxc_quantize_mx_fast_kernel<IN>(x, codes, scales, scale_max1, halves, stride, rceil);                       \
     }
+#define MXC_COLS_KERNEL(SUF, IN)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_quantize_mx_cols_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_u8* scales, mxc_u32* scale_max1,          \
+                                  mxc_i64 outer, mxc_i64 K, mxc_i64 N, int rceil) {                                 \
+        mxc_quantize_mx_cols_kernel<IN>(x, codes, scales, scale_max1, outer, K, N, rceil);                          \
+    }
+MXC_COLS_KERNEL(f32, MxcF32)
+MXC_COLS_KERNEL(f16, MxcF16)
+MXC_COLS_KERNEL(bf16, MxcBF16)
 #define MXC_FAST_TENSOR_KERNELS(SUF, IN)                                                                            \
     extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
         mx_amax_fast_##SUF(const IN::bits_t* x, mxc_i64 runs, mxc_i64 stride, mxc_u64* amax_bits) {                  \

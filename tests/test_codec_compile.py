@@ -244,6 +244,15 @@ extern "C" int host_can_flush() { return 0; }
         RUN(ctas * MXC_THREADS, mx_amax_fast_##SUF(x, n / 16, ctas * MXC_THREADS, amax)) \
         RUN(ctas * MXC_THREADS, mx_quantize_tensor_fast_##SUF(x, c, n / 16, ctas * MXC_THREADS, amax, k, sc, cnt)) \
         host_set_csr(csr); }
+#define COLS(SUF, B) \
+    extern "C" void host_quantize_mx_cols_##SUF(const B* x, mxc_u8* c, mxc_u8* s, mxc_u32* m, mxc_i64 outer, \
+                                                mxc_i64 K, mxc_i64 N, int rceil, int flush) { \
+        const unsigned csr = host_csr(); if (flush) host_set_csr(csr | 0x8040u); \
+        RUN(outer * (K / 32) * (N / (4 / sizeof(B))), mx_quantize_mx_cols_##SUF(x, c, s, m, outer, K, N, rceil)) \
+        host_set_csr(csr); }
+COLS(f32, mxc_u32)
+COLS(f16, mxc_u16)
+COLS(bf16, mxc_u16)
 FAST_TENSOR(f32, mxc_u32)
 FAST_TENSOR(f16, mxc_u16)
 FAST_TENSOR(bf16, mxc_u16)
@@ -515,6 +524,47 @@ def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, flush, rng):
 
 
 @pytest.mark.parametrize("flush", [False, True], ids=["ieee", "ftz"])
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_column_mx_kernel_on_host_matches_numpy(host_codecs, fmt, flush, rng):
+    """mx_quantize_mx_cols_* (blocks of 32 along the second-to-last axis: B [K, N] along K, and batches of them)
+    == numpy: float32 / float16 / bfloat16, both scale rules, the special rows as columns, every 16-bit pattern;
+    ``ftz``: with float32 subnormals flushed to zero."""
+    import ctypes
+
+    import ml_dtypes
+
+    require_tool("clang-22", hip_tools.have_clang())
+    from mxcore import mx
+
+    spec = mx.mx_element(fmt)[1]
+    lib = host_codecs[spec.name]
+    if flush and not lib.host_can_flush():
+        pytest.skip("flush-to-zero mode is set through the x86 MXCSR; this host is not x86-64")
+    cols = _fast_rows(spec, rng, 96).T  # [96, rows]: each special row is a column of three blocks
+    for dt in (np.float32, np.float16, ml_dtypes.bfloat16):
+        with np.errstate(over="ignore"):
+            cases = [np.ascontiguousarray(cols[:, : cols.shape[1] // 2 * 2]).astype(dt)]
+        cases.append(cases[0].reshape(3, 32, -1))  # a batch: outer 3
+        if np.dtype(dt).itemsize == 2:
+            cases.append(rng.permutation(np.arange(1 << 16, dtype=np.uint16)).view(dt).reshape(256, 256))
+        for xa in cases:
+            xa = np.ascontiguousarray(xa)
+            outer, k, n = (1,) + xa.shape if xa.ndim == 2 else xa.shape
+            for rule in ("floor", "rceil"):
+                want = mx.quantize_mx(xa, fmt, axis=-2, block=32, scale_rounding=rule)
+                c, s = np.zeros(xa.shape, np.uint8), np.zeros(want.scales.shape, np.uint8)
+                m = np.zeros(1, np.uint32)
+                getattr(lib, f"host_quantize_mx_cols_{_SUFFIX[xa.dtype.name]}")(
+                    _ptr(xa), _ptr(c), _ptr(s), _ptr(m), _i(outer), _i(k), _i(n), ctypes.c_int(rule == "rceil"),
+                    ctypes.c_int(int(flush)))
+                assert np.array_equal(s, want.scales), (xa.dtype, rule, np.argwhere(s != want.scales)[:5])
+                bad = np.argwhere(c != want.codes)
+                assert bad.size == 0, (xa.dtype, rule, bad[:5], c[tuple(bad[0])], want.codes[tuple(bad[0])])
+                assert (int(m[0]) - 1 if m[0] else 127) == want.scale_max
+
+
+@pytest.mark.parametrize("flush", [False, True], ids=["ieee", "ftz"])
 @pytest.mark.parametrize("name", [n for n in F.names() if F.get(n).bits == 8 and F.get(n).signed])
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
@@ -583,6 +633,10 @@ def test_mx_kernel_choice_on_host(monkeypatch):
     monkeypatch.delenv("MXCORE_MX_KERNEL", raising=False)
     assert launch((8192, 8192))[0] == "mx_quantize_mx_fast_bf16"  # the default where it applies
     assert launch((8192, 8192), kernel="generic")[0] == "mx_quantize_mx_bf16"
+    assert launch((8192, 8192), axis=0)[0] == "mx_quantize_mx_cols_bf16"  # B [K, N] along K
+    assert launch((8192, 8192), axis=0, kernel="fast")[0] == "mx_quantize_mx_cols_bf16"
+    assert launch((8192, 8192), axis=0, kernel="generic")[0] == "mx_quantize_mx_bf16"
+    assert launch((64, 8191), axis=0, suf="f16")[0] == "mx_quantize_mx_f16"  # odd N: not whole 32-bit words
     name, grid, args = launch((8192, 8192), kernel="fast")
     assert name == "mx_quantize_mx_fast_bf16" and grid == (8 * 132,)  # grid-stride: one resident wave
     assert int(args[4]) == 8192 * 8192 // 16 and int(args[5]) == 8 * 132 * codec.THREADS

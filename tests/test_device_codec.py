@@ -280,6 +280,20 @@ def test_fast_mx_kernel_bit_identical(fmt, lib, rng, monkeypatch):
         for xh in cases:
             for rounding in ("floor", "rceil"):
                 _check_mx(xh, dev(xh, lib), fmt, -1, 32, rounding)
+    # the column kernel (blocks along the second-to-last axis): every 16-bit pattern as [256, 256] along axis 0
+    # and as a batch [4, 64, 256] along axis 1; the special rows as columns
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+        if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+            continue
+        with np.errstate(over="ignore"):
+            cols = np.ascontiguousarray(x64.T).astype(dtype)  # [128, rows]
+        cases = [(cols, 0)]
+        if np.dtype(dtype).itemsize == 2:
+            sq = rng.permutation(every).view(dtype).reshape(256, 256)
+            cases += [(sq, 0), (sq.reshape(4, 64, 256), 1)]
+        for xh, axis in cases:
+            for rounding in ("floor", "rceil"):
+                _check_mx(xh, dev(xh, lib), fmt, axis, 32, rounding)
     # several grid-stride turns (more half blocks than one resident wave of CTAs): fast == generic kernel
     big = dev((rng.standard_normal((2048, 4096)) * 2.0 ** rng.integers(-20, 10, (2048, 1))).astype(np.float16), lib)
     fast = mxcore.quantize_mx(big, fmt)
