@@ -2,7 +2,7 @@
 
 Launch one process per GPU::
 
-    torchrun --nproc-per-node 2 -m mxcore.bench_distributed --m 8192 --n 16384 --k 8192 --dtypes fp8,mxfp8,mxfp4
+    torchrun --nproc-per-node 2 -m mxcore.bench_distributed --shape 8192x16384x8192 --dtypes fp8,mxfp8,mxfp4
 
 (``python -m torch.distributed.run`` is the same launcher.)  The global problem is A (M × K) @ B (K × N) from bf16
 data; column-parallel gives each rank M/world rows of A and N/world columns of B (``--layout row``: K/world).
@@ -34,9 +34,8 @@ __all__ = ["main", "run"]
 def _parser():
     p = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m mxcore.bench_distributed",
                                 description="Tensor-parallel mxcore.matmul vs bf16 all-gather + torch.matmul.")
-    p.add_argument("--m", type=int, default=8192)
-    p.add_argument("--n", type=int, default=16384)
-    p.add_argument("--k", type=int, default=8192)
+    # one MxNxK option: torchrun's own parser reads a "--m..." prefix as ambiguous with its --master-*/--module
+    p.add_argument("--shape", default="8192x16384x8192", help="global M x N x K (default 8192x16384x8192)")
     p.add_argument("--dtypes", default="fp8,mxfp8,mxfp4")
     p.add_argument("--layout", choices=("column", "row"), default="column")
     p.add_argument("--reduce", choices=("all_reduce", "reduce_scatter"), default="all_reduce")
@@ -220,6 +219,10 @@ def main(argv=None) -> list[dict]:
     import torch.distributed as dist
 
     args = _parser().parse_args(argv)
+    try:
+        args.m, args.n, args.k = (int(v) for v in args.shape.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--shape {args.shape!r}: pass M x N x K as three integers, e.g. 8192x16384x8192") from None
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device == "cpu" and args.backend == "auto":

@@ -132,7 +132,7 @@ def _worker(rank, world, port, outdir, cases):
         res[name] = ("ok", mxcore.to_host(got), stats)
     from mxcore import bench_distributed
 
-    res["bench"] = bench_distributed.main(["--device", "cpu", "--check", "--m", "6", "--n", "6", "--k", "192",
+    res["bench"] = bench_distributed.main(["--device", "cpu", "--check", "--shape", "6x6x192",
                                            "--dtypes", "fp8,mxfp4", "--chunks", "2", "--iters", "1", "--warmup", "0",
                                            "--check-once"])
     # bad input: every rank must raise the same typed error
@@ -366,7 +366,7 @@ def test_two_gpus_nccl():
     if torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 GPUs, this machine has {torch.cuda.device_count()}")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "mxcore.bench_distributed",
-           "--check", "--m", "512", "--n", "1024", "--k", "512"]
+           "--check", "--shape", "512x1024x512"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "check: all layouts match" in proc.stdout, proc.stdout
