@@ -25,6 +25,22 @@
 //                 the B tile and multicasts it to both; a stage is refilled once both blocks' consumers freed it
 //   SM90_PROMOTE   fp8: 1 = accumulate each stage (128 K) in a scratch accumulator and add it to the fp32 main
 //                  accumulator (DeepGEMM's promotion); 0 = one accumulator (fast accumulation)
+//   SM90_MX        1: exact OCP-MX fp8 (blocks of 32 K, E8M0 scales; fp8, K-major, not swapped).  Each 32-K block is
+//                 one k32 wgmma into a scratch accumulator (scale-d 0), then main += 2^(ea(row)+eb(col)) * scratch in
+//                 fp32: the factor's bits are built by one integer add, f = RA(row) + CB(col) with RA = sa << 23 and
+//                 CB = (sb - 127) << 23 (sa, sb: E8M0 codes), which is exactly 2^E, E = (sa-127) + (sb-127), for E in
+//                 [-126, 127] (no subnormal factor, no subnormal arithmetic), then one FMA.  The host's prep
+//                 (gemm_sm90_mx.cu) writes RA as int32 [M][K/32 padded to 4] and CB as int32 [K/32 padded][N padded
+//                 to 16, columns permuted within 16 so that one 16-byte load gives a thread its 4 columns], TMA-loaded
+//                 with each stage (map_sa: box {4 blocks, 128 rows}; map_sb: box {BN, 4 blocks}, no swizzle).  All-zero
+//                 blocks and NaN blocks get neutral codes there (their scratch is 0 whatever the factor); rows /
+//                 columns holding a NaN block (code 0xFF) are set to NaN in the epilogue (nan_a[M], nan_b[N]), as the
+//                 reference's whole row / column is NaN.  info_a / info_b (int32 x 4, from the prep): {255 - min live
+//                 code, max live code, any NaN block, 0}; when every live pair has E in [-126, 127] the fast promotion
+//                 runs, otherwise (codes near 0x00 / 0xFE whose sum leaves fp32's normal exponents) each element's 2^E
+//                 is applied as two normal factors (s * 2^e1) * 2^e2, exact whenever the term is a normal number.
+//   SM90_MX_PINGPONG  1: the consumers promote in turns (named barriers), each one's next wgmma running meanwhile
+//   SM90_MX_DUAL   1: two scratch accumulators per consumer: block j+1's wgmma runs during block j's promotion
 // Tensor maps (host): K-major operand: dims {K, rows}, box {128 bytes of K, rows of the tile};
 // M/N-major operand: dims {rows, K}, box {64 elements, BK}, the tile loaded as rows/64 boxes.
 //   SM90_SWAP      1: A and B were swapped by the host (small M: C^T = B^T A^T, the weight fills the 128-row
@@ -84,6 +100,25 @@
 #ifndef SM90_REG_CONSUMER
 #define SM90_REG_CONSUMER 232
 #endif
+#ifndef SM90_MX
+#define SM90_MX 0  // 1: exact OCP-MX fp8 (per-32-K E8M0 block scales applied in fp32 after each k32 wgmma)
+#endif
+#ifndef SM90_MX_PINGPONG
+#define SM90_MX_PINGPONG 0  // 1: the two consumers take turns at the promotion (named barriers 3 and 4)
+#endif
+#ifndef SM90_MX_DIAG
+#define SM90_MX_DIAG 0  // benchmark diagnostics only (wrong results): parts of the promotion removed
+#endif
+#ifndef SM90_MX_DUAL
+#define SM90_MX_DUAL 0  // 1: two scratch accumulators, block j+1's wgmma issued before block j's promotion
+#endif
+#if SM90_MX_DUAL && SM90_MX_PINGPONG
+#error "SM90_MX_DUAL and SM90_MX_PINGPONG are alternatives"
+#endif
+#define SM90_SCRATCH (SM90_ELEM == 3 && (SM90_PROMOTE || SM90_MX))  // a scratch accumulator promoted into main
+#if SM90_MX && (SM90_ELEM != 3 || SM90_TA || SM90_TB || SM90_SWAP)
+#error "SM90_MX: fp8 operands, K-major, not swapped"
+#endif
 #ifndef SM90_MN_LBO
 #define SM90_MN_LBO 8192  // M/N-major: bytes between 64-element swizzle atoms along M/N (one box)
 #endif
@@ -134,7 +169,14 @@
 #define SM90_BK (128 / SM90_ESIZE)          // K elements per stage: one 128-byte swizzle row
 #define SM90_A_BYTES (SM90_BM * 128)        // per stage
 #define SM90_B_BYTES (SM90_BN * 128)
-#define SM90_STAGE_BYTES (SM90_A_BYTES + SM90_B_BYTES)
+#if SM90_MX
+#define SM90_SA_BYTES (SM90_BM * 16)      // per stage: int32 RA of 4 blocks per tile row
+#define SM90_SB_BYTES (SM90_BN * 16)      // per stage: int32 CB of 4 blocks x BN (permuted) columns
+#else
+#define SM90_SA_BYTES 0
+#define SM90_SB_BYTES 0
+#endif
+#define SM90_STAGE_BYTES (SM90_A_BYTES + SM90_B_BYTES + SM90_SA_BYTES + SM90_SB_BYTES)
 #define SM90_ACC (SM90_BN / 2)
 #if SM90_TMA_STORE
 #define SM90_BOX_COLS (128 / SM90_TMA_STORE)  // output columns per 128-byte box row
@@ -214,6 +256,9 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 __device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void prefetch_tensormap(const TmaMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
@@ -311,6 +356,93 @@ __device__ __forceinline__ void store_pair(void* C, i64 off, float v0, float v1,
     }
 }
 
+#if SM90_MX
+// ---------------------------------------------------------------------------------------------------------------
+// MX block scales: main += 2^E * scratch per 32-K block (see SM90_MX above).  Accumulator j of n8 block b: row
+// 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1); cb: shared address of this thread's 16 bytes of
+// the block's CB row (columns 16 g + {2q, 2q+1, 8+2q, 9+2q} at cb + 64 g, q = lane % 4).
+// ---------------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ int4 ld_shared_v4(u32 addr) {  // volatile: stays after the stage's mbarrier wait
+    int4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+    return v;
+}
+
+__device__ __forceinline__ void mx_promote_fast(float (&acc)[SM90_ACC], const float (&part)[SM90_ACC], int ra0,
+                                                int ra1, u32 cb) {
+#if SM90_MX_DIAG == 1  // benchmark diagnostic (wrong results): one FFMA per element, no factor loads or adds
+#pragma unroll
+    for (int i = 0; i < SM90_ACC; ++i) acc[i] = fmaf(__int_as_float(((i >> 1) & 1) ? ra1 : ra0), part[i], acc[i]);
+    return;
+#elif SM90_MX_DIAG == 2  // diagnostic: no promotion
+    return;
+#endif
+#if SM90_MX_DIAG == 3  // diagnostic: the integer add and FMA without the per-group factor loads
+    const int4 c4 = ld_shared_v4(cb);
+#endif
+#pragma unroll
+    for (int g = 0; g < SM90_BN / 16; ++g) {
+#if SM90_MX_DIAG != 3
+        const int4 c4 = ld_shared_v4(cb + 64 * g);
+#endif
+        const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int i = 4 * (2 * g + bb) + 2 * h + e;
+#if SM90_MX_DIAG == 4  // diagnostic: the factor as an fp32 product (FMUL) instead of an integer add
+                    acc[i] = fmaf(__int_as_float(h ? ra1 : ra0) * __int_as_float(cc[2 * bb + e]), part[i], acc[i]);
+#else
+                    acc[i] = fmaf(__int_as_float((h ? ra1 : ra0) + cc[2 * bb + e]), part[i], acc[i]);
+#endif
+                }
+            }
+        }
+    }
+}
+
+// 2^E * s added to acc with two normal factors (s * 2^e1) * 2^e2: exact whenever the term is a normal number
+// (E in [-254, 254]; the first product stays normal then); terms of E <= -253 (far below fp32) are not kept.
+__device__ __forceinline__ float mx_add_exact(float acc, float s, int ra, int cb) {
+    const int e = (ra >> 23) + (cb >> 23) - 127;  // ra = sa << 23 (sa <= 254), cb = (sb - 127) << 23
+    int e1, e2;
+    if (e > 127) {
+        e1 = 127;
+        e2 = e - 127;
+    } else if (e < -126) {
+        e1 = max(e + 126, -126);
+        e2 = -126;
+    } else {
+        e1 = e;
+        e2 = 0;
+    }
+    return fmaf(s * __int_as_float((e1 + 127) << 23), __int_as_float((e2 + 127) << 23), acc);
+}
+
+__device__ __forceinline__ void mx_promote_exact(float (&acc)[SM90_ACC], const float (&part)[SM90_ACC], int ra0,
+                                                 int ra1, u32 cb) {
+#pragma unroll
+    for (int g = 0; g < SM90_BN / 16; ++g) {
+        const int4 c4 = ld_shared_v4(cb + 64 * g);
+        const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int i = 4 * (2 * g + bb) + 2 * h + e;
+                    acc[i] = mx_add_exact(acc[i], part[i], h ? ra1 : ra0, cc[2 * bb + e]);
+                }
+            }
+        }
+    }
+}
+#endif
+
 // A consumer warpgroup has read stage buffers: tell the producer(s) that may refill them (called by every thread
 // of the warpgroup; lane 0 of warp r signals block r of the cluster).
 __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
@@ -331,7 +463,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) SM90_CLUSTER_ATTR
 mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
              const __grid_constant__ TmaMap map_c, void* __restrict__ C, int M, int N, int K, i64 ldc, int exp0,
              const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int pair_ok, int k_split,
-             i64 split_stride) {
+             i64 split_stride, const __grid_constant__ TmaMap map_sa, const __grid_constant__ TmaMap map_sb,
+             const int* __restrict__ info_a, const int* __restrict__ info_b, const u8* __restrict__ nan_a,
+             const u8* __restrict__ nan_b) {
     extern __shared__ __align__(1024) u8 smem_raw[];
     // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
     u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -360,6 +494,10 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         prefetch_tensormap(&map_b);
 #if SM90_TMA_STORE
         prefetch_tensormap(&map_c);
+#endif
+#if SM90_MX
+        prefetch_tensormap(&map_sa);
+        prefetch_tensormap(&map_sb);
 #endif
         for (int s = 0; s < SM90_STAGES; ++s) {
             mbarrier_init(full0 + 8 * s, 1);
@@ -411,6 +549,10 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #else
                     cp_async_bulk_tensor_2d(sb, &map_b, k0, n0, full);
 #endif
+#if SM90_MX  // the stage's 4 blocks of row factors RA [128][4] and column factors CB [4][BN]
+                    cp_async_bulk_tensor_2d(sb + SM90_B_BYTES, &map_sa, 4 * kb, m0, full);
+                    cp_async_bulk_tensor_2d(sb + SM90_B_BYTES + SM90_SA_BYTES, &map_sb, n0, 4 * kb, full);
+#endif
                     if (++s == SM90_STAGES) {
                         s = 0;
                         phase ^= 1;
@@ -427,21 +569,115 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         int s = 0;
         u32 phase = 0;
         float acc[SM90_ACC];
-#if SM90_ELEM == 3 && SM90_PROMOTE
+#if SM90_SCRATCH
         float part[SM90_ACC];
+#endif
+#if SM90_MX && SM90_MX_DUAL
+        float part2[SM90_ACC];
+#endif
+#if SM90_MX
+        // fast promotion when every live pair of block codes has E = ea + eb in [-126, 127] (info: the prep's ranges)
+        const bool mx_fast = (255 - info_a[0]) + (255 - info_b[0]) >= 128 && info_a[1] + info_b[1] <= 381;
+        const bool mx_nan = (info_a[2] | info_b[2]) != 0;
+        const int r_loc = 64 * c + 16 * warp + lane / 4;  // this thread's first row in the tile (the other: + 8)
+#if SM90_MX_PINGPONG
+        if (c == 1) bar_arrive(3, 256);  // consumer 0 promotes first
+#endif
 #endif
         for (int u = unit0; u < units; u += unit_step) {
             int tm, tn;
             tile_coords(u / splits, units_m, tiles_n, tm, tn);
             tm = tm * SM90_CLUSTER + rank;
             const int kb0 = (u % splits) * split_blocks, kb1 = min(kblocks, kb0 + split_blocks);
-#if SM90_ELEM == 3 && SM90_PROMOTE
+#if SM90_SCRATCH
 #pragma unroll
             for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
-#endif
-#if !(SM90_ELEM == 3 && SM90_PROMOTE)
+#else
             int prev = -1;
 #endif
+#if SM90_MX && SM90_MX_DUAL
+            // two scratch accumulators: block j+1's wgmma (into the other one) is issued before block j's promotion
+            mbarrier_wait(full0 + 8 * s, phase);
+            wgmma_fence();
+            wgmma_mma_async(part, wgmma_desc(ring + s * SM90_STAGE_BYTES + c * 64 * 128, 16, 1024),
+                            wgmma_desc(ring + s * SM90_STAGE_BYTES + SM90_A_BYTES, 16, 1024), 0);
+            wgmma_commit_group();
+            for (int kb = kb0; kb < kb1; ++kb) {
+                const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
+                const u32 fs = sb + SM90_B_BYTES;
+                const int4 ra0 = ld_shared_v4(fs + 16 * r_loc), ra1 = ld_shared_v4(fs + 16 * (r_loc + 8));
+                const int rr0[4] = {ra0.x, ra0.y, ra0.z, ra0.w}, rr1[4] = {ra1.x, ra1.y, ra1.z, ra1.w};
+                const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
+                int sn = s + 1;
+                u32 pn = phase;
+                if (sn == SM90_STAGES) {
+                    sn = 0;
+                    pn ^= 1;
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                    bool issued = true;
+                    if (kk < 3) {
+                        wgmma_fence();
+                        wgmma_mma_async((kk & 1) ? part : part2, wgmma_desc(sa + c * 64 * 128 + (kk + 1) * 32, 16, 1024),
+                                        wgmma_desc(sb + (kk + 1) * 32, 16, 1024), 0);
+                        wgmma_commit_group();
+                    } else if (kb + 1 < kb1) {
+                        mbarrier_wait(full0 + 8 * sn, pn);
+                        const u32 na = ring + sn * SM90_STAGE_BYTES;
+                        wgmma_fence();
+                        wgmma_mma_async(part, wgmma_desc(na + c * 64 * 128, 16, 1024),
+                                        wgmma_desc(na + SM90_A_BYTES, 16, 1024), 0);
+                        wgmma_commit_group();
+                    } else {
+                        issued = false;
+                    }
+                    if (issued)
+                        wgmma_wait_group<1>();  // block kk is done (the one just issued may run on)
+                    else
+                        wgmma_wait_group<0>();
+                    if (mx_fast)
+                        mx_promote_fast(acc, (kk & 1) ? part2 : part, rr0[kk], rr1[kk], cb + kk * (SM90_BN * 4));
+                    else
+                        mx_promote_exact(acc, (kk & 1) ? part2 : part, rr0[kk], rr1[kk], cb + kk * (SM90_BN * 4));
+                }
+                release_stage(empty0 + 8 * s, t);
+                s = sn;
+                phase = pn;
+            }
+#elif SM90_MX
+            for (int kb = kb0; kb < kb1; ++kb) {  // one ring stage = 4 MX blocks of 32 K
+                mbarrier_wait(full0 + 8 * s, phase);
+                const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
+                const u32 fs = sb + SM90_B_BYTES;  // RA [128][4] int32, then CB [4][BN] int32
+                const int4 ra0 = ld_shared_v4(fs + 16 * r_loc), ra1 = ld_shared_v4(fs + 16 * (r_loc + 8));
+                const int rr0[4] = {ra0.x, ra0.y, ra0.z, ra0.w}, rr1[4] = {ra1.x, ra1.y, ra1.z, ra1.w};
+                const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {  // block kk: one k32 wgmma into the scratch, then the scaled add
+                    wgmma_fence();
+                    wgmma_mma_async(part, wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024),
+                                    wgmma_desc(sb + kk * 32, 16, 1024), 0);
+                    wgmma_commit_group();
+                    wgmma_wait_group<0>();
+#if SM90_MX_PINGPONG
+                    bar_sync(3 + c, 256);  // the other consumer's promotion is done: the FP32 pipe is ours
+#endif
+                    if (mx_fast)
+                        mx_promote_fast(acc, part, rr0[kk], rr1[kk], cb + kk * (SM90_BN * 4));
+                    else
+                        mx_promote_exact(acc, part, rr0[kk], rr1[kk], cb + kk * (SM90_BN * 4));
+#if SM90_MX_PINGPONG
+                    bar_arrive(4 - c, 256);  // its turn (its next wgmma ran meanwhile)
+#endif
+                }
+                release_stage(empty0 + 8 * s, t);  // after the last block's factor loads
+                if (++s == SM90_STAGES) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            }
+#else
             for (int kb = kb0; kb < kb1; ++kb) {
                 mbarrier_wait(full0 + 8 * s, phase);
                 const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
@@ -480,7 +716,25 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     phase ^= 1;
                 }
             }
-#if !(SM90_ELEM == 3 && SM90_PROMOTE)
+#endif  // SM90_MX
+#if SM90_MX
+            if (mx_nan) {  // a NaN block (code 0xFF) makes its whole row of A / column of B NaN, as in the reference
+                const int row0 = tm * SM90_BM + r_loc, col0 = tn * SM90_BN + 2 * (lane % 4);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const bool nr = row0 + 8 * h < M && nan_a[row0 + 8 * h];
+#pragma unroll
+                    for (int b = 0; b < SM90_BN / 8; ++b) {
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int col = col0 + 8 * b + e;
+                            if (nr || (col < N && nan_b[col])) acc[4 * b + 2 * h + e] = __int_as_float(0x7fc00000);
+                        }
+                    }
+                }
+            }
+#endif
+#if !SM90_SCRATCH
             wgmma_wait_group<0>();
             release_stage(empty0 + 8 * prev, t);
 #endif
@@ -549,6 +803,9 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             }
 #endif
         }
+#if SM90_MX && SM90_MX_PINGPONG
+        if (c == 0) bar_sync(3, 256);  // consumer 1's last arrive
+#endif
 #if SM90_TMA_STORE
         if (t == 0) cp_async_bulk_wait_group0();  // the last stores are complete
 #endif

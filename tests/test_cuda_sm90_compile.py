@@ -2,8 +2,10 @@
 (``backends/cuda/sm90.all_sm90_variants``; a covering subset, every code path once) compiled by NVRTC to an sm_90a cubin (ptxas runs), and its SASS must
 show the design: HGMMA (fp16/bf16/tf32) or QGMMA (fp8) of the variant's shape, four per ring stage (128 bytes of
 K in 32-byte wgmma steps), TMA loads (UTMALDG), setmaxnreg (USETMAXREG, no C7508 "ignored" warning), and no local
-memory; TMA stores (UTMASTG) exactly in the TMA-store epilogue variants.  Also the pure-Python parts: variant
-validation, the family rule, the tensor-map argument checks.  Without NVRTC/cuobjdump the compile tests skip, except under CI=true where they fail.
+memory; TMA stores (UTMASTG) exactly in the TMA-store epilogue variants.  The exact MX fp8 variants (``mx``) also
+load their block factors by TMA (four UTMALDG per stage), keep one QGMMA per 32-K block and no local memory; their
+factor prep (``gemm_sm90_mx.cu``) compiles.  Also the pure-Python parts: variant validation, the family rule and
+the MX path rule, the tensor-map argument checks.  Without NVRTC/cuobjdump the compile tests skip, except under CI=true where they fail.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ def _covering(variants):
     """Every code path of the kernel once: each 16-bit majorness with direct stores, both TMA-store widths on
     K-major and M/N-major 16-bit operands, every tf32 variant, and every fp8 pair x accumulation mode with the
     store width rotating, so that each (-D define, value) of ``ALL`` is compiled (CI time: a third of the compiles)."""
-    out, fp8_seen = [], 0
+    out, fp8_seen, mx_seen = [], 0, 0
     for v in ALL:
-        if v.elem in ("f16", "bf16"):
+        if v.mx:  # every fp8 pair once, the store width rotating (each width and element on each side covered)
+            keep = v.tma_store == (0, 2, 4, 0)[mx_seen // 3 % 4]
+            mx_seen += 1
+        elif v.elem in ("f16", "bf16"):
             keep = v.tma_store == 0 or (v.a_kmajor == v.b_kmajor and v.elem == ("f16" if v.a_kmajor else "bf16"))
         elif v.elem == "tf32":
             keep = True
@@ -74,7 +79,7 @@ def test_variant_compiles_to_wgmma_and_tma(binaries, v):
     lines = nvrtc_tools.sass_lines(b.sass, mma)
     assert len(lines) == 4 and counts[other] == 0, counts
     assert all(f".64x{v.bn}x{kstep}." in line for line in lines), lines
-    assert counts["UTMALDG"] >= 2 and counts["USETMAXREG"] == 2
+    assert counts["UTMALDG"] >= (4 if v.mx else 2) and counts["USETMAXREG"] == 2
     assert (counts["UTMASTG"] > 0) == bool(v.tma_store)  # the TMA-store epilogue, or direct stores
     assert counts["LDL"] == 0 and counts["STL"] == 0 and counts["HMMA"] == 0
 
@@ -89,7 +94,15 @@ def test_variant_validation():
     v = sm90.choose_sm90("e4m3", "e5m2", True, True)
     assert v.promote and "-DSM90_B_E5M2=1" in v.options() and "-DSM90_A_E5M2=0" in v.options()
     assert len({x.name for x in ALL}) == len(ALL)
-    for key in ("elem", "b_elem", "a_kmajor", "b_kmajor", "promote", "tma_store", "swap", "tile"):  # the subset covers
+    with pytest.raises(UnsupportedError, match="K-major fp8"):
+        sm90.Sm90Variant("bf16", "bf16", True, True, "128x192", mx=True)
+    with pytest.raises(UnsupportedError, match="not swapped"):
+        sm90.Sm90Variant("e4m3", "e4m3", True, True, "128x64", swap=True, mx=True)
+    m = sm90.choose_sm90("e5m2", "e4m3", True, True, tma_store=4, mx=True)
+    assert m.tile == sm90.MX_TILE and "-DSM90_MX=1" in m.options() and "_mx32" in m.name and not m.swap
+    assert m.smem_bytes - sm90.choose_sm90("e5m2", "e4m3", True, True, tma_store=4).smem_bytes != 0
+    assert {(x.elem, x.b_elem) for x in ALL if x.mx} == {(a, b) for a in ("e4m3", "e5m2") for b in ("e4m3", "e5m2")}
+    for key in ("elem", "b_elem", "a_kmajor", "b_kmajor", "promote", "tma_store", "swap", "tile", "mx"):  # covers
         assert {getattr(x, key) for x in VARIANTS} == {getattr(x, key) for x in ALL}, key
     assert all(x.smem_bytes <= SMEM_LIMIT for x in ALL)
 
@@ -102,6 +115,36 @@ def test_family_rule():
     assert families.family_for("sm_90", None, (1, 16, 8192, 8192), "wgmma") == "wgmma"
     with pytest.raises(UnsupportedError, match="sm_90"):
         families.family_for("sm_80", None, None, "wgmma")
+
+
+def test_mx_path_rule():
+    """mxfp8 pairs on wgmma take the exact block-scaled variant by the rule (when it measured faster than decoding);
+    other MX formats, mma.sync and mx_path="decode" decode; mx_path="exact" where it cannot run raises."""
+    from mxcore import dtypes as _dt
+
+    def mdt(d):
+        return _dt.resolve(d, "sm_90")
+
+    want = "mx_exact" if families.MX_EXACT_DEFAULT else None
+    for d in ("mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2")):
+        assert families.mx_path("wgmma", mdt(d)) == want
+        assert families.mx_path("wgmma", mdt(d), "exact") == "mx_exact"
+        assert families.mx_path("wgmma", mdt(d), "decode") is None
+        assert families.mx_path("mma_sync", mdt(d)) is None
+    for d in ("mxfp4", ("mxfp8_e4m3", "mxfp4"), "bf16", "e4m3fn"):
+        assert families.mx_path("wgmma", mdt(d)) is None
+    with pytest.raises(UnsupportedError, match="mx_path='exact'"):
+        families.mx_path("wgmma", mdt("mxfp4"), "exact")
+    with pytest.raises(UnsupportedError, match="mx_path='exact'"):
+        families.mx_path("mma_sync", mdt("mxfp8"), "exact")
+    with pytest.raises(UnsupportedError, match="choose one of"):
+        families.mx_path("wgmma", mdt("mxfp8"), "fast")
+
+
+def test_mx_factor_prep_compiles():
+    require_tool("NVRTC (cuda-bindings + nvidia-cuda-nvrtc)", nvrtc_tools.have_nvrtc())
+    b = nvrtc_tools.compile_cuda(source(sm90.SM90_MX_FILE), name="sm90_mx_factors", arch="sm_90", options=["-std=c++17"])
+    assert b.resources[sm90.SM90_MX_KERNEL]["local_bytes"] == 0
 
 
 def test_tensor_map_needs_aligned_operands():

@@ -40,7 +40,8 @@ the output and relaunch it through ``cuLaunchKernel`` with the new addresses (pl
 
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
-slices).
+slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in the kernel, or decoded to bf16;
+``families.mx_path``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from .._contract import Backend, Target
 from .compile import KernelCache
 from .device import as_cupy, device_info, external_stream, resolve_ordinal, stream_for
 from .families import family_for
+from .families import mx_path as _mx_path
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
@@ -68,7 +70,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     vendor = "nvidia"
-    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate")
+    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path")
     batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
     device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
 
@@ -164,7 +166,8 @@ class CudaBackend(Backend):
     # ---- running --------------------------------------------------------------------------------------------
     def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
              tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
-             split_k: int = 0, fp8_accumulate: str = "promote", _restage: bool = False) -> CudaPlan:
+             split_k: int = 0, fp8_accumulate: str = "promote", mx_path: str | None = None,
+             _restage: bool = False) -> CudaPlan:
         """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
         C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16)."""
         from mxcore import dtypes as _dt
@@ -187,6 +190,7 @@ class CudaBackend(Backend):
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
         if path not in _FP8_PATHS:
             raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")
+        path = _mx_path(fam, mdt, mx_path) or path  # mxfp8 on wgmma: exact block scales in the kernel
         with cp.cuda.Device(ordinal):
             stream = stream_for(cp, a, b)
             with stream:
@@ -198,7 +202,7 @@ class CudaBackend(Backend):
                 if batch is not None and mdt.kind != "float":
                     return self._batch_loop(a, b, mdt, batch, (m, n), out_dtype, scale_rounding, out, tile=tile,
                                             family=family, fp8_path=fp8_path, split_k=split_k,
-                                            fp8_accumulate=fp8_accumulate)
+                                            fp8_accumulate=fp8_accumulate, mx_path=mx_path)
                 if mdt.kind == "float":
                     def prep():
                         return stager.stage_float(a, "a", mdt.a), stager.stage_float(b, "b", mdt.b)

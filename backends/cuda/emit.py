@@ -44,16 +44,21 @@ def compile_jobs(arch: str) -> list[dict]:
                      "dtype": e, "options": ["-std=c++17", f'-DMX_MMA_OP="{rec.ptx}"', "-DMX_CHAINS=8"],
                      "smem": 0, "threads": 256})
     if sm == 90:  # the wgmma family: sm_90a machine code (wgmma and setmaxnreg are arch-specific)
-        from .sm90 import SM90_FILE, SM90_KERNEL, SM90_REDUCE_FILE, SM90_REDUCE_KERNEL, THREADS, all_sm90_variants
+        from .sm90 import (SM90_FILE, SM90_KERNEL, SM90_MX_FILE, SM90_MX_KERNEL, SM90_REDUCE_FILE, SM90_REDUCE_KERNEL,
+                           THREADS, all_sm90_variants)
 
         for v in all_sm90_variants():
             jobs.append({"file": SM90_FILE, "kernel": SM90_KERNEL, "stem": v.name, "family": "wgmma", "arch": "sm_90a",
-                         "dtype": f"{v.elem} x {v.b_elem} (wgmma)", "tile": v.tile, "smem": v.smem_bytes,
+                         "dtype": f"{'mx' if v.mx else ''}{v.elem} x {v.b_elem} (wgmma{', MX block scales' if v.mx else ''})",
+                         "tile": v.tile, "smem": v.smem_bytes,
                          "threads": THREADS,
                          "options": [o for o in v.options() if not o.startswith("--gpu-architecture")]})
         jobs.append({"file": SM90_REDUCE_FILE, "kernel": SM90_REDUCE_KERNEL, "stem": "sm90_splitk_reduce",
                      "family": "wgmma", "dtype": "split-K reduction (wgmma)", "options": ["-std=c++17"], "smem": 0,
                      "threads": 256})
+        jobs.append({"file": SM90_MX_FILE, "kernel": SM90_MX_KERNEL, "stem": "sm90_mx_block_factors",
+                     "family": "wgmma", "dtype": "MX block factors (wgmma, exact MX fp8)", "options": ["-std=c++17"],
+                     "smem": 0, "threads": 256})
     return jobs
 
 

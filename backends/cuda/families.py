@@ -3,6 +3,10 @@
 ``mma_sync`` (``kernels_cuda/gemm.cu``, plan.py) runs every dtype on sm_80 and newer.  The Hopper ``wgmma``
 family (sm_90a: wgmma + TMA) arrives as one module beside it (``sm90.py``); it registers in :data:`FAMILIES`
 and its rule goes into :func:`family_for`.  ``family=`` (a ``plan`` / ``matmul`` option) forces one.
+
+MX operands on the wgmma family: mxfp8 pairs (e4m3, e5m2, mixed) run the exact block-scaled variant (the E8M0
+scales applied per 32-K block in the kernel) when :data:`MX_EXACT_DEFAULT` says it measured faster than decoding
+to bf16; other MX formats, and ``mx_path="decode"``, decode (:func:`mx_path`).
 """
 
 from __future__ import annotations
@@ -11,11 +15,16 @@ from mxcore.errors import UnsupportedError
 
 from .sm90 import wgmma_reason
 
-__all__ = ["FAMILIES", "family_for"]
+__all__ = ["FAMILIES", "MX_EXACT_DEFAULT", "MX_PATHS", "family_for", "mx_path"]
 
 #: family name -> what it needs (for messages)
 FAMILIES = {"mma_sync": "sm_80 or newer", "wgmma": "sm_90 (sm_90a kernels: H100/H200/GH200)"}
 _KNOWN = ("mma_sync", "wgmma")
+MX_PATHS = ("exact", "decode")
+#: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H200, 8192^3 and
+#: 4096^3 (NOTES_SM90.md): the exact variant runs 400 / 320 TFLOP/s, the bf16-decode wgmma kernel 837 / 677: decode
+MX_EXACT_DEFAULT = False
+_MXFP8_ELEMENTS = ("e4m3fn", "e5m2")
 
 
 def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> str:
@@ -29,3 +38,20 @@ def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> st
             raise UnsupportedError(f"family='wgmma': {wgmma_reason(arch)}; use family='mma_sync'")
         return option
     return "wgmma" if wgmma_reason(arch, mdt, shape) is None else "mma_sync"
+
+
+def mx_path(family: str, mdt, option: str | None = None) -> str | None:
+    """How MX operands of ``mdt`` are staged for ``family``: "mx_exact" (the exact block-scaled wgmma variant:
+    both operands mxfp8) or None (decoded to bf16, the staging's default).  ``option`` ("exact" | "decode")
+    forces one; "exact" where it cannot run raises."""
+    if option is not None and option not in MX_PATHS:
+        raise UnsupportedError(f"mx_path={option!r}; choose one of {', '.join(MX_PATHS)} (or None: the rule)")
+    if mdt is None or mdt.kind != "mx" or option == "decode":
+        return None
+    fp8 = all(od.kind == "mx" and od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
+    if option == "exact":
+        if family != "wgmma" or not fp8:
+            raise UnsupportedError(f"mx_path='exact' runs mxfp8 operands (e4m3/e5m2) on the wgmma family (sm_90); "
+                                   f"this problem is {mdt.a.name} x {mdt.b.name} on {family}: use mx_path='decode'")
+        return "mx_exact"
+    return "mx_exact" if (family == "wgmma" and fp8 and MX_EXACT_DEFAULT) else None

@@ -9,6 +9,12 @@ the B tile through TMA multicast.
 * Elements: f16, bf16 (all four majorness combinations through wgmma's transpose bits), tf32 (K-major; fp32 runs
   its 3xTF32 split through it, K' = 3K), fp8 e4m3/e5m2 and mixed pairs (K-major bytes) with fp32 promotion of the
   accumulator every 128 K (one ring stage) by default, or fast accumulation (``fp8_accumulate="fast"``).
+* Exact OCP-MX fp8 (``mx``: mxfp8 e4m3/e5m2 and the mixed pair, blocks of 32 K, E8M0 scales): one k32 wgmma per
+  block into a scratch accumulator, then ``main += 2^(ea + eb) * scratch`` in fp32 (the factor's bits built by one
+  integer add, then one FMA; exact, no subnormal arithmetic; see the kernel's SM90_MX).  The operands' codes are
+  read as the fp8 path reads them; their scales go through ``gemm_sm90_mx.cu`` once per operand
+  (:class:`~.stage.MXFactors`, cached on a quantized object like the staged codes) and are TMA-loaded with each
+  stage.
 * Operands come from :class:`~.stage.Stager` unchanged (:class:`~.stage.DevOperand`: 16-byte aligned base, row
   pitch a multiple of 16 bytes, which is what TMA needs); this module encodes the two tensor maps per plan
   (``cuTensorMapEncodeTiled`` through the driver library, ctypes) and passes them by value.
@@ -33,6 +39,8 @@ __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Vari
 
 SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
 SM90_REDUCE_FILE, SM90_REDUCE_KERNEL = "gemm_sm90_reduce.cu", "mx_sm90_splitk_reduce"
+SM90_MX_FILE, SM90_MX_KERNEL = "gemm_sm90_mx.cu", "mx_sm90_block_factors"
+MX_FACTOR_BYTES = 16  # per row of A / column of B per stage: 4 blocks of 32 K, one int32 factor each
 BM = 128  # two consumer warpgroups of 64 rows
 THREADS = 384  # producer + two consumers
 STAGE_K_BYTES = 128  # K bytes per row per stage: one 128-byte swizzle row
@@ -52,6 +60,9 @@ SM90_TILES = {
     "128x128": (128, 6, 1),
     "128x64": (64, 8, 1),  # swapped small-M problems (decode): 128 rows of the weight x up to 64 rows of M
 }
+MX_TILE = "128x192"  # exact MX fp8: main + one scratch accumulator of 64 x 192 per consumer (NOTES_SM90.md)
+MX_PINGPONG = False  # exact MX fp8: consumers promote in turns (NOTES_SM90.md)
+MX_DUAL = False  # exact MX fp8: two scratch accumulators per consumer (fits 128-column tiles; NOTES_SM90.md)
 SWAP_MAX_M = 64  # M at or below which the operands are swapped (C^T = B^T A^T) so that N fills the 128-row side
 
 
@@ -69,6 +80,9 @@ class Sm90Variant:
     tma_store: int = 0  # output bytes (2: fp16/bf16, 4: fp32) stored through shared memory + TMA; 0: direct
     swap: bool = False  # the host swapped A and B; the kernel stores D transposed (direct stores)
     group_m: int = 16
+    mx: bool = False  # exact OCP-MX fp8: per-32-K E8M0 block scales applied after each k32 wgmma
+    pingpong: bool = False  # mx: the two consumers take turns at the promotion (named barriers)
+    dual: bool = False  # mx: two scratch accumulators (block j+1's wgmma runs during block j's promotion)
 
     def __post_init__(self):
         if self.elem not in _ELEM_CODE or self.b_elem not in _ELEM_CODE:
@@ -82,6 +96,12 @@ class Sm90Variant:
             raise UnsupportedError(f"tile {self.tile!r} is not a wgmma tile; choose one of {', '.join(SM90_TILES)}")
         if self.swap and self.tma_store:
             raise UnsupportedError("the swapped (transposed-output) wgmma variant stores directly (tma_store=0)")
+        if (self.pingpong or self.dual) and not self.mx or (self.pingpong and self.dual):
+            raise UnsupportedError("pingpong or dual (not both) are options of the exact MX variant")
+        if self.dual and self.bn > 128:
+            raise UnsupportedError("dual (two scratch accumulators) fits tiles of at most 128 columns (registers)")
+        if self.mx and (self.elem not in _FP8 or not (self.a_kmajor and self.b_kmajor) or self.swap):
+            raise UnsupportedError("the exact MX variant multiplies K-major fp8 operands (mxfp8), not swapped")
 
     @property
     def esize(self) -> int:
@@ -94,9 +114,14 @@ class Sm90Variant:
     @property
     def stages(self) -> int:
         """The tile's ring depth, less where the output buffers of the TMA-store epilogue need the room."""
-        per = (BM + self.bn) * STAGE_K_BYTES
+        per = (BM + self.bn) * self.row_bytes
         fit = (SMEM_LIMIT - 1024 - 2 * 64 * self.epi_cols * self.tma_store) // (per + 16)
         return min(SM90_TILES[self.tile][1], fit)
+
+    @property
+    def row_bytes(self) -> int:
+        """Shared-memory bytes per tile row (A) / column (B) per stage: 128 bytes of K (+ the MX factors)."""
+        return STAGE_K_BYTES + (MX_FACTOR_BYTES if self.mx else 0)
 
     @property
     def cluster(self) -> int:
@@ -125,12 +150,13 @@ class Sm90Variant:
         """Ring + output buffers (TMA store: 2 warpgroups x 64 rows x epi_cols) + 2 mbarriers per stage + 1 KB for
         aligning the ring to the 128-byte swizzle's 1024-byte period."""
         epi = 2 * 64 * self.epi_cols * self.tma_store
-        return self.stages * (BM + self.bn) * STAGE_K_BYTES + epi + 16 * self.stages + 1024
+        return self.stages * (BM + self.bn) * self.row_bytes + epi + 16 * self.stages + 1024
 
     @property
     def name(self) -> str:
         e = self.elem if self.elem == self.b_elem else f"{self.elem}_{self.b_elem}"
-        acc = "" if self.elem not in _FP8 else ("_promote" if self.promote else "_fast")
+        mx = "_mx32" + ("pp" if self.pingpong else "") + ("x2" if self.dual else "")
+        acc = "" if self.elem not in _FP8 else (mx if self.mx else "_promote" if self.promote else "_fast")
         epi = f"_tmastore{8 * self.tma_store}" if self.tma_store else ("_swap" if self.swap else "")
         return f"sm90_{e}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}_{self.tile}{acc}{epi}"
 
@@ -144,14 +170,20 @@ class Sm90Variant:
         if self.elem in _FP8:
             o += [f"-DSM90_PROMOTE={int(self.promote)}", f"-DSM90_A_E5M2={int(self.elem == 'e5m2')}",
                   f"-DSM90_B_E5M2={int(self.b_elem == 'e5m2')}"]
+        if self.mx:
+            o += ["-DSM90_MX=1", f"-DSM90_MX_PINGPONG={int(self.pingpong)}", f"-DSM90_MX_DUAL={int(self.dual)}"]
         return o
 
 
 def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote: bool = True,
-                tile: str | None = None, tma_store: int = 0, swap: bool = False) -> Sm90Variant:
+                tile: str | None = None, tma_store: int = 0, swap: bool = False, mx: bool = False) -> Sm90Variant:
     """The default variant of an element pair (measured on an H200: NOTES_SM90.md).  ``tma_store``: the output's
     element bytes when its row pitch is a multiple of 16 bytes and its base 16-byte aligned (TMA), else 0.
-    ``swap``: the operands are swapped (small M; the element names and majorness are the swapped ones)."""
+    ``swap``: the operands are swapped (small M; the element names and majorness are the swapped ones).
+    ``mx``: exact MX fp8 (block scales in the kernel; never swapped)."""
+    if mx:
+        return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or MX_TILE, True, tma_store, mx=True,
+                           pingpong=MX_PINGPONG, dual=MX_DUAL)
     if swap:
         return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or "128x64", promote, 0, True)
     if tile is None:
@@ -175,6 +207,8 @@ def all_sm90_variants() -> list[Sm90Variant]:
                 for store in _STORES:
                     out.append(choose_sm90(a, b, True, True, promote, tma_store=store))
                 out.append(choose_sm90(a, b, True, True, promote, swap=True))
+            for store in _STORES:
+                out.append(choose_sm90(a, b, True, True, tma_store=store, mx=True))
     for e in ("f16", "bf16"):
         for ak in (True, False):
             for bk in (True, False):
@@ -205,7 +239,9 @@ def wgmma_reason(arch: str, mdt=None, shape=None, sms: int = 132) -> str | None:
 # driver: tensor maps and cluster occupancy (libcuda through ctypes; CuPy does not wrap either)
 # ------------------------------------------------------------------------------------------------------------
 _TMA_DTYPE = {1: 0, 2: 1, 4: 2}  # CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32: bytes are copied, not converted
-_SWIZZLE_128B, _L2_PROMOTION_256B = 3, 3
+_SWIZZLE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B = 0, 3, 3
+_NO_MAP = np.zeros(1, dtype="V128")  # an unused tensor-map parameter
+_NULL = np.uint64(0)
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,10 +252,11 @@ def _driver():
         raise UnsupportedError(f"the wgmma family needs the CUDA driver library (libcuda.so.1): {exc}") from None
 
 
-def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner: int, box_outer: int) -> np.ndarray:
-    """A 2-D tiled ``CUtensorMap`` (128-byte swizzle, zeros out of bounds) as a size-1 'V128' numpy array, which
-    CuPy passes by value to a ``const __grid_constant__`` kernel parameter.  ``inner``/``outer``: the global
-    extents (elements; inner contiguous), ``ld``: elements between outer rows."""
+def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner: int, box_outer: int,
+               swizzle: int = _SWIZZLE_128B) -> np.ndarray:
+    """A 2-D tiled ``CUtensorMap`` (128-byte swizzle, or none: ``swizzle=0``; zeros out of bounds) as a size-1
+    'V128' numpy array, which CuPy passes by value to a ``const __grid_constant__`` kernel parameter.
+    ``inner``/``outer``: the global extents (elements; inner contiguous), ``ld``: elements between outer rows."""
     if ptr % 16 or (ld * esize) % 16:
         raise UnsupportedError(f"TMA needs a 16-byte aligned base and row pitch (base {ptr:#x}, pitch {ld}x{esize} B)")
     fn = _driver().cuTensorMapEncodeTiled
@@ -229,7 +266,7 @@ def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner:
     raw = (ctypes.c_uint8 * 192)()
     addr = (ctypes.addressof(raw) + 63) & ~63  # the map must be 64-byte aligned
     err = fn(addr, _TMA_DTYPE[esize], 2, ptr, (ctypes.c_uint64 * 2)(inner, outer), (ctypes.c_uint64 * 1)(ld * esize),
-             (ctypes.c_uint32 * 2)(box_inner, box_outer), (ctypes.c_uint32 * 2)(1, 1), 0, _SWIZZLE_128B,
+             (ctypes.c_uint32 * 2)(box_inner, box_outer), (ctypes.c_uint32 * 2)(1, 1), 0, swizzle,
              _L2_PROMOTION_256B, 0)
     if err != 0:
         raise UnsupportedError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {inner}x{outer} operand "
@@ -287,8 +324,13 @@ class Sm90Plan(CudaPlan):
         out = self.out
         ob = out.dtype.itemsize  # 2 (fp16, bf16 bits) or 4 (fp32)
         store = ob if out.size > 0 and (out.shape[-1] * ob) % 16 == 0 and out.data.ptr % 16 == 0 else 0
-        self._swap = m <= SWAP_MAX_M
-        if self._swap:  # C^T = B^T A^T: B (n rows) is the kernel's A, A (m rows) its B; D stored transposed
+        mx = a.mx is not None
+        if mx != (b.mx is not None) or (mx and (a.elem not in _FP8 or b.elem not in _FP8)):
+            raise UnsupportedError(f"internal: exact MX needs two MX fp8 operands (staged {a.elem}, {b.elem})")
+        self._swap = m <= SWAP_MAX_M and not mx  # the MX variant is never swapped (it reads A's and B's factors)
+        if mx:
+            v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, tile=self._tile, tma_store=store, mx=True)
+        elif self._swap:  # C^T = B^T A^T: B (n rows) is the kernel's A, A (m rows) its B; D stored transposed
             v = choose_sm90(b.elem, a.elem, b.kmajor, a.kmajor, self._promote, self._tile, swap=True)
         else:
             v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile, store)
@@ -321,6 +363,12 @@ class Sm90Plan(CudaPlan):
         (da, db), (km, kn) = (self.db, self.da) if self._swap else (self.da, self.db), self._kmn
         self._map_a = operand_map(v, da, km, BM)
         self._map_b = operand_map(v, db, kn, v.bn // v.cluster)
+        self._mx_args = (_NO_MAP, _NO_MAP, _NULL, _NULL, _NULL, _NULL)
+        if v.mx:  # int32 factors: A [M][blocks_pad] in boxes {4 blocks, 128 rows}, B [blocks_pad][N16] in {BN, 4}
+            fa, fb = da.mx, db.mx
+            map_sa = tensor_map(fa.factors.data.ptr, 4, fa.ld, km, fa.ld, 4, BM, swizzle=_SWIZZLE_NONE)
+            map_sb = tensor_map(fb.factors.data.ptr, 4, fb.ld, fb.blocks_pad, fb.ld, v.bn, 4, swizzle=_SWIZZLE_NONE)
+            self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan)
         # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
         out = self.out
         ob = v.tma_store
@@ -357,7 +405,7 @@ class Sm90Plan(CudaPlan):
             self._kernel(self._grid, (THREADS,), (
                 self._map_a, self._map_b, self._map_c, dst, np.int32(km), np.int32(kn), np.int32(self.da.k),
                 np.int64(ldc), *scale, np.int32(kind), np.int32(pair_ok), np.int32(self._k_split),
-                np.int64(self.m * self.n)), shared_mem=v.smem_bytes)
+                np.int64(self.m * self.n), *self._mx_args), shared_mem=v.smem_bytes)
             if self._splits > 1:
                 red = self.backend.kernels.get(cp, self.dev.ordinal, ("sm90", "reduce"), SM90_REDUCE_FILE,
                                                SM90_REDUCE_KERNEL, ("-std=c++17",))

@@ -17,6 +17,11 @@ read on the host: a device MXTensor's smax (0-d uint8) and a device ScaledTensor
 to the kernels as pointers (:attr:`DevOperand.exp_at`; the decode kernels' ``exp_bias_at``), host ones as ints.
 The staged buffer is cached on the quantized object (quantize once, multiply many times).
 
+Exact MX fp8 (``path="mx_exact"``: the sm_90a wgmma family's block-scaled variant, chosen by ``families.mx_path``):
+mxfp8 codes are staged as fp8 bytes exactly as the fp8 path stages them (K-major, in place when they already are),
+and the E8M0 scales go through ``gemm_sm90_mx.cu`` once into :class:`MXFactors` (int32 factor bits in the layout
+the kernel TMA-loads, the live range of scale codes, per-row NaN flags); nothing is read on the host.
+
 Batched operands (3-D) are staged into one buffer with a batch stride (0 for an operand shared by the batch).
 """
 
@@ -32,12 +37,29 @@ from mxcore.errors import UnsupportedError
 
 from .device import as_cupy
 
-__all__ = ["DevOperand", "Stager"]
+__all__ = ["DevOperand", "MXFactors", "Stager"]
 
 _SRC_KIND = {"float64": 0, "float32": 1, "float16": 2, "bf16": 3}
 _DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4, "tf32_finite": 5}
 _SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
 MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
+
+
+@dataclass
+class MXFactors:
+    """An MX fp8 operand's block scales as the exact wgmma variant reads them (``gemm_sm90_mx.cu``): ``factors``
+    int32 (A: [M][blocks_pad], B: [blocks_pad][ld] with columns permuted in 16s), ``ld`` its row pitch (elements),
+    ``blocks_pad`` = K/32 rounded up to whole 128-K stages, ``info`` int32 x 4 (live code range, any NaN block),
+    ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block)."""
+
+    factors: object
+    ld: int
+    blocks_pad: int
+    info: object
+    nan: object
+
+    def copy(self) -> "MXFactors":
+        return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy())
 
 
 @dataclass
@@ -57,10 +79,11 @@ class DevOperand:
     bstride: int = 0
     exp_at: object = None
     direct: bool = False  # buf is the caller's array itself (read in place)
+    mx: MXFactors | None = None  # exact MX fp8: the block scales as the kernel reads them
 
     def copy(self) -> "DevOperand":
         return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride,
-                          self.exp_at)  # a copy is not the caller's array
+                          self.exp_at, mx=None if self.mx is None else self.mx.copy())  # not the caller's array
 
 
 def _round_up(x: int, m: int) -> int:
@@ -238,6 +261,12 @@ class Stager:
             buf, ld = self._prep_codes(codes, role, od.element, "f16")
             return DevOperand(buf, ld, True, "f16", exp, cols, exp_at=exp_at)
         element = _dt.MX_ELEMENT[od.name]
+        if path == "mx_exact":  # fp8 bytes + block factors for the exact wgmma variant
+            short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}.get(element)
+            if short is None:
+                raise UnsupportedError(f"internal: the exact MX path reads mxfp8 codes, not {od.name}")
+            buf, ld = self._stage_bytes(codes, role, element)
+            return DevOperand(buf, ld, True, short, 0, cols, mx=self.mx_factors(codes, scales, role, cols))
         # decode at 2^(scale - smax), epilogue 2^(smax - 127): smax an int, or read by the kernels on the device
         bias, exp, exp_at = (smax, smax - 127, None) if _host_int(smax) else ((0, smax), -127, smax)
         bias = bias if isinstance(bias, tuple) else (bias, None)
@@ -293,6 +322,38 @@ class Stager:
                     src, np.int32(rows), np.int32(cols), np.int64(cols), out, np.int64(rows)))
                 return out, rows
         return self._prep_codes(codes, role, element, "byte")
+
+    def mx_factors(self, codes, scales, role: str, k: int) -> MXFactors:
+        """The exact wgmma variant's block factors of an MX operand (``gemm_sm90_mx.cu``): A (M, K) codes with
+        (M, K/32) scales, or B (K, N) codes with (K/32, N) scales; any strides."""
+        from .sm90 import SM90_MX_FILE, SM90_MX_KERNEL
+
+        cp = self.cp
+        blocks = -(-k // MX_BLOCK_KERNEL)
+        blocks_pad = _round_up(max(blocks, 1), 4)
+        c0, c1 = (s // codes.itemsize for s in codes.strides)
+        s0, s1 = (s // scales.itemsize for s in scales.strides)
+        if role == "a":
+            rows = codes.shape[0]
+            cs_r, cs_k, ss_r, ss_j = c0, c1, s0, s1
+            rows_pad, ld = rows, blocks_pad
+            out = cp.empty((rows, blocks_pad), dtype=cp.int32)
+        else:
+            rows = codes.shape[1]
+            cs_r, cs_k, ss_r, ss_j = c1, c0, s1, s0
+            rows_pad = ld = _round_up(max(rows, 1), 16)
+            out = cp.empty((blocks_pad, ld), dtype=cp.int32)
+        info = cp.zeros(4, dtype=cp.int32)
+        nan = cp.zeros(max(rows, 1), dtype=cp.uint8)
+        total = rows_pad * blocks_pad
+        if total:
+            kern = self.kernels.get(cp, self.ordinal, ("sm90", "mx_factors"), SM90_MX_FILE, SM90_MX_KERNEL,
+                                    ("-std=c++17",))
+            grid = (max(1, min(-(-total // 256), 4 * self.sms)),)
+            kern(grid, (256,), (scales, np.int64(ss_r), np.int64(ss_j), codes, np.int64(cs_r), np.int64(cs_k),
+                                np.int32(rows), np.int32(blocks), np.int32(k), np.int32(0 if role == "a" else 1),
+                                np.int32(rows_pad), np.int32(blocks_pad), out, np.int64(ld), nan, info))
+        return MXFactors(out, ld, blocks_pad, info, nan)
 
     def _code_table(self, element: str, dst: str, scaled: bool):
         """256 x uint32 decode table: destination bits of each code, or (scaled) its exact fp32 value."""

@@ -1,0 +1,321 @@
+"""Exact OCP-MX fp8 on the sm_90a wgmma family (``SM90_MX`` in ``kernels_cuda/gemm_sm90.cu``, block factors from
+``gemm_sm90_mx.cu``, host side ``backends/cuda/sm90.py`` / ``stage.py``; marker nvidia_gpu, skipped without an
+sm_90 GPU).  Every launch writes into an output poisoned with NaN first and checks that the exact variant ran
+(``_mx32`` in the plan's variant).
+
+* Exact inputs: MXTensors built from codes of small integers (|v| <= 4, so a 32-element block sums to at most
+  512 in magnitude, within the fp8 tensor core's accumulator precision) and scale codes in [126, 128], so that
+  every product, block sum and fp32 partial sum is exact: bit-exact against ``mxcore.reference`` for e4m3, e5m2
+  and both mixed pairs, A/B codes in C and Fortran order (the layouts an MXTensor may hold), K tails (K not a
+  multiple of 32 / 128), odd M and N, host and device MXTensors, fp32 / fp16 / bf16 outputs.
+* Scale codes at the ends of E8M0: every output gets one nonzero block product (block-diagonal operands), its
+  scale pair drawn from codes 0x00, 0x01, 0x7F, 0xFE, ... (E from -254 to 254), so the reference's one rounding is
+  the kernel's: equal bit for bit (inf where the product overflows, 0 where it is far below fp32), except results
+  the reference gives as fp32 subnormals (none are drawn; counted and asserted absent).  All-zero blocks of code
+  0x00 (the quantizer's) beside live blocks keep the fast promotion.  NaN blocks (0xFF) make their whole row of A /
+  column of B NaN; e5m2 inf elements give inf / NaN as the reference.
+* Random normal inputs quantized by ``quantize_mx``: |err| <= 4 * 2^-p * (|A| @ |B|) + (K/32 + 2) * 2^-23 *
+  (|A| @ |B|), p the fp8 tensor core accumulator's measured precision (one rounding of each 32-K block sum inside
+  the wgmma; then one fp32 rounding per block added into the main accumulator).
+* Quantize-once reuse: a device MXTensor multiplied twice (the second call stages nothing: the staged codes and
+  factors are cached on it); device float data quantized on the GPU by the plan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import dtypes as _dt
+from mxcore import formats
+from mxcore.mx import MXTensor
+from mxcore.reference import reference_matmul
+
+pytestmark = pytest.mark.nvidia_gpu
+
+PAIRS = ["mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2"), ("mxfp8_e5m2", "mxfp8_e4m3")]
+SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520), (300, 600, 1000), (129, 200, 4100)]
+ORDERS = [("C", "C"), ("C", "F"), ("F", "C"), ("F", "F")]
+
+
+def _id(d):
+    return d if isinstance(d, str) else "+".join(d)
+
+
+def _fmts(dtype):
+    return (dtype, dtype) if isinstance(dtype, str) else dtype
+
+
+@pytest.fixture(scope="module")
+def backend(cupy_device):
+    import cupy as cp
+
+    from mxcore.backends import get
+
+    be = get("cuda")
+    if be.is_available():
+        pytest.skip(be.is_available())
+    if int(cp.cuda.Device().compute_capability) != 90:
+        pytest.skip("the wgmma family needs an sm_90 GPU (H100/H200/GH200)")
+    return be
+
+
+def _mx(vals, scodes, fmt, axis, order="C"):
+    """An MXTensor of ``vals`` (exactly representable element values) with E8M0 codes ``scodes``."""
+    codes = formats.encode(np.asarray(vals, dtype=np.float64), _dt.MX_ELEMENT[_dt.canonical_operand(fmt)])
+    codes = np.asfortranarray(codes) if order == "F" else np.ascontiguousarray(codes)
+    sc = np.asarray(scodes, dtype=np.uint8)
+    return MXTensor(codes, np.asfortranarray(sc) if order == "F" else sc, fmt, axis)
+
+
+def _exact_operands(rng, m, n, k, fmts, orders=("C", "C"), lo=126, hi=128):
+    kb = -(-k // 32)
+    a = _mx(rng.integers(-4, 5, size=(m, k)), rng.integers(lo, hi + 1, size=(m, kb)), fmts[0], 1, orders[0])
+    b = _mx(rng.integers(-4, 5, size=(k, n)), rng.integers(lo, hi + 1, size=(kb, n)), fmts[1], 0, orders[1])
+    return a, b
+
+
+def _run(backend, a, b, dtype, out_dtype="float32", expect_exact=True, **options):
+    import cupy as cp
+
+    mdt = _dt.resolve(dtype, "sm_90")
+    m, n = a.shape[0], b.shape[1]
+    store = {"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[out_dtype]
+    out = cp.empty((m, n), dtype=store)
+    out.fill(0x7FC0 if out_dtype == "bfloat16" else np.nan)  # poison (bf16 NaN bits)
+    options.setdefault("family", "wgmma")
+    plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, **options)
+    assert ("_mx32" in plan.variant) == expect_exact, plan.variant
+    plan.gemm()
+    host = cp.asnumpy(out)
+    if out_dtype == "bfloat16":
+        import ml_dtypes
+
+        host = host.view(ml_dtypes.bfloat16)
+    return host.astype(np.float64)
+
+
+def _ref(a, b, dtype, out_dtype="float32"):
+    return reference_matmul(a, b, dtype, out_dtype=out_dtype).astype(np.float64)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("orders", ORDERS, ids=lambda o: f"{o[0]}-{o[1]}")
+@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+def test_exact_inputs_bit_exact(backend, rng, dtype, orders, shape):
+    m, n, k = shape
+    a, b = _exact_operands(rng, m, n, k, _fmts(dtype), orders)
+    got = _run(backend, a, b, dtype)
+    assert not np.isnan(got).any(), "unwritten (NaN-poisoned) outputs"
+    np.testing.assert_array_equal(got, _ref(a, b, dtype))
+
+
+@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+@pytest.mark.parametrize("shape", [(70, 50, 96), (300, 608, 1000)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
+def test_low_precision_outputs(backend, rng, dtype, out_dtype, shape):
+    """fp16/bf16 outputs: direct stores (N = 50) and the TMA-store epilogue (row pitch a multiple of 16 bytes)."""
+    m, n, k = shape
+    a, b = _exact_operands(rng, m, n, k, _fmts(dtype))
+    got = _run(backend, a, b, dtype, out_dtype)
+    np.testing.assert_array_equal(got, _ref(a, b, dtype, out_dtype))
+
+
+def _block_diagonal(rng, m, n, nb, k, fmts, a_codes, b_codes, nz_value=(-4, 5)):
+    """A (m, k) and B (k, n) whose row r / column c is nonzero only in block r % nb / c % nb, with that block's
+    scale code drawn from a_codes / b_codes; every other block is all-zero with scale code 0 (as the quantizer
+    writes it).  Each output is then one block product 2^E * s, rounded once by both the kernel and the reference."""
+    kb = -(-k // 32)
+    va, vb = np.zeros((m, k)), np.zeros((k, n))
+    sa, sb = np.zeros((m, kb), np.uint8), np.zeros((kb, n), np.uint8)
+    for r in range(m):
+        j = r % nb
+        va[r, 32 * j:min(k, 32 * j + 32)] = rng.integers(*nz_value, size=min(k, 32 * j + 32) - 32 * j)
+        sa[r, j] = rng.choice(a_codes)
+    for c in range(n):
+        j = c % nb
+        vb[32 * j:min(k, 32 * j + 32), c] = rng.integers(*nz_value, size=min(k, 32 * j + 32) - 32 * j)
+        sb[j, c] = rng.choice(b_codes)
+    return _mx(va, sa, fmts[0], 1), _mx(vb, sb, fmts[1], 0)
+
+
+def _assert_exact_but_subnormals(got, want):
+    sub = (want != 0) & (np.abs(want) < 2.0**-126) & np.isfinite(want)
+    assert not sub.any(), f"{sub.sum()} reference results are fp32 subnormals (the test draws none)"
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+@pytest.mark.parametrize("k", [128, 200, 4100])
+def test_extreme_scale_codes(backend, rng, dtype, k):
+    """Scale codes 0x00 (2^-127, live: nonzero elements), 0x01, 0xFE (2^127), 0xFD and middle codes, paired so
+    that E = ea + eb spans [-254, 254]: products far below fp32 (0), normal ones (exact), overflowing ones (inf).
+    A's nonzero elements are even (a nonzero block sum has |s| >= 2), so no product with E >= -127 is a fp32
+    subnormal; pairs with E in (-160, -124) (where one could be) are left out of the comparison."""
+    fmts = _fmts(dtype)
+    nb = -(-k // 32)
+    codes = [0, 1, 2, 127, 128, 200, 253, 254]
+    a, b = _block_diagonal(rng, 131, 97, min(nb, 5), k, fmts, codes, codes, nz_value=(-2, 3))
+    a = MXTensor(formats.encode(formats.decode(a.codes, a.element) * 2, a.element), a.scales, a.fmt, 1)
+    got = _run(backend, a, b, dtype)
+    want = _ref(a, b, dtype)
+    ea = a.scales.astype(int).max(axis=1)[:, None] - 127
+    eb = b.scales.astype(int).max(axis=0)[None, :] - 127
+    e = ea + eb
+    mask = (e <= -160) | (e >= -124)
+    _assert_exact_but_subnormals(np.where(mask, got, 0), np.where(mask, want, 0))
+    assert np.isinf(want).any() and (want[mask] == 0).any() and np.isfinite(want[mask]).any()
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
+def test_zero_blocks_keep_fast_promotion_exact(backend, rng, dtype):
+    """All-zero blocks with scale code 0x00 (what quantize_mx writes for them) beside ordinary codes: the prep
+    makes them neutral, the kernel keeps its fast promotion, results exact."""
+    m, n, k = 257, 190, 1000
+    a, b = _exact_operands(rng, m, n, k, _fmts(dtype))
+    sa, sb = a.scales.copy(), b.scales.copy()
+    ca, cb = formats.decode(a.codes, a.element), formats.decode(b.codes, b.element)
+    za, zb = rng.random(sa.shape) < 0.3, rng.random(sb.shape) < 0.3
+    for r, j in zip(*np.nonzero(za)):
+        ca[r, 32 * j:32 * j + 32], sa[r, j] = 0, 0
+    for j, c in zip(*np.nonzero(zb)):
+        cb[32 * j:32 * j + 32, c], sb[j, c] = 0, 0
+    a, b = _mx(ca, sa, a.fmt, 1), _mx(cb, sb, b.fmt, 0)
+    got = _run(backend, a, b, dtype)
+    np.testing.assert_array_equal(got, _ref(a, b, dtype))
+
+
+@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+def test_nan_blocks_and_inf_elements(backend, rng, dtype):
+    """A NaN block (scale 0xFF) makes its whole row of A / column of B NaN in the reference, and here; e5m2 inf
+    element codes propagate (inf, or NaN where inf meets 0 or -inf) as in the reference."""
+    fmts = _fmts(dtype)
+    m, n, k = 150, 140, 300
+    a, b = _exact_operands(rng, m, n, k, fmts)
+    sa, sb = a.scales.copy(), b.scales.copy()
+    sa[[3, 77], [1, 9]] = 0xFF
+    sb[[0, 5], [11, 139]] = 0xFF
+    ca, cb = a.codes.copy(), b.codes.copy()
+    pinf, ninf = formats.encode(np.array([1.0, -1.0]) * 2.0**16, "e5m2", overflow="nan")  # rounds up to +-inf
+    assert np.isinf(formats.decode(np.array([pinf, ninf], np.uint8), "e5m2")).all()
+    if fmts[0] == "mxfp8_e5m2":
+        ca[10, 40] = pinf
+        ca[11, [5, 6]] = [pinf, ninf]
+    if fmts[1] == "mxfp8_e5m2":
+        cb[100, 20] = ninf
+    a, b = MXTensor(ca, sa, a.fmt, 1), MXTensor(cb, sb, b.fmt, 0)
+    got = _run(backend, a, b, dtype)
+    want = _ref(a, b, dtype)
+    assert np.isnan(want[3]).all() and np.isnan(want[:, 139]).all()
+    np.testing.assert_array_equal(got, want)
+
+
+def _accumulator_bits(backend) -> int:
+    """Largest p such that 2^e + 1 (products 2^e and 1 in one 32-K block, scale 1) is exact for all e < p."""
+    for e in range(8, 17):
+        a = _mx(np.array([[2.0 ** (e // 2), 1.0]]), np.array([[127]]), "mxfp8_e4m3", 1)
+        b = _mx(np.array([[2.0 ** (e - e // 2)], [1.0]]), np.array([[127]]), "mxfp8_e4m3", 0)
+        if _run(backend, a, b, "mxfp8_e4m3")[0, 0] != 2.0**e + 1:
+            return e
+    return 17
+
+
+@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+def test_random_normal_within_bound(backend, rng, dtype):
+    import mxcore
+
+    m, n, k = 300, 520, 2000
+    fmts = _fmts(dtype)
+    a = mxcore.quantize_mx(rng.standard_normal((m, k)).astype(np.float32) * 3.0, fmts[0], axis=1)
+    b = mxcore.quantize_mx(rng.standard_normal((k, n)).astype(np.float32) * 0.5, fmts[1], axis=0)
+    got = _run(backend, a, b, dtype)
+    a64, b64 = mxcore.dequantize(a, np.float64), mxcore.dequantize(b, np.float64)
+    ref, scale = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    p = _accumulator_bits(backend)
+    bound = 4 * 2.0**-p * scale + (k / 32 + 2) * 2.0**-23 * scale
+    err = np.abs(got - ref)
+    print(f"accumulator bits {p}; max err / bound {np.max(err / bound):.3g}; "
+          f"relative Frobenius error {np.linalg.norm(got - ref) / np.linalg.norm(ref):.3g}")
+    assert not np.isnan(got).any()
+    assert (err <= bound).all(), f"max err {err.max():.3g} vs bound {bound[err > bound].min():.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
+def test_device_mxtensor_reuse(backend, rng, dtype):
+    """A device MXTensor (CuPy codes and scales) multiplied by two activations: the second plan reuses the staged
+    codes and block factors cached on it; both bit-exact.  Device float data is quantized by the plan on the GPU."""
+    import cupy as cp
+
+    fmts = _fmts(dtype)
+    m, n, k = 260, 384, 1056
+    a1, b = _exact_operands(rng, m, n, k, fmts)
+    a2, _ = _exact_operands(rng, m, n, k, fmts)
+    like = cp.zeros(1)
+    bd = b.to_device(like)
+    from mxcore.backends.cuda import stage
+
+    for a in (a1, a2):
+        got = _run(backend, a.to_device(like), bd, dtype)
+        np.testing.assert_array_equal(got, _ref(a, b, dtype))
+        assert [key for key in stage._STAGED[bd] if key[1:] == ("b", "mx_exact")], "B's staging is not cached"
+    x = rng.integers(-4, 5, size=(m, k)) * 2.0**9
+    y = rng.integers(-4, 5, size=(k, n)) * 2.0**-7
+    got = _run(backend, cp.asarray(x.astype(np.float32)), cp.asarray(y.astype(np.float32)), dtype)
+    np.testing.assert_array_equal(got, reference_matmul(x, y, dtype).astype(np.float64))
+
+
+def test_large_exact(backend, rng):
+    """4096^3 with exact inputs (device MXTensors) against a float64 GPU product of the dequantized operands."""
+    import cupy as cp
+
+    m = n = k = 4096
+    a, b = _exact_operands(rng, m, n, k, ("mxfp8_e4m3", "mxfp8_e4m3"))
+    like = cp.zeros(1)
+    da, db = a.to_device(like), b.to_device(like)
+    from mxcore.backends.cuda import families
+
+    got = _run(backend, da, db, "mxfp8_e4m3", expect_exact=families.MX_EXACT_DEFAULT, family=None)  # the rule
+    a64 = cp.asarray(formats.decode(a.codes, a.element)) * cp.repeat(cp.exp2(cp.asarray(a.scales, cp.float64) - 127),
+                                                                       32, axis=1)
+    b64 = cp.asarray(formats.decode(b.codes, b.element)) * cp.repeat(cp.exp2(cp.asarray(b.scales, cp.float64) - 127),
+                                                                       32, axis=0)
+    np.testing.assert_array_equal(got, cp.asnumpy(a64 @ b64).astype(np.float32).astype(np.float64))
+
+
+def test_rule_and_decode_option(backend, rng):
+    """The rule picks the exact variant for large mxfp8 problems when MX_EXACT_DEFAULT; mx_path="decode" runs the
+    bf16-decoded wgmma kernel; mxfp4 decodes; both exact on exact inputs."""
+    from mxcore.backends.cuda import families
+
+    a, b = _exact_operands(rng, 2048, 2048, 512, ("mxfp8_e4m3", "mxfp8_e4m3"))
+    got = _run(backend, a, b, "mxfp8_e4m3", expect_exact=families.MX_EXACT_DEFAULT, family=None)
+    want = _ref(a, b, "mxfp8_e4m3")
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", expect_exact=False, mx_path="decode"), want)
+    np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", mx_path="exact"), want)
+
+
+OVERLAPS = [("128x192", False, False), ("128x192", True, False), ("128x128", False, False), ("128x128", True, False),
+            ("128x128", False, True)]
+
+
+@pytest.mark.parametrize("overlap", OVERLAPS, ids=lambda o: f"{o[0]}{'-pingpong' if o[1] else ''}{'-dual' if o[2] else ''}")
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
+def test_tiles_and_overlap_forms_bit_exact(backend, rng, monkeypatch, dtype, overlap):
+    """Every form of the exact variant (tile, consumers taking turns, two scratch accumulators) on exact inputs and
+    on extreme scale codes (the exact promotion), several tiles per block and K tails."""
+    from mxcore.backends.cuda import sm90
+
+    tile, pingpong, dual = overlap
+    monkeypatch.setattr(sm90, "MX_PINGPONG", pingpong)
+    monkeypatch.setattr(sm90, "MX_DUAL", dual)
+    fmts = _fmts(dtype)
+    for m, n, k in [(300, 600, 1000), (129, 200, 4100), (1000, 520, 384)]:
+        a, b = _exact_operands(rng, m, n, k, fmts)
+        np.testing.assert_array_equal(_run(backend, a, b, dtype, tile=tile), _ref(a, b, dtype))
+    codes = [0, 1, 127, 200, 254]
+    a, b = _block_diagonal(rng, 260, 300, 4, 256, fmts, codes, codes, nz_value=(1, 3))
+    got, want = _run(backend, a, b, dtype, tile=tile), _ref(a, b, dtype)
+    e = a.scales.astype(int).max(axis=1)[:, None] + b.scales.astype(int).max(axis=0)[None, :] - 254
+    mask = (e <= -160) | (e >= -126)
+    _assert_exact_but_subnormals(np.where(mask, got, 0), np.where(mask, want, 0))
