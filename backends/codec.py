@@ -50,6 +50,7 @@ __all__ = [
     "dequantize_tensor",
     "encode",
     "entry_points",
+    "finite_amax",
     "format_defines",
     "pack",
     "max_finite_scale",
@@ -566,31 +567,87 @@ def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int =
     return lambda: fn(grid, (THREADS,), args)
 
 
-def quantize_tensor(x, spec: FormatSpec):
+def _amax_launch(call, spec: FormatSpec, xb, suf: str, amax, fast: bool) -> int:
+    """Launch the finite-amax reduction of ``xb`` into the zeroed uint64 ``amax``; returns the grid size."""
+    n = xb.size
+    if fast:
+        runs = n // 16  # runs of 16 elements, 16-byte loads, grid-stride
+        grid = max(1, min(-(-runs // THREADS), 8 * call.sm_count()))
+        call.launch(spec, f"mx_amax_fast_{suf}", runs, (xb, _i64(runs), _i64(grid * THREADS), amax), grid=grid)
+    else:
+        grid = max(1, min(-(-n // THREADS), 8 * call.sm_count()))
+        call.launch(spec, f"mx_amax_{suf}", n, (xb, _i64(n), _i64(grid * THREADS), amax), grid=grid)
+    return grid
+
+
+def _runs_fit(suf: str, xb, *outs) -> bool:
+    """The 16-element-run kernels apply: <=32-bit floats, a multiple of 16 elements, 16-byte aligned arrays."""
+    return (suf in FAST_SUFFIXES and xb.size and xb.size % 16 == 0 and xb.data.ptr % 16 == 0
+            and all(o.data.ptr % 16 == 0 for o in outs))
+
+
+def finite_amax(x):
+    """Device largest finite ``|x|`` (0 when there is none) as a 0-d array of ``x``'s float dtype (float16,
+    bfloat16, float32), the caller's kind of array: one reduction kernel, no synchronisation."""
+    from .. import formats
+
+    with _on(x) as call:
+        xb, suf = call.float_bits(x)
+        if suf not in FAST_SUFFIXES:
+            raise InputTypeError("finite_amax on the device takes float16/bfloat16/float32 data, not "
+                                 f"{call.dtype_name(x)}")
+        bits, bits_r = call.empty((1,), "uint64")
+        call.cp.cuda.runtime.memsetAsync(bits.data.ptr, 0, 8, call.cp.cuda.get_current_stream().ptr)
+        if xb.size:
+            _amax_launch(call, formats.get("e4m3fn"), xb, suf, bits, _runs_fit(suf, xb))  # any format's module
+        width = xb.dtype.itemsize  # the magnitude's bits sit in the low bytes (little-endian)
+        if call.kind == "torch":
+            import torch
+
+            word = {2: torch.int16, 4: torch.int32}[width]
+            return bits_r.view(word)[:1].view(x.dtype).reshape(())
+        return bits.view(xb.dtype)[:1].view(x.dtype).reshape(())
+
+
+def quantize_tensor(x, spec: FormatSpec, amax=None):
     """Device per-tensor power-of-two scaling: one amax reduction kernel and one encode kernel that reads the
     amax from device memory; returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d
-    int32 ``k``) as the caller's kind of array.  No synchronisation (except NaN in a format without NaN, which
-    raises as the host does)."""
+    int32 ``k``) as the caller's kind of array.  ``amax``: a 0-d device array (any float dtype) holding the
+    magnitude to scale by instead of ``x``'s own (exactly representable in ``x``'s dtype and at least ``x``'s finite
+    amax, e.g. the global amax of a sharded tensor); the reduction is then skipped.  No synchronisation (except
+    NaN in a format without NaN, which raises as the host does)."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)
         n = xb.size
         cp = call.cp
-        amax = call.counter("uint64")
         codes, codes_r = call.empty(xb.shape, "uint8")
         exp, exp_r = call.empty((), "int32")
         scale, scale_r = call.empty((), "float32")
         count = call.counter() if not spec.has_nan else None
         nan_arg = count if count is not None else _NULL
-        if suf in FAST_SUFFIXES and n and n % 16 == 0 and xb.data.ptr % 16 == 0 and codes.data.ptr % 16 == 0:
-            runs = n // 16  # runs of 16 elements, 16-byte loads and stores, grid-stride
-            grid = max(1, min(-(-runs // THREADS), 8 * call.sm_count()))
-            call.launch(spec, f"mx_amax_fast_{suf}", runs, (xb, _i64(runs), _i64(grid * THREADS), amax), grid=grid)
+        fast = _runs_fit(suf, xb, codes)
+        if amax is None:
+            bits = call.counter("uint64")
+            grid = _amax_launch(call, spec, xb, suf, bits, fast)
+        else:  # the given magnitude as x's bits, widened to the kernel's uint64
+            v = call.cupy_view(amax) if call.kind != "torch" else None
+            want = dict(INPUT_SUFFIXES.values())[suf]
+            if call.kind == "torch":
+                import torch
+
+                t = amax.detach().to(device=call.torch_device, dtype=x.dtype).reshape(1)
+                word = {"uint16": torch.int16, "uint32": torch.int32, "uint64": torch.int64}[want]
+                bits = call.cupy_view(t.view(word).to(torch.int64)).view(cp.uint64)
+            else:
+                xdt = call.cupy_view(x).dtype  # float16 / float32 (CuPy has no bfloat16)
+                bits = v.astype(xdt, copy=False).reshape(1).view(want).astype(cp.uint64)
+            grid = max(1, min(-(-max(n // 16 if fast else n, 1) // THREADS), 8 * call.sm_count()))
+        if fast:
+            runs = n // 16
             call.launch(spec, f"mx_quantize_tensor_fast_{suf}", runs,
-                        (xb, codes, _i64(runs), _i64(grid * THREADS), amax, exp, scale, nan_arg), grid=grid)
+                        (xb, codes, _i64(runs), _i64(grid * THREADS), bits, exp, scale, nan_arg), grid=grid)
         else:
-            grid = max(1, min(-(-n // THREADS), 8 * call.sm_count()))
-            call.launch(spec, f"mx_amax_{suf}", n, (xb, _i64(n), _i64(grid * THREADS), amax), grid=grid)
-            call.launch(spec, f"mx_quantize_tensor_{suf}", max(n, 1), (xb, codes, _i64(n), amax, exp, scale, nan_arg))
+            call.launch(spec, f"mx_quantize_tensor_{suf}", max(n, 1), (xb, codes, _i64(n), bits, exp, scale, nan_arg))
         if count is not None:
             bad = int(count.get()[0])
             if bad:

@@ -19,8 +19,8 @@ row: ``matmul(A, B)``), bit for bit whenever the GEMM itself is exact (the refer
 representable inputs on a GPU; row-parallel also needs the fp32 partial sums to be exact, as the reduction order
 differs).  Per-tensor fp8 makes that hold with ONE global scale per operand: before quantizing, the ranks
 all-reduce (max) the finite amax of their shards of A and of B (one 2-element collective), and each shard is
-quantized by :func:`mxcore.quantize_tensor` of the shard with that global amax appended as one extra element (so
-the scale is the full tensor's, computed by the library's own rule; the extra code is dropped).  All ranks then
+quantized by :func:`mxcore.quantize_tensor` with ``amax=`` that global amax (so the scale is the full tensor's,
+computed by the library's own rule).  All ranks then
 hold the same scale and only codes travel.  The weight shard is quantized once per call, not per chunk; quantized
 operands (an ``MXTensor`` for A with ``axis=1``, any ``MXTensor`` / ``ScaledTensor`` for B) are used as they
 are — a ``ScaledTensor`` A is refused (its scale is local to the shard).
@@ -262,25 +262,26 @@ class _Comm:
 
 def _finite_amax(torch, x):
     """Largest finite |x| of a float tensor as a 0-d tensor of x's dtype on x's device (0 when none): exact, and
-    never read back to the host."""
+    never read back to the host (on a GPU: mxcore's one-kernel reduction for float16/bfloat16/float32)."""
     if x.numel() == 0:
         return torch.zeros((), dtype=x.dtype, device=x.device)
+    if x.device.type == "cuda" and x.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        from .mx import _codec
+
+        return _codec().finite_amax(x.detach())
     mag = x.detach().abs()
     mag = torch.where(torch.isfinite(mag), mag, torch.zeros((), dtype=mag.dtype, device=mag.device))
     return mag.max()
 
 
 def _quantize_global(torch, x, fmt: str, amax):
-    """Per-tensor quantization of shard ``x`` with the scale of the whole tensor: ``quantize_tensor`` of ``x`` with
-    the global finite amax appended (same dtype, so exact) — the library's own scale rule, applied to the global
-    amax; the appended element's code is dropped."""
+    """Per-tensor quantization of shard ``x`` with the scale of the whole tensor: ``quantize_tensor(x, amax=)``
+    with the global finite amax (a maximum over values of x's dtype, so exact in it)."""
     from . import mx
 
-    flat = x.detach().reshape(-1)
-    extra = amax.reshape(1).to(device=flat.device, dtype=flat.dtype)
-    st = mx.quantize_tensor(_host(torch, torch.cat([flat, extra])), fmt)
-    codes = st.codes[:-1].reshape(tuple(x.shape))
-    return mx.ScaledTensor(codes, st.scale, st.fmt, st.scale_exp if st.device else None)
+    if x.device.type == "cpu":
+        return mx.quantize_tensor(_np_of(x.detach()), fmt, amax=float(amax))
+    return mx.quantize_tensor(x.detach(), fmt, amax=amax)
 
 
 def _np_of(t):

@@ -380,23 +380,38 @@ def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rou
                     np.ascontiguousarray(np.moveaxis(scales, -1, axis)), name, axis, block, shape)
 
 
-def quantize_tensor(x, fmt: str) -> ScaledTensor:
+def quantize_tensor(x, fmt: str, *, amax=None) -> ScaledTensor:
     """Per-tensor power-of-two scaling to element format ``fmt`` (``e4m3fn``, ``fp8``, ``e5m2``,
     ``e4m3fnuz``, ...): ``scale = 2^ceil(log2(amax / max_normal))`` over the finite values (1 for an
     all-zero tensor), exponent clamped to [-126, 127]; codes = encode(x / scale).
 
-    Device data: one amax reduction kernel, then one encode kernel that reads the amax (and so the scale)
-    from device memory; the returned ScaledTensor keeps ``scale`` / ``scale_exp`` on the device.  It does
-    not synchronise (except for NaN input in a format without NaN, which raises as on the host)."""
+    ``amax``: scale by this magnitude instead of ``x``'s own finite amax — e.g. the global amax of a tensor
+    sharded across GPUs, so that every shard gets the whole tensor's scale.  It must be at least ``x``'s finite
+    amax and exactly representable in ``x``'s dtype (a maximum over values of that dtype is); a float or 0-d
+    array for host data (checked: ShapeError otherwise), a 0-d array on ``x``'s device for device data (not
+    checked there: that would synchronise).
+
+    Device data: one amax reduction kernel (none with ``amax``), then one encode kernel that reads the amax
+    (and so the scale) from device memory; the returned ScaledTensor keeps ``scale`` / ``scale_exp`` on the
+    device.  It does not synchronise (except for NaN input in a format without NaN, which raises as on the host)."""
     spec = _f.get(fmt)
     if spec.bits > 8 or not spec.signed:
         raise UnsupportedError(f"quantize_tensor makes codes of a signed format of at most 8 bits; got {spec.name}")
     if device_kind(x) is not None:
-        codes, scale, exp = _codec().quantize_tensor(x, spec)
+        codes, scale, exp = _codec().quantize_tensor(x, spec, amax=amax)
         return ScaledTensor(codes, scale, spec.name, exp)
     x64 = _f._as_float64(x)
     finite = np.isfinite(x64)
-    amax = float(np.max(np.abs(x64[finite]), initial=0.0))
+    own = float(np.max(np.abs(x64[finite]), initial=0.0))
+    if amax is None:
+        amax = own
+    else:
+        from .arrays import to_numpy
+
+        amax = float(np.asarray(to_numpy(amax) if not isinstance(amax, (int, float)) else amax, dtype=np.float64))
+        if not amax >= own:
+            raise ShapeError(f"amax={amax!r} is below the tensor's own largest finite magnitude {own!r}: pass the "
+                             "maximum over every shard (or omit amax)")
     k = int(_ceil_log2_ratio(np.array(amax), spec.max_normal)) if amax > 0 else 0
     k = min(max(k, -126), 127)
     with np.errstate(under="ignore"):

@@ -410,6 +410,33 @@ def test_quantize_tensor_bit_identical(fmt, lib, rng):
             mxcore.quantize_tensor(dev(np.array([np.nan, 1.0], np.float32), lib), fmt)
 
 
+@pytest.mark.parametrize("lib", LIBS)
+def test_finite_amax_and_a_given_amax(lib, rng):
+    """codec.finite_amax (one reduction; NaN/inf ignored; empty and all-zero: 0) equals numpy's for every input
+    dtype and both run lengths; quantize_tensor(x, amax=) on the device equals the host's with the same amax
+    (a shard scaled by its whole tensor's magnitude)."""
+    from mxcore.mx import _codec
+
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+        if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+            continue
+        for n in (1024, 1000, 0):
+            x = (rng.standard_normal(n) * 2.0 ** rng.integers(-20, 20, n)).astype(dtype)
+            if n:
+                x[[3, 7]] = [np.inf, np.nan]
+            got = _codec().finite_amax(dev(x, lib))
+            fin = x.astype(np.float64)[np.isfinite(x.astype(np.float64))]
+            assert float(host(got)) == float(np.abs(fin).max(initial=0.0)), (dtype, n)
+        whole = (rng.standard_normal((64, 96)) * 10).astype(dtype)
+        amax = np.abs(whole.astype(np.float64)).max()
+        shard = np.ascontiguousarray(whole[:32])
+        want = mxcore.quantize_tensor(shard, "e4m3fn", amax=amax)
+        d_amax = _codec().finite_amax(dev(whole, lib))
+        got = mxcore.quantize_tensor(dev(shard, lib), "e4m3fn", amax=d_amax)
+        same_bits(host(got.codes), want.codes)
+        assert float(host(got.scale)) == want.scale
+
+
 # ---- streams and devices ------------------------------------------------------------------------------------------
 def test_torch_non_default_stream(rng):
     import torch

@@ -215,6 +215,22 @@ def test_quantize_tensor_scale_rule():
     assert mx.quantize_tensor(np.array([1e300]), "e4m3fn").scale == 2.0**127
 
 
+def test_quantize_tensor_with_a_given_amax():
+    """amax= scales a shard by the whole tensor's magnitude: the shard's codes and scale are those of the whole
+    tensor; an amax below the shard's own is refused."""
+    rng = np.random.default_rng(3)
+    whole = (rng.standard_normal((8, 64)) * 2.0 ** rng.integers(-6, 6, (8, 1))).astype(np.float32)
+    full = mx.quantize_tensor(whole, "e4m3fn")
+    amax = float(np.abs(whole).max())
+    for rows in (slice(0, 4), slice(4, 8)):
+        part = mx.quantize_tensor(whole[rows], "e4m3fn", amax=amax)
+        assert part.scale == full.scale
+        assert np.array_equal(part.codes, full.codes[rows])
+    assert mx.quantize_tensor(whole[:4], "e5m2", amax=np.float32(amax)).scale == mx.quantize_tensor(whole, "e5m2").scale
+    with pytest.raises(ShapeError, match="below"):
+        mx.quantize_tensor(whole, "e4m3fn", amax=amax / 2)
+
+
 def test_quantize_tensor_nonfinite():
     t = mx.quantize_tensor(np.array([np.nan, np.inf, -np.inf, 3.0, -1000.0]), "e4m3fn")
     assert t.scale == 4.0  # 1000 / 448 -> 2^2, from the finite values
