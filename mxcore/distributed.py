@@ -200,6 +200,25 @@ def _check_table(rows: list[dict], world: int) -> None:
                          "multiple of the world size; use reduce='all_reduce' or pad M")
 
 
+_TWINS: dict = {}
+
+
+def _host_twin(dist, group):
+    """A gloo group over the same ranks as the default (world) ``group`` (None for a subgroup, or when gloo is
+    missing): made once per process — every rank reaches this point on its first call, so the collective
+    ``new_group`` is entered by all of them."""
+    world = dist.group.WORLD
+    if group is not None and group is not world:
+        return None
+    if _TWINS.get("of") is not world:  # first call, or the default group was made again
+        try:
+            twin = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
+        except (RuntimeError, ValueError):
+            twin = None
+        _TWINS.update({"of": world, "twin": twin})
+    return _TWINS["twin"]
+
+
 class _Comm:
     """The few collectives this module uses, on one torch.distributed group, with byte accounting."""
 
@@ -213,11 +232,21 @@ class _Comm:
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         self._gather, self._reduce_scatter = gather, rs
+        # the call check of a GPU group runs over a gloo twin of the world group when there is one: host memory
+        # only, so reading its result does not wait for the GPU work already queued (no stream synchronisation)
+        self.check_group = _host_twin(dist, group) if device.type != "cpu" else None
 
     def check(self, blob: bytes) -> list[dict]:
         torch = self.torch
         buf = torch.zeros(_CHECK_BYTES, dtype=torch.uint8)
         buf[: len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+        if self.check_group is not None:
+            parts = [torch.empty(_CHECK_BYTES, dtype=torch.uint8) for _ in range(self.world)]
+            work = self.dist.all_gather(parts, buf, group=self.check_group, async_op=True)
+            _wait(work, self.timeout, "shape check", self.world)
+            self.stats["check_bytes"] += _CHECK_BYTES
+            raw = torch.stack(parts).numpy()
+            return [json.loads(bytes(row).rstrip(b"\0").decode()) for row in raw]
         buf = buf.to(self.device)
         out = torch.empty(self.world * _CHECK_BYTES, dtype=torch.uint8, device=self.device)
         _wait(self._gather(out, buf, group=self.group, async_op=True), self.timeout, "shape check", self.world)
