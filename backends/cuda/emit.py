@@ -49,7 +49,8 @@ def compile_jobs(arch: str) -> list[dict]:
 
         for v in all_sm90_variants():
             jobs.append({"file": SM90_FILE, "kernel": SM90_KERNEL, "stem": v.name, "family": "wgmma", "arch": "sm_90a",
-                         "dtype": f"{'mx' if v.mx else ''}{v.elem} x {v.b_elem} (wgmma{', MX block scales' if v.mx else ''})",
+                         "dtype": (f"mxfp8 {v.elem} x {v.b_elem} (wgmma, exact block scales)" if v.mx
+                                   else f"{v.elem} x {v.b_elem} (wgmma)"),
                          "tile": v.tile, "smem": v.smem_bytes,
                          "threads": THREADS,
                          "options": [o for o in v.options() if not o.startswith("--gpu-architecture")]})
