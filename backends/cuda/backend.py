@@ -345,7 +345,7 @@ class CudaBackend(Backend):
         replay, p = entry
         with cp.cuda.Device(ordinal), p.stream:
             replay((pa, pb))
-            da, db = p._prep()  # staging into new buffers where it copies (A/B codes read in place stay)
+            da, db = p._prep()  # staged again from the kept quantized buffers (copies go to new buffers)
             if ka == "torch":
                 import torch
 
@@ -353,7 +353,7 @@ class CudaBackend(Backend):
                 view = as_cupy(cp, out)
             else:
                 out = view = cp.empty(p.out.shape, dtype=p.out.dtype)
-            p.rebind(da if da.buf is not p.da.buf else None, db if db.buf is not p.db.buf else None, view)
+            p.rebind(da, db, view)  # every staged part as prep() made it again (codes, MX factors, scales)
             p._gemm() if type(p) is CudaPlan else p.gemm()
         return out
 
