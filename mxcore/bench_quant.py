@@ -37,9 +37,11 @@ def _median_ms(fn, repeats: int, warmup: int) -> float:
 
 
 def bench_quantize(m: int = 8192, n: int = 8192, formats=("mxfp8", "mxfp4"), *, repeats: int = 20,
-                   warmup: int = 3, scale_rounding: str = "floor", generic_calls: bool = False) -> list[dict]:
+                   warmup: int = 3, scale_rounding: str = "floor", generic_calls: bool = False,
+                   axis: int = -1) -> list[dict]:
     """Rows (the copy, then per format: each kernel alone, the call, 20 calls; with ``generic_calls`` also
-    the call on the generic kernel): ms, GB/s, and the fraction of the copy's bandwidth."""
+    the call on the generic kernel): ms, GB/s, and the fraction of the copy's bandwidth.  ``axis``: the blocks'
+    axis (-1: rows of A, the lane-pair kernel; 0: columns of B, the column kernel)."""
     import torch
 
     from .mx import mx_element, quantize_mx
@@ -57,10 +59,11 @@ def bench_quantize(m: int = 8192, n: int = 8192, formats=("mxfp8", "mxfp4"), *, 
     for fmt in formats:
         spec = mx_element(fmt)[1]
         rceil = scale_rounding == "rceil"
-        runs = [(f"kernel {k}", codec.quantize_mx_kernel_only(x, spec, rceil=rceil, kernel=k), 1)
+        runs = [(f"kernel {k}", codec.quantize_mx_kernel_only(x, spec, axis=axis % 2, rceil=rceil, kernel=k), 1)
                 for k in ("fast", "generic")]
-        runs += [("call", lambda: quantize_mx(x, fmt, scale_rounding=scale_rounding), 1),
-                 ("call x20", lambda: [quantize_mx(x, fmt, scale_rounding=scale_rounding) for _ in range(20)], 20)]
+        runs += [("call", lambda: quantize_mx(x, fmt, axis=axis, scale_rounding=scale_rounding), 1),
+                 ("call x20", lambda: [quantize_mx(x, fmt, axis=axis, scale_rounding=scale_rounding)
+                                       for _ in range(20)], 20)]
         for what, fn, calls in runs:
             ms = _median_ms(fn, repeats, warmup) / calls
             gbs = moved / ms / 1e6
@@ -71,7 +74,8 @@ def bench_quantize(m: int = 8192, n: int = 8192, formats=("mxfp8", "mxfp4"), *, 
             old = os.environ.get("MXCORE_MX_KERNEL")
             os.environ["MXCORE_MX_KERNEL"] = "generic"
             try:
-                ms = _median_ms(lambda: quantize_mx(x, fmt, scale_rounding=scale_rounding), repeats, warmup)
+                ms = _median_ms(lambda: quantize_mx(x, fmt, axis=axis, scale_rounding=scale_rounding), repeats,
+                                warmup)
             finally:
                 if old is None:
                     del os.environ["MXCORE_MX_KERNEL"]
@@ -90,12 +94,15 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", nargs="+", default=["mxfp8", "mxfp4"])
     ap.add_argument("--scale-rounding", choices=("floor", "rceil"), default="floor")
     ap.add_argument("--generic-calls", action="store_true", help="also time quantize_mx on the generic kernel")
+    ap.add_argument("--axis", type=int, choices=(-1, 0), default=-1,
+                    help="blocks along rows (-1, A's layout) or columns (0, B's layout)")
     ns = ap.parse_args(argv)
     import torch
 
-    print(f"GPU: {torch.cuda.get_device_name()}  ({ns.size[0]}x{ns.size[1]} bf16, scale_rounding={ns.scale_rounding})")
+    print(f"GPU: {torch.cuda.get_device_name()}  ({ns.size[0]}x{ns.size[1]} bf16, axis={ns.axis}, "
+          f"scale_rounding={ns.scale_rounding})")
     for r in bench_quantize(*ns.size, formats=tuple(ns.formats), scale_rounding=ns.scale_rounding,
-                            generic_calls=ns.generic_calls):
+                            generic_calls=ns.generic_calls, axis=ns.axis):
         print(f"{r['what']:<40s} {r['ms']:8.4f} ms  {r['GB/s']:8.1f} GB/s  {100 * r['of copy']:5.1f} % of copy")
     return 0
 
