@@ -84,6 +84,8 @@ def _run(backend, a, b, dtype, out_dtype="float32", expect_exact=True, **options
     out = cp.empty((m, n), dtype=store)
     out.fill(0x7FC0 if out_dtype == "bfloat16" else np.nan)  # poison (bf16 NaN bits)
     options.setdefault("family", "wgmma")
+    if expect_exact:  # the exact path is not the rule's default (families.MX_EXACT_DEFAULT): ask for it
+        options.setdefault("mx_path", "exact")
     plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, **options)
     assert ("_mx32" in plan.variant) == expect_exact, plan.variant
     plan.gemm()

@@ -425,8 +425,10 @@ def test_finite_amax_and_a_given_amax(lib, rng):
             if n:
                 x[[3, 7]] = [np.inf, np.nan]
             got = _codec().finite_amax(dev(x, lib))
+            assert tuple(got.shape) == () and str(got.dtype).replace("torch.", "") == np.dtype(dtype).name
             fin = x.astype(np.float64)[np.isfinite(x.astype(np.float64))]
-            assert float(host(got)) == float(np.abs(fin).max(initial=0.0)), (dtype, n)
+            value = host(got.reshape(1), view=np.dtype(dtype))[0]  # host() keeps raw bits: read them as dtype
+            assert float(value) == float(np.abs(fin).max(initial=0.0)), (dtype, n)
         whole = (rng.standard_normal((64, 96)) * 10).astype(dtype)
         amax = np.abs(whole.astype(np.float64)).max()
         shard = np.ascontiguousarray(whole[:32])
