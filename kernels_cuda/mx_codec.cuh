@@ -89,6 +89,27 @@ __device__ __forceinline__ void mxc_atomic_add(mxc_u32* p, mxc_u32 v) {
 #endif
 }
 
+// a per-CTA maximum staged in shared memory and folded into *global by one atomic per CTA (the host build, one
+// thread at a time, folds straight into *global)
+template <typename T>
+__device__ __forceinline__ T* mxc_cta_max_begin(T* global) {
+#if MXC_HOST
+    return global;
+#else
+    __shared__ T cta_max;
+    if (threadIdx.x == 0) cta_max = 0;
+    __syncthreads();
+    return &cta_max;
+#endif
+}
+template <typename T>
+__device__ __forceinline__ void mxc_cta_max_end(T* cta, T* global) {
+#if !MXC_HOST
+    __syncthreads();
+    if (threadIdx.x == 0 && *cta) mxc_atomic_max(global, *cta);
+#endif
+}
+
 // float bits, non-contracted float arithmetic (each op rounds once, RNE), |x|, per-halfword unsigned max
 __device__ __forceinline__ mxc_u32 mxc_f2u(float f) {
 #if MXC_HIP || MXC_HOST
@@ -454,13 +475,7 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
                                                        mxc_u32* scale_max1, mxc_i64 outer, mxc_i64 K, mxc_i64 inner,
                                                        int block, int rceil) {
     typedef typename In::bits_t B;
-#if MXC_HOST
-    mxc_u32& cta_max = *scale_max1;
-#else
-    __shared__ mxc_u32 cta_max;
-    if (threadIdx.x == 0) cta_max = 0u;
-    __syncthreads();
-#endif
+    mxc_u32* cta_max = mxc_cta_max_begin(scale_max1);  // this CTA's maximum, folded into *scale_max1 at the end
     const mxc_i64 nb = (K + block - 1) / block;
     const mxc_i64 t = mxc_thread_index();
     if (t < outer * nb * inner) {
@@ -528,7 +543,7 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
             }
             const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
             scales[(o * nb + kb) * inner + i] = (mxc_u8)sc;
-            if (!bad) mxc_atomic_max(&cta_max, sc + 1u);
+            if (!bad) mxc_atomic_max(cta_max, sc + 1u);
         } else {  // any block length: read twice (the second pass hits the cache)
             for (int j = 0; j < len; ++j) {
                 const B m = p[(mxc_i64)j * inner] & absmask;
@@ -540,13 +555,10 @@ __device__ __forceinline__ void mxc_quantize_mx_kernel(const typename In::bits_t
                 q[(mxc_i64)j * inner] = (mxc_u8)(bad ? 0u : mxc_mx_element<In>(p[(mxc_i64)j * inner], k));
             const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
             scales[(o * nb + kb) * inner + i] = (mxc_u8)sc;
-            if (!bad) mxc_atomic_max(&cta_max, sc + 1u);
+            if (!bad) mxc_atomic_max(cta_max, sc + 1u);
         }
     }
-#if !MXC_HOST
-    __syncthreads();
-    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(scale_max1, cta_max);
-#endif
+    mxc_cta_max_end(cta_max, scale_max1);
 }
 
 // ---- the fast MX quantizer: contiguous blocks of 32 along the last axis, inputs of at most 32 bits ----------
@@ -676,6 +688,20 @@ __device__ __forceinline__ void mxc_fast_load(const typename In::bits_t* x, mxc_
     }
 }
 
+// 16 elements (a lane's words) under block scale 2^k by the exact integer encode, packed like mxc_fast_encode16
+template <class In>
+__device__ __forceinline__ mxc_v16 mxc_mx_encode16(const mxc_u32* wd, int k) {
+    mxc_v16 out;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        mxc_u32 word = 0u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) word |= (mxc_mx_element<In>(mxc_fast_bits<In>(wd, 4 * q + j), k) & 0xffu) << (8 * j);
+        out.w[q] = word;
+    }
+    return out;
+}
+
 #if MXC_FAST_FLOAT
 // 16 finite elements (a lane's words) times scale = 2^-k, encoded and packed: byte j of word q is element 4q + j
 template <class In>
@@ -701,15 +727,7 @@ MXC_NOINLINE mxc_v16 mxc_fast_tiny(mxc_v16 c0, mxc_v16 c1, mxc_v16 c2, mxc_v16 c
     // the lane's words by value (registers: an array passed by address would live in local memory)
     const mxc_u32 wd[16] = {c0.w[0], c0.w[1], c0.w[2], c0.w[3], c1.w[0], c1.w[1], c1.w[2], c1.w[3],
                             c2.w[0], c2.w[1], c2.w[2], c2.w[3], c3.w[0], c3.w[1], c3.w[2], c3.w[3]};
-    mxc_v16 out;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        mxc_u32 word = 0u;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) word |= (mxc_mx_element<In>(mxc_fast_bits<In>(wd, 4 * q + j), k) & 0xffu) << (8 * j);
-        out.w[q] = word;
-    }
-    return out;
+    return mxc_mx_encode16<In>(wd, k);
 }
 #endif
 
@@ -719,13 +737,7 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
                                                             mxc_i64 stride, int rceil) {
     typedef typename In::bits_t B;
     static_assert(In::width <= 32, "the fast MX quantizer takes inputs of at most 32 bits");
-#if MXC_HOST
-    mxc_u32& cta_max = *scale_max1;
-#else
-    __shared__ mxc_u32 cta_max;
-    if (threadIdx.x == 0) cta_max = 0u;
-    __syncthreads();
-#endif
+    mxc_u32* cta_max = mxc_cta_max_begin(scale_max1);  // this CTA's maximum, folded into *scale_max1 at the end
     mxc_u32 lane_max = 0u;  // largest finite scale code + 1 seen by this lane
     for (mxc_i64 h0 = (mxc_i64)blockIdx.x * MXC_THREADS; h0 < halves; h0 += stride) {
         const mxc_i64 h = h0 + threadIdx.x;
@@ -753,13 +765,7 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
 #if MXC_FAST_FLOAT
         out = mxc_fast_encode16<In>(wd, scale);
 #else
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            mxc_u32 word = 0u;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) word |= (mxc_mx_element<In>(mxc_fast_bits<In>(wd, 4 * q + j), k) & 0xffu) << (8 * j);
-            out.w[q] = word;
-        }
+        out = mxc_mx_encode16<In>(wd, k);
 #endif
 #pragma unroll
         for (int q = 0; q < 4; ++q) out.w[q] = bad ? 0u : out.w[q];
@@ -780,11 +786,8 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
             if (!bad && sc + 1u > lane_max) lane_max = sc + 1u;
         }
     }
-    if (lane_max) mxc_atomic_max(&cta_max, lane_max);
-#if !MXC_HOST
-    __syncthreads();
-    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(scale_max1, cta_max);
-#endif
+    if (lane_max) mxc_atomic_max(cta_max, lane_max);
+    mxc_cta_max_end(cta_max, scale_max1);
 }
 
 // ---- the column MX quantizer: blocks of 32 along the second-to-last axis of a C-contiguous [outer][K][N] array
@@ -806,13 +809,7 @@ __device__ __forceinline__ void mxc_quantize_mx_cols_kernel(const typename In::b
     typedef typename In::bits_t B;
     static_assert(In::width <= 32, "the column MX quantizer takes inputs of at most 32 bits");
     constexpr int C = (int)(4 / sizeof(B));  // columns per 32-bit word
-#if MXC_HOST
-    mxc_u32& cta_max = *scale_max1;
-#else
-    __shared__ mxc_u32 cta_max;
-    if (threadIdx.x == 0) cta_max = 0u;
-    __syncthreads();
-#endif
+    mxc_u32* cta_max = mxc_cta_max_begin(scale_max1);  // this CTA's maximum, folded into *scale_max1 at the end
     const mxc_i64 groups = N / C, nb = K / MXC_MX_BLOCK, t = mxc_thread_index();
     mxc_u32 lane_max = 0u;
     if (t < outer * nb * groups) {
@@ -866,11 +863,8 @@ __device__ __forceinline__ void mxc_quantize_mx_cols_kernel(const typename In::b
             else codes[(row0 + r) * N + g] = (mxc_u8)out[r];
         }
     }
-    if (lane_max) mxc_atomic_max(&cta_max, lane_max);
-#if !MXC_HOST
-    __syncthreads();
-    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(scale_max1, cta_max);
-#endif
+    if (lane_max) mxc_atomic_max(cta_max, lane_max);
+    mxc_cta_max_end(cta_max, scale_max1);
 }
 
 // per-tensor scale, pass 1: the largest finite magnitude's bits, folded per CTA, then one atomic per CTA
@@ -878,13 +872,7 @@ template <class In>
 __device__ __forceinline__ void mxc_amax_kernel(const typename In::bits_t* x, mxc_i64 n, mxc_i64 stride,
                                                mxc_u64* amax_bits) {
     typedef typename In::bits_t B;
-#if MXC_HOST
-    mxc_u64& cta_max = *amax_bits;
-#else
-    __shared__ mxc_u64 cta_max;
-    if (threadIdx.x == 0) cta_max = 0ull;
-    __syncthreads();
-#endif
+    mxc_u64* cta_max = mxc_cta_max_begin(amax_bits);  // this CTA's maximum, folded into *amax_bits at the end
     const B absmask = (B)(~((B)1 << (In::width - 1)));
     const B inf = mxc_inf_bits<In>();
     B m = 0;
@@ -892,11 +880,25 @@ __device__ __forceinline__ void mxc_amax_kernel(const typename In::bits_t* x, mx
         const B v = x[i] & absmask;
         if (v < inf && v > m) m = v;
     }
-    if (m) mxc_atomic_max(&cta_max, (mxc_u64)m);
-#if !MXC_HOST
-    __syncthreads();
-    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(amax_bits, cta_max);
-#endif
+    if (m) mxc_atomic_max(cta_max, (mxc_u64)m);
+    mxc_cta_max_end(cta_max, amax_bits);
+}
+
+// the per-tensor scale exponent k = ceil(log2(amax / max_normal)) (0 for amax == 0), clamped to [-126, 127]
+template <class In>
+__device__ __forceinline__ int mxc_tensor_exp(typename In::bits_t amax) {
+    if (!amax) return 0;
+    bool above;
+    const int k = mxc_log2_parts<In>(amax, (mxc_u64)MXF_MAXSIG, MXF_MBITS, above) - MXF_EMAX + (above ? 1 : 0);
+    return k < -126 ? -126 : (k > 127 ? 127 : k);
+}
+
+// one element under the per-tensor scale 2^k: encode(x / 2^k) when finite, encode(x, overflow='nan') otherwise
+template <class In>
+__device__ __forceinline__ mxc_u32 mxc_tensor_element(typename In::bits_t b, int k, mxc_u32* nan_count) {
+    typedef typename In::bits_t B;
+    const bool finite = (B)(b & (B)(~((B)1 << (In::width - 1)))) < mxc_inf_bits<In>();
+    return finite ? mxc_encode<In>(b, k, false, false, 0) : mxc_encode<In>(b, 0, false, true, nan_count);
 }
 
 // per-tensor scale, pass 2: k = ceil(log2(amax / max_normal)) (0 for amax == 0), clamped to [-126, 127], read
@@ -908,21 +910,14 @@ __device__ __forceinline__ void mxc_quantize_tensor_kernel(const typename In::bi
                                                            mxc_u32* nan_count) {
     typedef typename In::bits_t B;
     const B amax = (B)*amax_bits;
-    int k = 0;
-    if (amax) {
-        bool above;
-        k = mxc_log2_parts<In>(amax, (mxc_u64)MXF_MAXSIG, MXF_MBITS, above) - MXF_EMAX + (above ? 1 : 0);
-        k = k < -126 ? -126 : (k > 127 ? 127 : k);
-    }
+    const int k = mxc_tensor_exp<In>(amax);
     const mxc_i64 i = mxc_thread_index();
     if (i == 0) {
         *scale_exp = k;
         *(mxc_u32*)scale = (mxc_u32)(k + 127) << 23;
     }
     if (i < n) {
-        const B b = x[i];
-        const bool finite = (B)(b & (B)(~((B)1 << (In::width - 1)))) < mxc_inf_bits<In>();
-        codes[i] = (mxc_u8)(finite ? mxc_encode<In>(b, k, false, false, 0) : mxc_encode<In>(b, 0, false, true, nan_count));
+        codes[i] = (mxc_u8)mxc_tensor_element<In>(x[i], k, nan_count);
     }
 }
 
@@ -933,13 +928,7 @@ __device__ __forceinline__ void mxc_amax_fast_kernel(const typename In::bits_t* 
                                                     mxc_u64* amax_bits) {
     typedef typename In::bits_t B;
     static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
-#if MXC_HOST
-    mxc_u64& cta_max = *amax_bits;
-#else
-    __shared__ mxc_u64 cta_max;
-    if (threadIdx.x == 0) cta_max = 0ull;
-    __syncthreads();
-#endif
+    mxc_u64* cta_max = mxc_cta_max_begin(amax_bits);  // this CTA's maximum, folded into *amax_bits at the end
     const mxc_u32 inf = (mxc_u32)mxc_inf_bits<In>();
     mxc_u32 m = 0u;
     for (mxc_i64 h = mxc_thread_index(); h < runs; h += stride) {
@@ -951,11 +940,8 @@ __device__ __forceinline__ void mxc_amax_fast_kernel(const typename In::bits_t* 
             m = (v < inf && v > m) ? v : m;  // finite magnitudes only
         }
     }
-    if (m) mxc_atomic_max(&cta_max, (mxc_u64)m);
-#if !MXC_HOST
-    __syncthreads();
-    if (threadIdx.x == 0 && cta_max) mxc_atomic_max(amax_bits, cta_max);
-#endif
+    if (m) mxc_atomic_max(cta_max, (mxc_u64)m);
+    mxc_cta_max_end(cta_max, amax_bits);
 }
 
 template <class In>
@@ -966,12 +952,7 @@ __device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename I
     typedef typename In::bits_t B;
     static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
     const B amax = (B)*amax_bits;
-    int k = 0;
-    if (amax) {
-        bool above;
-        k = mxc_log2_parts<In>(amax, (mxc_u64)MXF_MAXSIG, MXF_MBITS, above) - MXF_EMAX + (above ? 1 : 0);
-        k = k < -126 ? -126 : (k > 127 ? 127 : k);
-    }
+    const int k = mxc_tensor_exp<In>(amax);
     const mxc_i64 t = mxc_thread_index();
     if (t == 0) {
         *scale_exp = k;
@@ -998,11 +979,7 @@ __device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename I
                 mxc_u32 word = 0u;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const B b = mxc_fast_bits<In>(wd, 4 * q + j);
-                    const bool finite = (B)(b & (B)(~((B)1 << (In::width - 1)))) < mxc_inf_bits<In>();
-                    const mxc_u32 c = finite ? mxc_encode<In>(b, k, false, false, 0)
-                                             : mxc_encode<In>(b, 0, false, true, nan_count);
-                    word |= (c & 0xffu) << (8 * j);
+                    word |= (mxc_tensor_element<In>(mxc_fast_bits<In>(wd, 4 * q + j), k, nan_count) & 0xffu) << (8 * j);
                 }
                 out.w[q] = word;
             }

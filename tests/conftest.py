@@ -75,6 +75,32 @@ def cupy_device():
     return cupy.cuda.Device()
 
 
+def dtype_id(d):
+    """A test id for a dtype name or an (A, B) pair of names."""
+    return d if isinstance(d, str) else "+".join(d)
+
+
+@pytest.fixture(scope="module")
+def cuda_backend(cupy_device):
+    """The cuda backend (skips with its reason when it cannot run here)."""
+    from mxcore.backends import get
+
+    be = get("cuda")
+    if be.is_available():
+        pytest.skip(be.is_available())
+    return be
+
+
+@pytest.fixture(scope="module")
+def sm90_backend(cuda_backend):
+    """The cuda backend on an sm_90 GPU (the wgmma family's tests)."""
+    import cupy as cp
+
+    if int(cp.cuda.Device().compute_capability) != 90:
+        pytest.skip("the wgmma family needs an sm_90 GPU (H100/H200/GH200)")
+    return cuda_backend
+
+
 @pytest.fixture(scope="session")
 def hip_device():
     reason = _hip_reason()

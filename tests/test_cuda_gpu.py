@@ -24,6 +24,7 @@ from mxcore import dtypes as _dt
 from mxcore.backends import cuda
 from mxcore.operands import prepare
 from mxcore.reference import reference_matmul
+from conftest import dtype_id
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -35,18 +36,12 @@ MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 SMALL_SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520), (72, 136, 200)]
 
 
-def _id(d):
-    return d if isinstance(d, str) else "+".join(d)
+_id = dtype_id
 
 
 @pytest.fixture(scope="module")
-def backend(cupy_device):
-    from mxcore.backends import get
-
-    be = get("cuda")
-    if be.is_available():
-        pytest.skip(be.is_available())
-    return be
+def backend(cuda_backend):
+    return cuda_backend
 
 
 def _exact(rng, shape):

@@ -27,6 +27,7 @@ import pytest
 from mxcore import dtypes as _dt
 from mxcore.operands import prepare
 from mxcore.reference import reference_matmul
+from conftest import dtype_id
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -36,22 +37,12 @@ MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 SMALL_SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520), (300, 600, 1000)]
 
 
-def _id(d):
-    return d if isinstance(d, str) else "+".join(d)
+_id = dtype_id
 
 
 @pytest.fixture(scope="module")
-def backend(cupy_device):
-    import cupy as cp
-
-    from mxcore.backends import get
-
-    be = get("cuda")
-    if be.is_available():
-        pytest.skip(be.is_available())
-    if int(cp.cuda.Device().compute_capability) != 90:
-        pytest.skip("the wgmma family needs an sm_90 GPU (H100/H200/GH200)")
-    return be
+def backend(sm90_backend):
+    return sm90_backend
 
 
 def _ints(rng, shape, lo, hi, pow2=False):

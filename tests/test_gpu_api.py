@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import mxcore
+from conftest import dtype_id
 from mxcore.errors import DeviceError, InputTypeError, MXCoreError
 
 FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
@@ -25,8 +26,7 @@ MX_DTYPES = ["mxfp8", "mxfp8_e5m2", "mxfp6", "mxfp6_e3m2", "mxfp4", ("mxfp8", "m
 ALL_DTYPES = FLOAT_DTYPES + FP8_DTYPES + MX_DTYPES
 
 
-def _id(d):
-    return d if isinstance(d, str) else "+".join(d)
+_id = dtype_id
 
 
 def _exact(rng, shape):
