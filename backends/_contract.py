@@ -120,6 +120,9 @@ class Backend:
     #: True when fp8/MX operands that live on this backend's device are quantized there (the API then passes
     #: device ScaledTensor/MXTensor objects to ``plan``); False: the API leaves quantization to ``plan``
     device_quantization: bool = False
+    #: the memory order ("C" or "F") in which device quantization should write B's (K, N) per-tensor fp8 codes: the
+    #: order this backend's kernels read without a staging copy
+    b_code_order: str = "C"
     #: set when ``is_available()`` failed on an exception (chained into the error the registry raises)
     unavailable_cause: BaseException | None = None
 

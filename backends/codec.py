@@ -103,8 +103,8 @@ def entry_points(with_format: bool = True) -> list[str]:
         return pack
     per_input = [f"mx_{op}_{suf}" for op in ("encode", "quantize_mx", "amax", "quantize_tensor")
                  for suf, _ in INPUT_SUFFIXES.values()]
-    fast = [f"mx_{op}_{suf}" for op in ("quantize_mx_fast", "quantize_mx_cols", "amax_fast", "quantize_tensor_fast")
-            for suf in FAST_SUFFIXES]
+    fast = [f"mx_{op}_{suf}" for op in ("quantize_mx_fast", "quantize_mx_cols", "amax_fast", "quantize_tensor_fast",
+                                         "quantize_tensor_t") for suf in FAST_SUFFIXES]
     return per_input + fast + ["mx_scale_max_finish", "mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32",
                                "mx_dequantize_mx_f64"] + pack
 
@@ -609,18 +609,23 @@ def finite_amax(x):
         return bits.view(xb.dtype)[:1].view(x.dtype).reshape(())
 
 
-def quantize_tensor(x, spec: FormatSpec, amax=None):
+def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C"):
     """Device per-tensor power-of-two scaling: one amax reduction kernel and one encode kernel that reads the
     amax from device memory; returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d
     int32 ``k``) as the caller's kind of array.  ``amax``: a 0-d device array (any float dtype) holding the
     magnitude to scale by instead of ``x``'s own (exactly representable in ``x``'s dtype and at least ``x``'s finite
-    amax, e.g. the global amax of a sharded tensor); the reduction is then skipped.  No synchronisation (except
-    NaN in a format without NaN, which raises as the host does)."""
+    amax, e.g. the global amax of a sharded tensor); the reduction is then skipped.  ``order="F"`` (2-D ``x``):
+    the codes in column-major memory order (B [K, N] as the fp8 GEMMs read it: K contiguous), written by the
+    transposing kernel when both dimensions are multiples of 64 (else one copy).  No synchronisation (except NaN
+    in a format without NaN, which raises as the host does)."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)
         n = xb.size
         cp = call.cp
-        codes, codes_r = call.empty(xb.shape, "uint8")
+        rows, cols = xb.shape if xb.ndim == 2 else (0, 0)
+        transposed = (order == "F" and suf in FAST_SUFFIXES and rows and cols and rows % 64 == 0 and cols % 64 == 0
+                      and xb.data.ptr % 16 == 0)
+        codes, codes_r = call.empty((cols, rows) if transposed else xb.shape, "uint8")
         exp, exp_r = call.empty((), "int32")
         scale, scale_r = call.empty((), "float32")
         count = call.counter() if not spec.has_nan else None
@@ -642,7 +647,11 @@ def quantize_tensor(x, spec: FormatSpec, amax=None):
                 xdt = call.cupy_view(x).dtype  # float16 / float32 (CuPy has no bfloat16)
                 bits = v.astype(xdt, copy=False).reshape(1).view(want).astype(cp.uint64)
             grid = max(1, min(-(-max(n // 16 if fast else n, 1) // THREADS), 8 * call.sm_count()))
-        if fast:
+        if transposed:
+            tiles = (rows // 64) * (cols // 64)
+            call.launch(spec, f"mx_quantize_tensor_t_{suf}", tiles * THREADS,
+                        (xb, codes, _i64(rows), _i64(cols), bits, exp, scale, nan_arg), grid=tiles)
+        elif fast:
             runs = n // 16
             call.launch(spec, f"mx_quantize_tensor_fast_{suf}", runs,
                         (xb, codes, _i64(runs), _i64(grid * THREADS), bits, exp, scale, nan_arg), grid=grid)
@@ -652,6 +661,11 @@ def quantize_tensor(x, spec: FormatSpec, amax=None):
             bad = int(count.get()[0])
             if bad:
                 raise _nan_error(spec, bad)
+        if order == "F":  # the logical [R, C] array over column-major bytes
+            if call.kind == "torch":
+                codes_r = codes_r.t() if transposed else codes_r.t().contiguous().t()
+            else:
+                codes_r = codes_r.T if transposed else cp.asfortranarray(codes_r)
         return codes_r, scale_r, exp_r
 
 

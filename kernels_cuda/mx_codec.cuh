@@ -988,6 +988,73 @@ __device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename I
     }
 }
 
+// per-tensor scale, pass 2 writing the codes transposed: x [R][C] row-major -> codes [C][R] (B [K, N] -> the K-major
+// bytes the fp8 GEMMs read, so that no staging transpose follows).  One CTA per 64 x 64 tile: 16-byte loads along
+// x's rows, each element encoded (as mx_quantize_tensor_fast: the one-add float encode where it applies), staged
+// in shared memory, 16-byte stores along the codes' rows.  R and C multiples of 64, x 16-byte aligned.
+#define MXC_T_TILE 64
+template <class In>
+__device__ __forceinline__ void mxc_quantize_tensor_t_kernel(const typename In::bits_t* x, mxc_u8* codes, mxc_i64 R,
+                                                            mxc_i64 C, const mxc_u64* amax_bits, int* scale_exp,
+                                                            float* scale, mxc_u32* nan_count) {
+    typedef typename In::bits_t B;
+    static_assert(In::width <= 32, "the transposing per-tensor kernel takes inputs of at most 32 bits");
+    constexpr int EPV = (int)(16 / sizeof(B));  // elements per 16-byte load
+    const int k = mxc_tensor_exp<In>((B)*amax_bits);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        *scale_exp = k;
+        *(mxc_u32*)scale = (mxc_u32)(k + 127) << 23;
+    }
+#if MXC_FAST_FLOAT
+    const float sc = mxc_u2f((mxc_u32)(127 - k) << 23);  // 2^-k: normal (see mxc_quantize_tensor_fast_kernel)
+    const bool fast = !(k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8));
+#endif
+#if MXC_HOST  // one thread at a time: thread 0 does the whole CTA's work (the tile crosses threads)
+    if (threadIdx.x) return;
+    static mxc_u8 tile[MXC_T_TILE][MXC_T_TILE + 4];
+    const int first = 0, step = 1;
+#else
+    __shared__ mxc_u8 tile[MXC_T_TILE][MXC_T_TILE + 4];  // [column of x][row of x]
+    const int first = threadIdx.x, step = MXC_THREADS;
+#endif
+    const mxc_i64 tiles_c = C / MXC_T_TILE;
+    const mxc_i64 tr = (mxc_i64)blockIdx.x / tiles_c, tc = (mxc_i64)blockIdx.x % tiles_c;
+    for (int v = first; v < MXC_T_TILE * MXC_T_TILE / EPV; v += step) {
+        const int r = v / (MXC_T_TILE / EPV), c0 = (v % (MXC_T_TILE / EPV)) * EPV;
+        const mxc_v16 chunk = *(const mxc_v16*)(x + (tr * MXC_T_TILE + r) * C + tc * MXC_T_TILE + c0);
+#pragma unroll
+        for (int j = 0; j < EPV; ++j) {
+            const B b = mxc_fast_bits<In>(chunk.w, j);
+            mxc_u32 code;
+#if MXC_FAST_FLOAT
+            const bool finite = (B)(b & (B)(~((B)1 << (In::width - 1)))) < mxc_inf_bits<In>();
+            if (fast && finite) {
+                const mxc_u32 mag = (mxc_fast_mag_hi(mxc_fmul(mxc_value_of_bits<In>(b), sc)) - MXC_FAST_MEMIN) >>
+                                    MXC_FAST_SHIFT;
+                code = mag | (((mxc_u32)b >> (In::width - 1)) << (MXF_BITS - 1));
+            } else
+#endif
+            {
+                code = mxc_tensor_element<In>(b, k, nan_count);
+            }
+            tile[c0 + j][r] = (mxc_u8)code;
+        }
+    }
+#if !MXC_HOST
+    __syncthreads();
+#endif
+    for (int v = first; v < MXC_T_TILE * MXC_T_TILE / 16; v += step) {
+        const int c = v / (MXC_T_TILE / 16), q = v % (MXC_T_TILE / 16);
+        mxc_v16 out;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const mxc_u8* t = &tile[c][16 * q + 4 * w];
+            out.w[w] = (mxc_u32)t[0] | ((mxc_u32)t[1] << 8) | ((mxc_u32)t[2] << 16) | ((mxc_u32)t[3] << 24);
+        }
+        *(mxc_v16*)(codes + (tc * MXC_T_TILE + c) * R + tr * MXC_T_TILE + 16 * q) = out;
+    }
+}
+
 // MX dequantization: codes [outer][K][inner], scales [outer][ceil(K/block)][inner] -> float32 / float64 bits
 template <typename O>
 __device__ __forceinline__ void mxc_dequantize_mx_kernel(const mxc_u8* codes, const mxc_u8* scales, O* out,
@@ -1067,6 +1134,11 @@ MXC_COLS_KERNEL(bf16, MxcBF16)
         mx_quantize_tensor_fast_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_i64 runs, mxc_i64 stride,             \
                                       const mxc_u64* amax_bits, int* scale_exp, float* scale, mxc_u32* nan_count) {   \
         mxc_quantize_tensor_fast_kernel<IN>(x, codes, runs, stride, amax_bits, scale_exp, scale, nan_count);          \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_quantize_tensor_t_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_i64 R, mxc_i64 C,                        \
+                                   const mxc_u64* amax_bits, int* scale_exp, float* scale, mxc_u32* nan_count) {      \
+        mxc_quantize_tensor_t_kernel<IN>(x, codes, R, C, amax_bits, scale_exp, scale, nan_count);                    \
     }
 MXC_FAST_KERNEL(f32, MxcF32)
 MXC_FAST_KERNEL(f16, MxcF16)

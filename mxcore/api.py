@@ -65,8 +65,9 @@ def _common_placement(a, b):
                       "the same GPU (the result is computed there)")
 
 
-def _quantize_on_device(x, od: _dt.OperandDType, role: str, batched: bool, scale_rounding: str):
-    """fp8/MX quantization of a float operand on its own GPU (quantized operands pass as they are)."""
+def _quantize_on_device(x, od: _dt.OperandDType, role: str, batched: bool, scale_rounding: str, b_order: str = "C"):
+    """fp8/MX quantization of a float operand on its own GPU (quantized operands pass as they are); a 2-D fp8 B
+    gets its codes in the backend's ``b_code_order``."""
     if array_kind(x) == "mx":
         return x
     from . import mx
@@ -77,7 +78,8 @@ def _quantize_on_device(x, od: _dt.OperandDType, role: str, batched: bool, scale
     if od.kind == "mx":
         axis = -1 if role == "a" else (-2 if batched else 0)
         return mx.quantize_mx(x, od.name, axis=axis, scale_rounding=scale_rounding)
-    return mx.quantize_tensor(x, od.element)
+    order = b_order if role == "b" and len(getattr(x, "shape", ())) == 2 else "C"
+    return mx.quantize_tensor(x, od.element, order=order)
 
 
 def _dt_name(x) -> str:
@@ -141,10 +143,10 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     loop = batched and not (be.batched and mdt.kind != "fp8")
     if where[0] == "gpu" and be.device_quantization and mdt.kind in ("fp8", "mx"):
         if len(sb) == 2:  # one operand shared by the whole batch (or a plain 2-D product): quantized once
-            b = _quantize_on_device(b, mdt.b, "b", False, scale_rounding)
+            b = _quantize_on_device(b, mdt.b, "b", False, scale_rounding, be.b_code_order)
         if not loop:
             a = _quantize_on_device(a, mdt.a, "a", batched, scale_rounding)
-            b = _quantize_on_device(b, mdt.b, "b", len(sb) == 3, scale_rounding)
+            b = _quantize_on_device(b, mdt.b, "b", len(sb) == 3, scale_rounding, be.b_code_order)
     if loop:
         if "mx" in (array_kind(a), array_kind(b) if len(sb) == 3 else ""):
             raise ShapeError(f"backend {be.name!r} runs batches one element at a time and cannot slice a batched "

@@ -303,14 +303,15 @@ def _finite_amax(torch, x):
     return mag.max()
 
 
-def _quantize_global(torch, x, fmt: str, amax):
+def _quantize_global(torch, x, fmt: str, amax, order: str = "C"):
     """Per-tensor quantization of shard ``x`` with the scale of the whole tensor: ``quantize_tensor(x, amax=)``
-    with the global finite amax (a maximum over values of x's dtype, so exact in it)."""
+    with the global finite amax (a maximum over values of x's dtype, so exact in it); ``order``: the codes' memory
+    order (a B shard: "F", what the GEMM reads in place)."""
     from . import mx
 
     if x.device.type == "cpu":
-        return mx.quantize_tensor(_np_of(x.detach()), fmt, amax=float(amax))
-    return mx.quantize_tensor(x.detach(), fmt, amax=amax)
+        return mx.quantize_tensor(_np_of(x.detach()), fmt, amax=float(amax), order=order)
+    return mx.quantize_tensor(x.detach(), fmt, amax=amax, order=order)
 
 
 def _np_of(t):
@@ -399,7 +400,7 @@ def _prepare_b(torch, b, od, scale_rounding, amax):
     if od.kind == "mx":
         return mx.quantize_mx(_host(torch, b), od.name, axis=0, scale_rounding=scale_rounding)
     if od.kind == "fp8":
-        return _quantize_global(torch, b, od.element, amax)
+        return _quantize_global(torch, b, od.element, amax, order="F" if b.dim() == 2 else "C")
     return _host(torch, b)
 
 

@@ -380,7 +380,7 @@ def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rou
                     np.ascontiguousarray(np.moveaxis(scales, -1, axis)), name, axis, block, shape)
 
 
-def quantize_tensor(x, fmt: str, *, amax=None) -> ScaledTensor:
+def quantize_tensor(x, fmt: str, *, amax=None, order: str = "C") -> ScaledTensor:
     """Per-tensor power-of-two scaling to element format ``fmt`` (``e4m3fn``, ``fp8``, ``e5m2``,
     ``e4m3fnuz``, ...): ``scale = 2^ceil(log2(amax / max_normal))`` over the finite values (1 for an
     all-zero tensor), exponent clamped to [-126, 127]; codes = encode(x / scale).
@@ -391,14 +391,21 @@ def quantize_tensor(x, fmt: str, *, amax=None) -> ScaledTensor:
     array for host data (checked: ShapeError otherwise), a 0-d array on ``x``'s device for device data (not
     checked there: that would synchronise).
 
+    ``order``: the codes' memory order, ``"C"`` (default) or ``"F"`` (2-D only: column-major, as the GEMM kernels
+    read a B operand [K, N] — K contiguous — so matmul stages nothing; on the device one transposing encode).
+
     Device data: one amax reduction kernel (none with ``amax``), then one encode kernel that reads the amax
     (and so the scale) from device memory; the returned ScaledTensor keeps ``scale`` / ``scale_exp`` on the
     device.  It does not synchronise (except for NaN input in a format without NaN, which raises as on the host)."""
     spec = _f.get(fmt)
     if spec.bits > 8 or not spec.signed:
         raise UnsupportedError(f"quantize_tensor makes codes of a signed format of at most 8 bits; got {spec.name}")
+    if order not in ("C", "F"):
+        raise UnsupportedError(f"order={order!r}; use 'C' (row-major codes) or 'F' (column-major, 2-D)")
+    if order == "F" and len(getattr(x, "shape", ())) != 2:
+        raise ShapeError(f"order='F' is for 2-D tensors (B [K, N]); got shape {tuple(getattr(x, 'shape', ()))}")
     if device_kind(x) is not None:
-        codes, scale, exp = _codec().quantize_tensor(x, spec, amax=amax)
+        codes, scale, exp = _codec().quantize_tensor(x, spec, amax=amax, order=order)
         return ScaledTensor(codes, scale, spec.name, exp)
     x64 = _f._as_float64(x)
     finite = np.isfinite(x64)
@@ -421,7 +428,7 @@ def quantize_tensor(x, fmt: str, *, amax=None) -> ScaledTensor:
     if nonfinite.any():
         special = _f.encode(x64[nonfinite], spec, overflow="nan")
         codes[nonfinite] = special
-    return ScaledTensor(codes, float(np.ldexp(1.0, k)), spec.name)
+    return ScaledTensor(np.asfortranarray(codes) if order == "F" else codes, float(np.ldexp(1.0, k)), spec.name)
 
 
 def dequantize(t, dtype=np.float32) -> np.ndarray:

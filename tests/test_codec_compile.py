@@ -253,6 +253,16 @@ extern "C" int host_can_flush() { return 0; }
 COLS(f32, mxc_u32)
 COLS(f16, mxc_u16)
 COLS(bf16, mxc_u16)
+#define TENSOR_T(SUF, B) \
+    extern "C" void host_quantize_tensor_t_##SUF(const B* x, mxc_u8* c, mxc_i64 R, mxc_i64 C, mxc_u64* amax, int* k, \
+                                                 float* sc, mxc_u32* cnt, int flush) { \
+        const unsigned csr = host_csr(); if (flush) host_set_csr(csr | 0x8040u); \
+        RUN(MXC_THREADS, mx_amax_fast_##SUF(x, R * C / 16, MXC_THREADS, amax)) \
+        RUN((R / 64) * (C / 64) * MXC_THREADS, mx_quantize_tensor_t_##SUF(x, c, R, C, amax, k, sc, cnt)) \
+        host_set_csr(csr); }
+TENSOR_T(f32, mxc_u32)
+TENSOR_T(f16, mxc_u16)
+TENSOR_T(bf16, mxc_u16)
 FAST_TENSOR(f32, mxc_u32)
 FAST_TENSOR(f16, mxc_u16)
 FAST_TENSOR(bf16, mxc_u16)
@@ -586,9 +596,12 @@ def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
     base = [rng.standard_normal(512) * 2.0 ** rng.integers(-30, 30, 512), np.zeros(64),
             rng.standard_normal(256) * 2.0 ** -140, rng.standard_normal(256) * 2.0 ** -125,
             np.where(rng.random(256) < 0.5, 2.0 ** -135, 3 * 2.0 ** -133) * rng.choice([-1, 1], 256),
-            np.where(np.arange(128) == 5, np.inf, rng.standard_normal(128))]
+            np.where(np.arange(128) == 5, np.inf, rng.standard_normal(128)),
+            rng.standard_normal(4096) * 2.0 ** -140,  # 64 x 64 tiles for the transposing kernel: tiny, specials
+            np.where(np.arange(4096) % 1000 == 5, -np.inf, rng.standard_normal(4096) * 2.0 ** rng.integers(-9, 9))]
     if spec.has_nan:
         base.append(np.where(np.arange(128) == 77, np.nan, rng.standard_normal(128)))
+        base.append(np.where(np.arange(4096) % 777 == 3, np.nan, rng.standard_normal(4096)))
     for dt in (np.float32, np.float16, ml_dtypes.bfloat16):
         with np.errstate(over="ignore"):
             cases = [x.astype(dt) for x in base]
@@ -607,6 +620,20 @@ def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
                 bad = np.flatnonzero(c != want.codes)
                 assert bad.size == 0, (dt, ctas, bad[:5], c[bad[:1]], want.codes[bad[:1]], xs[bad[:1]])
                 assert int(k[0]) == want.scale_exp and float(sc[0]) == want.scale, (dt, int(k[0]), want.scale_exp)
+            if xs.size % 4096 == 0:  # the transposing kernel (order="F"): x as [R, C] multiples of 64
+                x2 = xs.reshape(64, -1) if xs.size // 64 % 64 == 0 else None
+                if x2 is None:
+                    continue
+                c, amax, k, sc, cnt = (np.zeros(x2.shape[::-1], np.uint8), np.zeros(1, np.uint64),
+                                       np.zeros(1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.uint32))
+                getattr(lib, f"host_quantize_tensor_t_{_SUFFIX[np.dtype(dt).name]}")(
+                    _ptr(x2), _ptr(c), _i(x2.shape[0]), _i(x2.shape[1]), _ptr(amax), _ptr(k), _ptr(sc), _ptr(cnt),
+                    ctypes.c_int(int(flush)))
+                want = mx.quantize_tensor(x2, name, order="F")
+                assert want.codes.flags.f_contiguous
+                bad = np.argwhere(c.T != want.codes)
+                assert bad.size == 0, (dt, "transposed", bad[:5])
+                assert int(k[0]) == want.scale_exp
 
 
 def test_mx_kernel_choice_on_host(monkeypatch):

@@ -439,6 +439,25 @@ def test_finite_amax_and_a_given_amax(lib, rng):
         assert float(host(got.scale)) == want.scale
 
 
+@pytest.mark.parametrize("lib", LIBS)
+def test_quantize_tensor_column_major(lib, rng):
+    """order='F' on the device: the transposing kernel (both dimensions multiples of 64: tiles, tiny and special
+    values) and the copy fallback give the host path's codes, column-major (K contiguous)."""
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+        if lib == "cupy" and dtype == ml_dtypes.bfloat16:
+            continue
+        for shape, mag in (((128, 192), 0), ((64, 64), -140), ((96, 80), 3)):
+            x = (rng.standard_normal(shape) * 2.0 ** mag).astype(dtype)
+            if mag == 3:
+                x[5, 7], x[6, 1] = np.inf, np.nan
+            want = mxcore.quantize_tensor(x, "e4m3fn", order="F")
+            got = mxcore.quantize_tensor(dev(x, lib), "e4m3fn", order="F")
+            stride = got.codes.strides if lib == "cupy" else got.codes.stride()
+            assert stride == (1, shape[0]), stride  # column-major bytes
+            same_bits(host(got.codes), want.codes)
+            assert int(host(got.scale_exp)) == want.scale_exp
+
+
 # ---- streams and devices ------------------------------------------------------------------------------------------
 def test_torch_non_default_stream(rng):
     import torch

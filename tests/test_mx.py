@@ -231,6 +231,18 @@ def test_quantize_tensor_with_a_given_amax():
         mx.quantize_tensor(whole, "e4m3fn", amax=amax / 2)
 
 
+def test_quantize_tensor_column_major_codes():
+    """order='F' gives the same codes in column-major memory (B [K, N] as the fp8 GEMMs read it); other orders
+    and non-2-D arrays are refused."""
+    x = np.random.default_rng(4).standard_normal((64, 96)).astype(np.float32)
+    c, f = mx.quantize_tensor(x, "e4m3fn"), mx.quantize_tensor(x, "e4m3fn", order="F")
+    assert f.codes.flags.f_contiguous and np.array_equal(f.codes, c.codes) and f.scale == c.scale
+    with pytest.raises(UnsupportedError, match="order"):
+        mx.quantize_tensor(x, "e4m3fn", order="K")
+    with pytest.raises(ShapeError, match="2-D"):
+        mx.quantize_tensor(x.ravel(), "e4m3fn", order="F")
+
+
 def test_quantize_tensor_nonfinite():
     t = mx.quantize_tensor(np.array([np.nan, np.inf, -np.inf, 3.0, -1000.0]), "e4m3fn")
     assert t.scale == 4.0  # 1000 / 448 -> 2^2, from the finite values

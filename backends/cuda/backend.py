@@ -73,6 +73,7 @@ class CudaBackend(Backend):
     options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path")
     batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
     device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
+    b_code_order = "F"  # fp8 B codes K-major: the fp8 kernels read them in place (no staging transpose)
 
     def __init__(self):
         self.unavailable_cause = None
@@ -510,7 +511,8 @@ def _on_gpu(x) -> bool:
 
 
 def _quantize_device(x, od, role: str, scale_rounding: str):
-    """A 2-D device float operand quantized on its GPU (raw fp8 code arrays pass as they are)."""
+    """A 2-D device float operand quantized on its GPU (raw fp8 code arrays pass as they are); fp8 B codes are
+    written K-major (:attr:`CudaBackend.b_code_order`)."""
     from mxcore import mx
 
     name = getattr(x.dtype, "name", str(x.dtype)).replace("torch.", "")
@@ -518,7 +520,7 @@ def _quantize_device(x, od, role: str, scale_rounding: str):
         return x
     if od.kind == "mx":
         return mx.quantize_mx(x, od.name, axis=1 if role == "a" else 0, scale_rounding=scale_rounding)
-    return mx.quantize_tensor(x, od.element)
+    return mx.quantize_tensor(x, od.element, order=CudaBackend.b_code_order if role == "b" else "C")
 
 
 def _item(x, i: int):
