@@ -113,14 +113,6 @@ def entry_points(with_format: bool = True) -> list[str]:
 _RECORDING = threading.local()
 
 
-def _copy(dst, src) -> None:
-    """``dst[...] = src`` on the current stream (CuPy arrays), recorded under :func:`recording`."""
-    dst[...] = src
-    rec = getattr(_RECORDING, "rec", None)
-    if rec is not None:
-        rec.steps.append(("copy", dst, src))
-
-
 def _run(fn, grid, args) -> None:
     """Launch ``fn`` (MXC_THREADS per block) on the current device and stream, recorded under :func:`recording`."""
     fn(grid, (THREADS,), args)
@@ -141,8 +133,8 @@ class Recording:
         addrs = [int(x.data.ptr) for x in inputs]
         launches = []
         for step in self.steps:
-            if step[0] in ("zero", "copy"):  # device buffers made by the recorded calls: replayed as they are
-                launches.append(step)
+            if step[0] == "zero":
+                launches.append((None, step[1], ()))
                 continue
             _, fn, grid, args = step
             slots = tuple((i, addrs.index(int(a.data.ptr))) for i, a in enumerate(args)
@@ -150,8 +142,8 @@ class Recording:
             args = list(args)
             for i, _ in slots:
                 args[i] = np.uint64(0)  # set per replay (and the recorded input is not kept alive)
-            launches.append(("launch", fn, grid, (args, slots)))
-        used = {j for step in launches if step[0] == "launch" for _, j in step[3][1]}
+            launches.append((fn, grid, (args, slots)))
+        used = {j for fn, _, extra in launches if fn is not None for _, j in extra[1]}
         if used != set(range(len(addrs))):
             raise UnsupportedError("internal: a recorded input was not read in place")
         return Replay(launches)
@@ -169,16 +161,14 @@ class Replay:
         import cupy as cp
 
         stream = cp.cuda.get_current_stream().ptr
-        for step in self._launches:
-            if step[0] == "zero":
-                cp.cuda.runtime.memsetAsync(step[1].data.ptr, 0, step[1].nbytes, stream)
-            elif step[0] == "copy":
-                step[1][...] = step[2]
-            else:
-                _, fn, grid, (args, slots) = step
-                for i, j in slots:
-                    args[i] = np.uint64(addresses[j])
-                fn(grid, (THREADS,), tuple(args))
+        for fn, target, extra in self._launches:
+            if fn is None:
+                cp.cuda.runtime.memsetAsync(target.data.ptr, 0, target.nbytes, stream)
+                continue
+            args, slots = extra
+            for i, j in slots:
+                args[i] = np.uint64(addresses[j])
+            fn(target, (THREADS,), tuple(args))
 
 
 @contextlib.contextmanager
@@ -672,10 +662,10 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C"):
             if bad:
                 raise _nan_error(spec, bad)
         if order == "F":  # the logical [R, C] array over column-major bytes
-            if not transposed:  # no tiles of 64: one (recorded) transposing copy
-                dst, codes_r = call.empty(tuple(xb.shape[::-1]), "uint8")
-                _copy(dst, codes.T)
-            codes_r = codes_r.t() if call.kind == "torch" else codes_r.T
+            if call.kind == "torch":
+                codes_r = codes_r.t() if transposed else codes_r.t().contiguous().t()
+            else:
+                codes_r = codes_r.T if transposed else cp.asfortranarray(codes_r)
         return codes_r, scale_r, exp_r
 
 

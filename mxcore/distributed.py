@@ -400,7 +400,7 @@ def _prepare_b(torch, b, od, scale_rounding, amax):
     if od.kind == "mx":
         return mx.quantize_mx(_host(torch, b), od.name, axis=0, scale_rounding=scale_rounding)
     if od.kind == "fp8":
-        return _quantize_global(torch, b, od.element, amax, order="F" if b.dim() == 2 else "C")
+        return _quantize_global(torch, b, od.element, amax)
     return _host(torch, b)
 
 
