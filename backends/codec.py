@@ -127,6 +127,15 @@ class Recording:
     def __init__(self):
         self.steps: list = []
 
+    def addresses(self) -> set:
+        """Device addresses of every array a recorded step wrote or read (launch arguments, zeroed counters)."""
+        out = set()
+        for step in self.steps:
+            for a in (step[1],) if step[0] == "zero" else step[3]:
+                if hasattr(a, "data") and hasattr(a.data, "ptr"):
+                    out.add(int(a.data.ptr))
+        return out
+
     def replay(self, inputs) -> "Replay":
         """A :class:`Replay` of the recorded work with ``inputs`` (device arrays the calls read, by address) as
         the slots that change.  Raises UnsupportedError if an input was not read in place (a copy was made)."""

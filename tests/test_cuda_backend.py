@@ -86,3 +86,34 @@ def test_backend_and_plan_follow_the_contract():
 def test_unknown_option_is_a_typed_error():
     with pytest.raises(UnsupportedError, match="no option.*tile_size.*its options are: tile"):
         cuda.CudaBackend().matmul(None, None, None, tile_size=3)
+
+
+def test_replay_needs_every_quantized_buffer_recorded():
+    """fast_matmul keeps a replay only when every device buffer of the quantized operands is an argument of a
+    recorded codec step (codec.Recording.addresses): a buffer made by a copy outside the codec's launches would be
+    left stale by a replay (what happened with column-major fp8 B codes of shapes without 64 x 64 tiles)."""
+    from types import SimpleNamespace
+
+    from mxcore.backends import codec
+    from mxcore.backends.cuda import backend as cuda_backend
+
+    def arr(ptr):
+        x = type("ndarray", (), {"__module__": "cupy._core.core"})()
+        x.data = SimpleNamespace(ptr=ptr)
+        return x
+
+    def tensor(ptr):
+        x = type("Tensor", (), {"__module__": "torch"})()
+        x.device = _Dev("cuda", 0)
+        x.data_ptr = lambda: ptr
+        return x
+
+    rec = codec.Recording()
+    rec.steps += [("zero", arr(8)), ("launch", None, (1,), (arr(100), arr(200), 7, arr(8), arr(300), arr(400)))]
+    assert rec.addresses() == {8, 100, 200, 300, 400}
+    written = SimpleNamespace(codes=tensor(200), scale=tensor(300), scale_exp=tensor(400))
+    copied = SimpleNamespace(codes=tensor(900), scale=tensor(300), scale_exp=tensor(400))  # codes from a copy
+    mx_like = SimpleNamespace(codes=arr(200), scales=arr(300), scale_max=arr(8))
+    assert cuda_backend._device_addresses(written, mx_like) == {200, 300, 400, 8}
+    assert cuda_backend._device_addresses(written) <= rec.addresses()
+    assert not cuda_backend._device_addresses(written, copied) <= rec.addresses()

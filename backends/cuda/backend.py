@@ -338,7 +338,11 @@ class CudaBackend(Backend):
                 p.gemm()
                 result = p.result()
                 entry = False
-                if type(p).__name__ in ("CudaPlan", "Sm90Plan") and p.batch is None and p._fold is None and pa != pb:
+                # replayable only if every device buffer of the quantized operands is written by a recorded launch
+                # (a copy made outside the codec's launches would be left stale by a replay)
+                recorded = _device_addresses(qa, qb) <= rec.addresses()
+                if (recorded and type(p).__name__ in ("CudaPlan", "Sm90Plan") and p.batch is None
+                        and p._fold is None and pa != pb):
                     try:
                         entry = (rec.replay(_device_views(cp, a, b)), p)
                     except UnsupportedError:  # an operand was copied before quantization: no replay
@@ -502,6 +506,21 @@ def _torch_stream(torch, dev) -> int:
     if raw is not None:
         return raw(dev.index)
     return torch.cuda.current_stream(dev).cuda_stream
+
+
+def _device_addresses(*objs) -> set:
+    """Device addresses of the arrays inside quantized objects (MXTensor: codes, scales, scale_max; ScaledTensor:
+    codes, scale, scale_exp)."""
+    out = set()
+    for o in objs:
+        for name in ("codes", "scales", "scale_max", "scale", "scale_exp"):
+            x = getattr(o, name, None)
+            kind = array_kind(x) if x is not None else None
+            if kind == "torch" and x.device.type == "cuda":
+                out.add(int(x.data_ptr()))
+            elif kind == "cupy":
+                out.add(int(x.data.ptr))
+    return out
 
 
 def _device_views(cp, *xs):
