@@ -95,7 +95,7 @@ def test_replay_needs_every_quantized_buffer_recorded():
     from types import SimpleNamespace
 
     from mxcore.backends import codec
-    from mxcore.backends.cuda import backend as cuda_backend
+    from mxcore.backends.cuda import fastpath
 
     def arr(ptr):
         x = type("ndarray", (), {"__module__": "cupy._core.core"})()
@@ -114,6 +114,6 @@ def test_replay_needs_every_quantized_buffer_recorded():
     written = SimpleNamespace(codes=tensor(200), scale=tensor(300), scale_exp=tensor(400))
     copied = SimpleNamespace(codes=tensor(900), scale=tensor(300), scale_exp=tensor(400))  # codes from a copy
     mx_like = SimpleNamespace(codes=arr(200), scales=arr(300), scale_max=arr(8))
-    assert cuda_backend._device_addresses(written, mx_like) == {200, 300, 400, 8}
-    assert cuda_backend._device_addresses(written) <= rec.addresses()
-    assert not cuda_backend._device_addresses(written, copied) <= rec.addresses()
+    assert fastpath._device_addresses(written, mx_like) == {200, 300, 400, 8}
+    assert fastpath._device_addresses(written) <= rec.addresses()
+    assert not fastpath._device_addresses(written, copied) <= rec.addresses()

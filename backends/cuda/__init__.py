@@ -12,6 +12,7 @@ Modules, one concern each:
 * ``device``   — device ordinal, cached device properties, stream, DLPack views.
 * ``stage``    — operand staging (float rounding, fp8 bytes, MX decode), cached on quantized objects.
 * ``plan``     — :class:`CudaPlan`: the bound launch (batch in grid.y, split K in grid.z).
+* ``fastpath`` — the per-call fast paths: fp16/bf16 relaunch, fp8/MX recorded-quantization replay.
 * ``emit``     — offline compile jobs and the ``kernels --emit`` manifest (:class:`KernelRecord`).
 * ``bench``    — CUDA-event timer, instruction ceiling, vendor baseline; ``diag`` — loop diagnostics.
 """

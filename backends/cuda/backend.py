@@ -46,16 +46,15 @@ slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in th
 
 from __future__ import annotations
 
-import numpy as np
-
 from mxcore.arrays import array_kind
 from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 
 from .._contract import Backend, Target
 from .compile import KernelCache
-from .device import as_cupy, device_info, external_stream, resolve_ordinal, stream_for
+from .device import as_cupy, device_info, resolve_ordinal, stream_for
 from .families import family_for
 from .families import mx_path as _mx_path
+from .fastpath import _TORCH_OUT, fast_call, fast_quantized, quantize_device
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
@@ -253,7 +252,8 @@ class CudaBackend(Backend):
         from mxcore.operands import prepare
 
         kinds = [array_kind(x) for x in (a, b)]
-        host = [x if kd in ("mx", "numpy") else _quantize_device(x, od, role, scale_rounding) if _on_gpu(x)
+        host = [x if kd in ("mx", "numpy")
+                else quantize_device(x, od, role, scale_rounding, self.b_code_order) if _on_gpu(x)
                 else to_numpy(x) for x, kd, od, role in zip((a, b), kinds, (mdt.a, mdt.b), ("a", "b"))]
         opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
         src = [x if kd == "mx" and cache else None for x, kd in zip((a, b), kinds)]
@@ -277,7 +277,7 @@ class CudaBackend(Backend):
             raise UnsupportedError(f"the cuda backend takes no option(s) {', '.join(unknown)}; its options are: "
                                    f"{', '.join(self.options)}")
         if out is None and not options and mdt.kind == "float":
-            fast = self._fast_call(a, b, mdt, out_dtype)
+            fast = fast_call(self, a, b, mdt, out_dtype)
             if fast is not None:
                 return fast
         p = self.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, out=out, **options)
@@ -286,136 +286,11 @@ class CudaBackend(Backend):
 
     def fast_matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor"):
         """The contract's per-call fast path for 2-D device operands (None: not taken, call matmul):
-        fp16/bf16 read in place (:meth:`_fast_call`), and fp8/MX products of contiguous float16/bfloat16/float32
+        fp16/bf16 read in place (``fastpath.fast_call``), and fp8/MX products of contiguous float16/bfloat16/float32
         device arrays, whose quantization, staging and GEMM are set up once per layout and replayed."""
         if mdt.kind == "float":
-            return self._fast_call(a, b, mdt, out_dtype)
-        return self._fast_quantized(a, b, mdt, out_dtype, scale_rounding)
-
-    def _fast_quantized(self, a, b, mdt, out_dtype: str, scale_rounding: str):
-        """fp8/MX ``a @ b`` of contiguous 2-D float device arrays (both torch CUDA tensors or both CuPy arrays).
-        Once per (device, stream, dtypes, shapes, alignment, dtype, out_dtype, scale_rounding): quantize with
-        :func:`~mxcore.backends.codec.recording` on, build the plan over the quantized objects (staging re-run
-        by ``prep()``), keep both.  Later calls replay the quantization into the same buffers with the new input
-        addresses, re-stage, and launch the GEMM into a new output: no Python-side quantization objects, no plan.
-        The kept buffers are reused in stream order (the key holds the stream)."""
-        ka = array_kind(a)
-        if ka != array_kind(b) or ka not in ("torch", "cupy") or mdt.kind not in ("fp8", "mx"):
-            return None
-        if len(a.shape) != 2 or len(b.shape) != 2:
-            return None
-        if ka == "torch":
-            if (a.device.type != "cuda" or b.device != a.device or a.requires_grad or b.requires_grad
-                    or not a.is_contiguous() or not b.is_contiguous()):
-                return None
-            import torch
-
-            names = (str(a.dtype), str(b.dtype))
-            pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.device.index
-            stream_h = _torch_stream(torch, a.device)
-        else:
-            if a.device.id != b.device.id or not a.flags.c_contiguous or not b.flags.c_contiguous:
-                return None
-            names = (a.dtype.name, b.dtype.name)
-            pa, pb, ordinal = a.data.ptr, b.data.ptr, a.device.id
-            stream_h = self.cp_module.cuda.get_current_stream().ptr
-        if any(n.replace("torch.", "") not in ("float16", "bfloat16", "float32") for n in names):
-            return None
-        key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), pa % 16, pb % 16, mdt.name,
-               out_dtype, scale_rounding)
-        entry = self._fast.get(key)
-        cp = self.cp_module
-        if entry is None:
-            if len(self._fast) > 256:
-                self._fast.clear()
-            from mxcore.backends import codec
-
-            with cp.cuda.Device(ordinal):
-                with codec.recording() as rec:
-                    qa = _quantize_device(a, mdt.a, "a", scale_rounding)
-                    qb = _quantize_device(b, mdt.b, "b", scale_rounding)
-                p = self.plan(qa, qb, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage=True)
-                p.gemm()
-                result = p.result()
-                entry = False
-                # replayable only if every device buffer of the quantized operands is written by a recorded launch
-                # (a copy made outside the codec's launches would be left stale by a replay)
-                recorded = _device_addresses(qa, qb) <= rec.addresses()
-                if (recorded and type(p).__name__ in ("CudaPlan", "Sm90Plan") and p.batch is None
-                        and p._fold is None and pa != pb):
-                    try:
-                        entry = (rec.replay(_device_views(cp, a, b)), p)
-                    except UnsupportedError:  # an operand was copied before quantization: no replay
-                        entry = False
-                self._fast[key] = entry
-            return result
-        if entry is False:
-            return None
-        replay, p = entry
-        with cp.cuda.Device(ordinal), p.stream:
-            replay((pa, pb))
-            da, db = p._prep()  # staged again from the kept quantized buffers (copies go to new buffers)
-            if ka == "torch":
-                import torch
-
-                out = torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[out_dtype], device=a.device)
-                view = as_cupy(cp, out)
-            else:
-                out = view = cp.empty(p.out.shape, dtype=p.out.dtype)
-            p.rebind(da, db, view)  # every staged part as prep() made it again (codes, MX factors, scales)
-            p._gemm() if type(p) is CudaPlan else p.gemm()
-        return out
-
-    def _fast_call(self, a, b, mdt, out_dtype: str):
-        """fp16/bf16 device operands the kernel reads in place: the plan is built once per layout (device, dtypes,
-        shapes, strides, 16-byte alignment, output dtype) and later calls only allocate the output and launch it
-        with the new addresses.  None when the operands do not qualify (the caller builds a plan)."""
-        ka, kb = array_kind(a), array_kind(b)
-        if ka != kb or ka not in ("torch", "cupy") or mdt.a.name not in ("fp16", "bf16"):
-            return None
-        if ka == "torch":
-            if a.device.type != "cuda" or b.device.type != "cuda" or a.requires_grad or b.requires_grad:
-                return None
-            pa, pb = a.data_ptr(), b.data_ptr()
-            key = (ka, a.device.index, b.device.index, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(),
-                   b.stride(), pa % 16, pb % 16, mdt.a.name, out_dtype)
-        else:
-            pa, pb = a.data.ptr, b.data.ptr
-            key = (ka, a.device.id, b.device.id, a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, pa % 16,
-                   pb % 16, mdt.a.name, out_dtype)
-        entry = self._fast.get(key)
-        if entry is None:
-            if len(self._fast) > 256:
-                self._fast.clear()
-            p = self.plan(a, b, mdt, out_dtype=out_dtype)
-            p.gemm()
-            result = p.result()
-            entry = False
-            if type(p) is CudaPlan and p.da.direct and p.db.direct and p._launch is not None:
-                with self.cp_module.cuda.Device(p.dev.ordinal):  # the kernel handles of the plan's device
-                    entry = (p.launcher(), p.dev.ordinal, p._fold or tuple(p.out.shape), p.out.dtype)
-            self._fast[key] = entry
-            return result
-        if entry is False:
-            return None
-        launch, ordinal, shape, store = entry
-        cp = self.cp_module
-        if cp.cuda.runtime.getDevice() != ordinal:
-            return None
-        if ka == "torch":
-            import torch
-
-            dev = a.device
-            stream = _torch_stream(torch, dev)
-            out = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=dev)
-            ws = torch.empty(launch.ws_bytes, dtype=torch.uint8, device=dev) if launch.ws_bytes else None
-            launch(cp.cuda.driver, stream, pa, pb, out.data_ptr(), ws.data_ptr() if ws is not None else 0)
-            return out
-        stream = cp.cuda.get_current_stream()
-        out = cp.empty(shape, dtype=store)
-        ws = cp.empty(launch.ws_bytes, dtype=cp.uint8) if launch.ws_bytes else None
-        launch(cp.cuda.driver, stream.ptr, pa, pb, out.data.ptr, ws.data.ptr if ws is not None else 0)
-        return out
+            return fast_call(self, a, b, mdt, out_dtype)
+        return fast_quantized(self, a, b, mdt, out_dtype, scale_rounding)
 
     # ---- benchmark hooks ------------------------------------------------------------------------------------
     def timer(self):
@@ -461,20 +336,6 @@ class CudaBackend(Backend):
         return emit_kernels(arch, out_dir, workers=workers)
 
 
-_TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
-
-
-class _TorchOut(dict):
-    def __missing__(self, key):
-        import torch
-
-        self[key] = getattr(torch, _TORCH_OUT_NAMES[key])
-        return self[key]
-
-
-_TORCH_OUT = _TorchOut()
-
-
 def _new_output(cp, shape, store, out_dtype: str, a, b, like):
     """(CuPy output array, result converter): for torch CUDA operands the output is a torch tensor allocated by
     torch (its caching allocator, current stream) and the kernel writes it through a CuPy view, so result() hands
@@ -499,51 +360,9 @@ def _new_output(cp, shape, store, out_dtype: str, a, b, like):
     return view, result
 
 
-def _torch_stream(torch, dev) -> int:
-    """The raw handle of torch's current stream on ``dev`` (torch's internal accessor when it has one: ~10x
-    cheaper than building a torch.cuda.Stream)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(dev.index)
-    return torch.cuda.current_stream(dev).cuda_stream
-
-
-def _device_addresses(*objs) -> set:
-    """Device addresses of the arrays inside quantized objects (MXTensor: codes, scales, scale_max; ScaledTensor:
-    codes, scale, scale_exp)."""
-    out = set()
-    for o in objs:
-        for name in ("codes", "scales", "scale_max", "scale", "scale_exp"):
-            x = getattr(o, name, None)
-            kind = array_kind(x) if x is not None else None
-            if kind == "torch" and x.device.type == "cuda":
-                out.add(int(x.data_ptr()))
-            elif kind == "cupy":
-                out.add(int(x.data.ptr))
-    return out
-
-
-def _device_views(cp, *xs):
-    """CuPy views of device arrays (the addresses a recording read)."""
-    return [as_cupy(cp, x) for x in xs]
-
-
 def _on_gpu(x) -> bool:
     kind = array_kind(x)
     return kind == "cupy" or (kind == "torch" and x.device.type == "cuda")
-
-
-def _quantize_device(x, od, role: str, scale_rounding: str):
-    """A 2-D device float operand quantized on its GPU (raw fp8 code arrays pass as they are); fp8 B codes are
-    written K-major (:attr:`CudaBackend.b_code_order`)."""
-    from mxcore import mx
-
-    name = getattr(x.dtype, "name", str(x.dtype)).replace("torch.", "")
-    if name.startswith("float8"):
-        return x
-    if od.kind == "mx":
-        return mx.quantize_mx(x, od.name, axis=1 if role == "a" else 0, scale_rounding=scale_rounding)
-    return mx.quantize_tensor(x, od.element, order=CudaBackend.b_code_order if role == "b" else "C")
 
 
 def _item(x, i: int):

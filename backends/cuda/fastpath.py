@@ -1,0 +1,202 @@
+"""The CUDA backend's per-call fast paths (``Backend.fast_matmul`` and the fp16/bf16 shortcut of ``matmul``).
+
+* :func:`fast_call` — fp16/bf16 device operands the kernel reads in place: the plan is built once per layout and
+  later calls only allocate the output and relaunch it (:class:`~.plan.Relaunch`) with the new addresses.
+* :func:`fast_quantized` — fp8/MX products of contiguous float device arrays: the first call of a layout runs the
+  codec under :func:`~mxcore.backends.codec.recording` and keeps the plan; later calls replay the recorded
+  quantization into the kept buffers, re-stage, :meth:`~.plan.CudaPlan.rebind` and launch into a new output.
+
+Both keep their entries in the backend's ``_fast`` dict (False: the layout does not qualify).
+"""
+
+from __future__ import annotations
+
+from mxcore.arrays import array_kind
+from mxcore.errors import UnsupportedError
+
+from .device import as_cupy
+from .plan import CudaPlan
+
+__all__ = ["fast_call", "fast_quantized", "quantize_device"]
+
+_TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+class _TorchOut(dict):
+    def __missing__(self, key):
+        import torch
+
+        self[key] = getattr(torch, _TORCH_OUT_NAMES[key])
+        return self[key]
+
+
+_TORCH_OUT = _TorchOut()
+
+
+def _torch_stream(torch, dev) -> int:
+    """The raw handle of torch's current stream on ``dev`` (torch's internal accessor when it has one: ~10x
+    cheaper than building a torch.cuda.Stream)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(dev.index)
+    return torch.cuda.current_stream(dev).cuda_stream
+
+
+def _device_addresses(*objs) -> set:
+    """Device addresses of the arrays inside quantized objects (MXTensor: codes, scales, scale_max; ScaledTensor:
+    codes, scale, scale_exp)."""
+    out = set()
+    for o in objs:
+        for name in ("codes", "scales", "scale_max", "scale", "scale_exp"):
+            x = getattr(o, name, None)
+            kind = array_kind(x) if x is not None else None
+            if kind == "torch" and x.device.type == "cuda":
+                out.add(int(x.data_ptr()))
+            elif kind == "cupy":
+                out.add(int(x.data.ptr))
+    return out
+
+
+def _device_views(cp, *xs):
+    """CuPy views of device arrays (the addresses a recording read)."""
+    return [as_cupy(cp, x) for x in xs]
+
+
+def quantize_device(x, od, role: str, scale_rounding: str, b_order: str = "C"):
+    """A 2-D device float operand quantized on its GPU (raw fp8 code arrays pass as they are); fp8 B codes in
+    memory order ``b_order`` (the backend's ``b_code_order``)."""
+    from mxcore import mx
+
+    name = getattr(x.dtype, "name", str(x.dtype)).replace("torch.", "")
+    if name.startswith("float8"):
+        return x
+    if od.kind == "mx":
+        return mx.quantize_mx(x, od.name, axis=1 if role == "a" else 0, scale_rounding=scale_rounding)
+    return mx.quantize_tensor(x, od.element, order=b_order if role == "b" else "C")
+
+
+def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
+    """fp8/MX ``a @ b`` of contiguous 2-D float device arrays (both torch CUDA tensors or both CuPy arrays).
+    Once per (device, stream, dtypes, shapes, alignment, dtype, out_dtype, scale_rounding): quantize with
+    :func:`~mxcore.backends.codec.recording` on, build the plan over the quantized objects (staging re-run
+    by ``prep()``), keep both.  Later calls replay the quantization into the same buffers with the new input
+    addresses, re-stage, and launch the GEMM into a new output: no Python-side quantization objects, no plan.
+    The kept buffers are reused in stream order (the key holds the stream)."""
+    ka = array_kind(a)
+    if ka != array_kind(b) or ka not in ("torch", "cupy") or mdt.kind not in ("fp8", "mx"):
+        return None
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    if ka == "torch":
+        if (a.device.type != "cuda" or b.device != a.device or a.requires_grad or b.requires_grad
+                or not a.is_contiguous() or not b.is_contiguous()):
+            return None
+        import torch
+
+        names = (str(a.dtype), str(b.dtype))
+        pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.device.index
+        stream_h = _torch_stream(torch, a.device)
+    else:
+        if a.device.id != b.device.id or not a.flags.c_contiguous or not b.flags.c_contiguous:
+            return None
+        names = (a.dtype.name, b.dtype.name)
+        pa, pb, ordinal = a.data.ptr, b.data.ptr, a.device.id
+        stream_h = be.cp_module.cuda.get_current_stream().ptr
+    if any(n.replace("torch.", "") not in ("float16", "bfloat16", "float32") for n in names):
+        return None
+    key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), pa % 16, pb % 16, mdt.name,
+           out_dtype, scale_rounding)
+    entry = be._fast.get(key)
+    cp = be.cp_module
+    if entry is None:
+        if len(be._fast) > 256:
+            be._fast.clear()
+        from mxcore.backends import codec
+
+        with cp.cuda.Device(ordinal):
+            with codec.recording() as rec:
+                qa = quantize_device(a, mdt.a, "a", scale_rounding, be.b_code_order)
+                qb = quantize_device(b, mdt.b, "b", scale_rounding, be.b_code_order)
+            p = be.plan(qa, qb, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage=True)
+            p.gemm()
+            result = p.result()
+            entry = False
+            # replayable only if every device buffer of the quantized operands is written by a recorded launch
+            # (a copy made outside the codec's launches would be left stale by a replay)
+            recorded = _device_addresses(qa, qb) <= rec.addresses()
+            if (recorded and type(p).__name__ in ("CudaPlan", "Sm90Plan") and p.batch is None
+                    and p._fold is None and pa != pb):
+                try:
+                    entry = (rec.replay(_device_views(cp, a, b)), p)
+                except UnsupportedError:  # an operand was copied before quantization: no replay
+                    entry = False
+            be._fast[key] = entry
+        return result
+    if entry is False:
+        return None
+    replay, p = entry
+    with cp.cuda.Device(ordinal), p.stream:
+        replay((pa, pb))
+        da, db = p._prep()  # staged again from the kept quantized buffers (copies go to new buffers)
+        if ka == "torch":
+            import torch
+
+            out = torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[out_dtype], device=a.device)
+            view = as_cupy(cp, out)
+        else:
+            out = view = cp.empty(p.out.shape, dtype=p.out.dtype)
+        p.rebind(da, db, view)  # every staged part as prep() made it again (codes, MX factors, scales)
+        p._gemm() if type(p) is CudaPlan else p.gemm()
+    return out
+
+
+def fast_call(be, a, b, mdt, out_dtype: str):
+    """fp16/bf16 device operands the kernel reads in place: the plan is built once per layout (device, dtypes,
+    shapes, strides, 16-byte alignment, output dtype) and later calls only allocate the output and launch it
+    with the new addresses.  None when the operands do not qualify (the caller builds a plan)."""
+    ka, kb = array_kind(a), array_kind(b)
+    if ka != kb or ka not in ("torch", "cupy") or mdt.a.name not in ("fp16", "bf16"):
+        return None
+    if ka == "torch":
+        if a.device.type != "cuda" or b.device.type != "cuda" or a.requires_grad or b.requires_grad:
+            return None
+        pa, pb = a.data_ptr(), b.data_ptr()
+        key = (ka, a.device.index, b.device.index, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(),
+               b.stride(), pa % 16, pb % 16, mdt.a.name, out_dtype)
+    else:
+        pa, pb = a.data.ptr, b.data.ptr
+        key = (ka, a.device.id, b.device.id, a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, pa % 16,
+               pb % 16, mdt.a.name, out_dtype)
+    entry = be._fast.get(key)
+    if entry is None:
+        if len(be._fast) > 256:
+            be._fast.clear()
+        p = be.plan(a, b, mdt, out_dtype=out_dtype)
+        p.gemm()
+        result = p.result()
+        entry = False
+        if type(p) is CudaPlan and p.da.direct and p.db.direct and p._launch is not None:
+            with be.cp_module.cuda.Device(p.dev.ordinal):  # the kernel handles of the plan's device
+                entry = (p.launcher(), p.dev.ordinal, p._fold or tuple(p.out.shape), p.out.dtype)
+        be._fast[key] = entry
+        return result
+    if entry is False:
+        return None
+    launch, ordinal, shape, store = entry
+    cp = be.cp_module
+    if cp.cuda.runtime.getDevice() != ordinal:
+        return None
+    if ka == "torch":
+        import torch
+
+        dev = a.device
+        stream = _torch_stream(torch, dev)
+        out = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=dev)
+        ws = torch.empty(launch.ws_bytes, dtype=torch.uint8, device=dev) if launch.ws_bytes else None
+        launch(cp.cuda.driver, stream, pa, pb, out.data_ptr(), ws.data_ptr() if ws is not None else 0)
+        return out
+    stream = cp.cuda.get_current_stream()
+    out = cp.empty(shape, dtype=store)
+    ws = cp.empty(launch.ws_bytes, dtype=cp.uint8) if launch.ws_bytes else None
+    launch(cp.cuda.driver, stream.ptr, pa, pb, out.data.ptr, ws.data.ptr if ws is not None else 0)
+    return out
