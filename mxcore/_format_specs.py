@@ -2,7 +2,7 @@
 
 Public through :mod:`mxcore.formats` (``FORMATS``, ``FormatSpec``, ``get``, ``names``); the rules the
 codecs follow are described there.  The device codec kernels receive their constants from these specs
-(``backends/codec.py`` turns a spec into ``-D`` defines), so nothing here is re-typed in C++.
+(``backends/codec_runtime.py`` turns a spec into ``-D`` defines), so nothing here is re-typed in C++.
 """
 
 from __future__ import annotations

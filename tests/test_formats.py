@@ -532,7 +532,7 @@ def test_device_array_without_cupy_is_a_clear_error():
 
 def test_codec_module_source_per_vendor():
     """CuPy on ROCm compiles the HIP unit (hiprtc), CuPy on CUDA the CUDA unit; both inline one header."""
-    from mxcore.backends import codec
+    from mxcore.backends import codec, codec_runtime
 
     made = []
 
@@ -550,7 +550,7 @@ def test_codec_module_source_per_vendor():
 
     spec = F.get("e2m1")
     for hip, unit in ((True, "amd"), (False, "nvidia")):
-        call = codec._Call(_FakeCupy(hip), "cupy", 1000 + hip)
+        call = codec_runtime._Call(_FakeCupy(hip), "cupy", 1000 + hip)
         call.module(spec)
         assert made[-1] == codec.compile_inputs(spec, unit)
-    codec._MODULES.clear()
+    codec_runtime._MODULES.clear()
