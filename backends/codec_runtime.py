@@ -307,12 +307,11 @@ def _on(x):
 
         dev = x.device
         ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # torch's current stream, without a Stream object
         with cp.cuda.Device(ordinal):
-            if raw is not None and not getattr(cp.cuda.runtime, "is_hip", False):
-                from .cuda.device import external_stream
+            if not getattr(cp.cuda.runtime, "is_hip", False):
+                from .cuda.device import external_stream, torch_stream
 
-                stream = external_stream(cp, raw(ordinal))
+                stream = external_stream(cp, torch_stream(torch, ordinal))
             else:
                 stream = _external_stream(cp, torch.cuda.current_stream(dev), ordinal)
             with stream:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
-__all__ = ["DeviceInfo", "as_cupy", "device_info", "external_stream", "ordinal_of", "resolve_ordinal", "stream_for"]
+__all__ = ["DeviceInfo", "as_cupy", "device_info", "external_stream", "ordinal_of", "resolve_ordinal", "stream_for",
+           "torch_stream"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,16 @@ def stream_for(cp, a, b):
         return cp.cuda.get_current_stream()
     import torch
 
-    return external_stream(cp, torch.cuda.current_stream(t.device).cuda_stream)
+    return external_stream(cp, torch_stream(torch, t.device.index))
+
+
+def torch_stream(torch, ordinal: int) -> int:
+    """The raw handle of torch's current stream on device ``ordinal`` (torch's internal accessor when it has one:
+    ~10x cheaper than building a torch.cuda.Stream)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(ordinal)
+    return torch.cuda.current_stream(ordinal).cuda_stream
 
 
 _STREAMS: dict = {}
