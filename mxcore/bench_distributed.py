@@ -61,12 +61,14 @@ def _init(torch, dist, device):
 
 
 def _timer(torch, dist, device, fn, warmup, iters):
-    """Seconds per call of ``fn`` on this rank (all ranks start together; device work included)."""
+    """Seconds per call of ``fn`` on this rank (device work included); with ``dist``, all ranks start together
+    (None: this rank alone)."""
     for _ in range(warmup):
         fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    dist.barrier()
+    if dist is not None:
+        dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
@@ -158,8 +160,8 @@ def run(args, torch, dist) -> list[dict]:
             t_comm = _timer(torch, dist, device, lambda: dist.all_reduce(part), args.warmup, args.iters)
         one = torch.zeros(1, dtype=torch.float64, device=dev)
         if rank == 0:  # one GPU, the same global problem, the same call a user makes
-            one[0] = _timer_local(torch, device, lambda: mxcore.matmul(a, b, dt, backend=args.backend),
-                                  args.warmup, args.iters)
+            one[0] = _timer(torch, None, device, lambda: mxcore.matmul(a, b, dt, backend=args.backend),
+                            args.warmup, args.iters)
         dist.broadcast(one, 0)
         t_one = float(one[0])
         rows.append({"dtype": dt, "layout": args.layout, "world": world, "rank": rank, "m": args.m, "n": args.n,
@@ -170,19 +172,6 @@ def run(args, torch, dist) -> list[dict]:
     if args.layout == "column":
         rows.append(_baseline(torch, dist, args, al, bl, dev, world, rank, gather, flops))
     return rows
-
-
-def _timer_local(torch, device, fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / max(iters, 1)
 
 
 def _baseline(torch, dist, args, al, bl, dev, world, rank, gather, flops):
