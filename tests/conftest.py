@@ -75,6 +75,34 @@ def cupy_device():
     return cupy.cuda.Device()
 
 
+def mx_special_rows(spec, rng, k: int) -> np.ndarray:
+    """Rows of length ``k`` that the MX quantizer tests (host build and GPU) run through every kernel: zeros and
+    -0, blocks holding NaN / +-inf, magnitudes from 2^-150 to 2^127 (blocks straddling 2^-127, float32 and float16
+    subnormals, huge blocks), the amax edges of both scale rules (max_normal * 2^e exactly and one float32 ulp
+    above), half-subnormal patterns, and fresh random magnitudes per element."""
+    rows = [np.zeros(k), -np.zeros(k)]
+    for r in (rng.standard_normal(k), np.ones(k)):
+        r[min(40, k - 1)] = np.nan
+        rows.append(r)
+    r = rng.standard_normal(k)
+    r[0], r[-1] = np.inf, -np.inf
+    rows += [r, np.where(np.arange(k) == 3, -np.inf, 2.0)]
+    for e in (-150, -140, -135, -133, -130, -128, -127, -126, -120, -20, -5, 0, 7, 100, 120, 126, 127):
+        rows.append(rng.standard_normal(k) * 2.0 ** e)
+    for e in (-127, 0, 60):  # amax exactly max_normal * 2^e, and one float32 ulp above (rceil's edge)
+        r = rng.uniform(-1, 1, k) * spec.max_normal * 2.0 ** e
+        r[::7] = spec.max_normal * 2.0 ** e
+        rows.append(r)
+        rows.append(np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal * 2.0 ** e),
+                                                                  np.float32(np.inf)).astype(np.float64), r))
+    rows += [rng.standard_normal(k) * 2.0 ** rng.integers(-30, 30, k),
+             rng.standard_normal(k) * 2.0 ** rng.integers(-40, 40, k)]
+    rows.append(rng.standard_normal(k) * 2.0 ** -20)  # float16 subnormals
+    rows.append(np.where(np.arange(k) % 3 == 0, 2.0 ** -24, 3 * 2.0 ** -24))
+    rows.append(np.where(rng.random(k) < 0.5, 2.0 ** -127 * rng.standard_normal(k), rng.standard_normal(k)))
+    return np.stack(rows)
+
+
 def dtype_id(d):
     """A test id for a dtype name or an (A, B) pair of names."""
     return d if isinstance(d, str) else "+".join(d)

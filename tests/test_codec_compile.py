@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import require_tool
+from conftest import mx_special_rows, require_tool
 
 from mxcore import formats as F
 from mxcore.backends import codec, nvrtc_tools
@@ -452,24 +452,6 @@ def _host_quantize_mx_fast(lib, x, rule: str, ctas: int, flush: bool = False):
     return c, s, int(m[0]) - 1 if m[0] else 127
 
 
-def _fast_rows(spec, rng, k):
-    """Rows for the fast kernel: special blocks (zero, NaN, inf, straddling 2^-127, subnormal inputs, the
-    overflow / rceil edges) and, for 16-bit inputs, every bit pattern in shuffled blocks."""
-    rows = [np.zeros(k), -np.zeros(k), np.where(np.arange(k) == 40 % k, np.nan, 1.0),
-            np.where(np.arange(k) == 3, -np.inf, 2.0)]
-    rows += [rng.standard_normal(k) * 2.0 ** e for e in (-150, -140, -135, -128, -127, -126, -120, -20, 0, 100, 127)]
-    rows.append(np.where(np.arange(k) % 3 == 0, 2.0 ** -24, 3 * 2.0 ** -24))
-    rows.append(np.where(rng.random(k) < 0.5, 2.0 ** -127 * rng.standard_normal(k), rng.standard_normal(k)))
-    for e in (-127, 0, 60):  # amax exactly max_normal * 2^e, and one float32 ulp above (rceil's edge)
-        r = rng.uniform(-1, 1, k) * spec.max_normal * 2.0 ** e
-        r[::7] = spec.max_normal * 2.0 ** e
-        rows.append(r)
-        rows.append(np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal * 2.0 ** e),
-                                                                  np.float32(np.inf)).astype(np.float64), r))
-    rows.append(rng.standard_normal(k) * 2.0 ** rng.integers(-40, 40, k))
-    return np.stack(rows)
-
-
 def _every_offset_blocks(dt, rng):
     """For every binade 2^j of a 16-bit float type (subnormal ones too): blocks whose largest magnitude lies
     in that binade (2^j itself, or the binade's largest pattern: both scale rules' cases) holding every
@@ -510,7 +492,7 @@ def test_fast_mx_kernel_on_host_matches_numpy(host_codecs, fmt, flush, rng):
     lib = host_codecs[spec.name]
     if flush and not lib.host_can_flush():
         pytest.skip("flush-to-zero mode is set through the x86 MXCSR; this host is not x86-64")
-    x64 = _fast_rows(spec, rng, 96)
+    x64 = mx_special_rows(spec, rng, 96)
     for dt in (np.float32, np.float16, ml_dtypes.bfloat16):
         with np.errstate(over="ignore"):
             cases = [x64.astype(dt)]
@@ -551,7 +533,7 @@ def test_column_mx_kernel_on_host_matches_numpy(host_codecs, fmt, flush, rng):
     lib = host_codecs[spec.name]
     if flush and not lib.host_can_flush():
         pytest.skip("flush-to-zero mode is set through the x86 MXCSR; this host is not x86-64")
-    cols = _fast_rows(spec, rng, 96).T  # [96, rows]: each special row is a column of three blocks
+    cols = mx_special_rows(spec, rng, 96).T  # [96, rows]: each special row is a column of three blocks
     for dt in (np.float32, np.float16, ml_dtypes.bfloat16):
         with np.errstate(over="ignore"):
             cases = [np.ascontiguousarray(cols[:, : cols.shape[1] // 2 * 2]).astype(dt)]

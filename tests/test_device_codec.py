@@ -20,6 +20,7 @@ from mxcore import _codec_host as H
 from mxcore import formats as F
 from mxcore.errors import FormatError, InputTypeError, ShapeError, UnsupportedError
 from mxcore.mx import mx_element
+from conftest import mx_special_rows
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -190,31 +191,6 @@ def test_pack_unpack(lib, n, rng):
 
 
 # ---- MX ------------------------------------------------------------------------------------------------------------
-def _mx_rows(spec, rng, k: int) -> np.ndarray:
-    """Rows of length k: zeros, -0, NaN/inf blocks, blocks straddling 2^-127, huge blocks, exact amax edges,
-    fresh random magnitudes."""
-    rows = [np.zeros(k), -np.zeros(k)]
-    r = rng.standard_normal(k)
-    r[min(40, k - 1)] = np.nan
-    rows.append(r)
-    r = rng.standard_normal(k)
-    r[0], r[-1] = np.inf, -np.inf
-    rows.append(r)
-    for e in (-150, -140, -133, -130, -128, -127, -126, -120, -5, 0, 7, 100, 120, 126, 127):
-        rows.append(rng.standard_normal(k) * 2.0 ** e)
-    for e in (-127, 0, 60):  # amax exactly max_normal * 2^e, and one float32 ulp above (rceil's edge)
-        r = rng.uniform(-1, 1, k) * spec.max_normal * 2.0 ** e
-        r[::7] = spec.max_normal * 2.0 ** e
-        rows.append(r)
-        rows.append(np.where(np.arange(k) % 7 == 0, np.nextafter(np.float32(spec.max_normal * 2.0 ** e),
-                                                                  np.float32(np.inf)).astype(np.float64), r))
-    rows.append(rng.standard_normal(k) * 2.0 ** rng.integers(-30, 30, k))
-    rows.append(rng.standard_normal(k) * 2.0 ** -20)  # float16 subnormals
-    rows.append(np.where(np.arange(k) % 3 == 0, 2.0 ** -24, 3 * 2.0 ** -24))
-    rows.append(np.where(rng.random(k) < 0.5, 2.0 ** -127 * rng.standard_normal(k), rng.standard_normal(k)))
-    return np.stack(rows)
-
-
 def _check_mx(x_host, x_dev, fmt, axis, block, rounding):
     want = mxcore.quantize_mx(x_host, fmt, axis=axis, block=block, scale_rounding=rounding)
     got = mxcore.quantize_mx(x_dev, fmt, axis=axis, block=block, scale_rounding=rounding)
@@ -241,7 +217,7 @@ def mx_kernel(request, monkeypatch):
 def test_quantize_mx_bit_identical(fmt, lib, rng, mx_kernel):
     spec = mx_element(fmt)[1]
     for k in (100, 64, 31):
-        x64 = _mx_rows(spec, rng, k)
+        x64 = mx_special_rows(spec, rng, k)
         for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
             if lib == "cupy" and dtype == ml_dtypes.bfloat16:
                 continue
@@ -265,7 +241,7 @@ def test_fast_mx_kernel_bit_identical(fmt, lib, rng, monkeypatch):
     float32 bit patterns; and a tensor large enough for several grid-stride turns against the generic kernel."""
     monkeypatch.setenv("MXCORE_MX_KERNEL", "fast")
     spec = mx_element(fmt)[1]
-    x64 = _mx_rows(spec, rng, 128)
+    x64 = mx_special_rows(spec, rng, 128)
     every = np.arange(1 << 16, dtype=np.uint16)
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
         if lib == "cupy" and dtype == ml_dtypes.bfloat16:
