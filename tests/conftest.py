@@ -75,6 +75,12 @@ def cupy_device():
     return cupy.cuda.Device()
 
 
+#: the CUDA GEMM tests' dtype and operand-majorness matrices (both kernel families run the same cases)
+FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
+FP8_DTYPES = ["e4m3fn", "e5m2", ("e4m3fn", "e5m2"), ("e5m2", "e4m3fn")]
+MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+
+
 def mx_special_rows(spec, rng, k: int) -> np.ndarray:
     """Rows of length ``k`` that the MX quantizer tests (host build and GPU) run through every kernel: zeros and
     -0, blocks holding NaN / +-inf, magnitudes from 2^-150 to 2^127 (blocks straddling 2^-127, float32 and float16

@@ -24,15 +24,12 @@ from mxcore import dtypes as _dt
 from mxcore.backends import cuda
 from mxcore.operands import prepare
 from mxcore.reference import reference_matmul
-from conftest import dtype_id
+from conftest import FLOAT_DTYPES, FP8_DTYPES, MAJORS, dtype_id
 
 pytestmark = pytest.mark.nvidia_gpu
 
-FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
-FP8_DTYPES = ["e4m3fn", "e5m2", ("e4m3fn", "e5m2"), ("e5m2", "e4m3fn")]
 MX_DTYPES = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", ("mxfp8_e4m3", "mxfp4")]
 ALL_DTYPES = FLOAT_DTYPES + FP8_DTYPES + MX_DTYPES
-MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 SMALL_SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520), (72, 136, 200)]
 
 

@@ -27,13 +27,10 @@ import pytest
 from mxcore import dtypes as _dt
 from mxcore.operands import prepare
 from mxcore.reference import reference_matmul
-from conftest import dtype_id
+from conftest import FLOAT_DTYPES, FP8_DTYPES, MAJORS, dtype_id
 
 pytestmark = pytest.mark.nvidia_gpu
 
-FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
-FP8_DTYPES = ["e4m3fn", "e5m2", ("e4m3fn", "e5m2"), ("e5m2", "e4m3fn")]
-MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 SMALL_SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520), (300, 600, 1000)]
 
 

@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 import mxcore
-from conftest import dtype_id
+from conftest import FLOAT_DTYPES, dtype_id
 from mxcore.errors import DeviceError, InputTypeError, MXCoreError
 
-FLOAT_DTYPES = ["fp16", "bf16", "tf32", "fp32"]
 FP8_DTYPES = ["fp8", "e5m2", ("e4m3fn", "e5m2")]
 MX_DTYPES = ["mxfp8", "mxfp8_e5m2", "mxfp6", "mxfp6_e3m2", "mxfp4", ("mxfp8", "mxfp4")]
 ALL_DTYPES = FLOAT_DTYPES + FP8_DTYPES + MX_DTYPES
