@@ -81,6 +81,25 @@ FP8_DTYPES = ["e4m3fn", "e5m2", ("e4m3fn", "e5m2"), ("e5m2", "e4m3fn")]
 MAJORS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 
 
+def poisoned_output(cp, m: int, n: int, out_dtype: str):
+    """An (m, n) CuPy output in the storage of ``out_dtype`` (bfloat16 as uint16 bits) filled with NaN, so that
+    an element the kernel does not write fails the comparison."""
+    store = {"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[out_dtype]
+    out = cp.empty((m, n), dtype=store)
+    out.fill(0x7FC0 if out_dtype == "bfloat16" else np.nan)  # 0x7FC0: bfloat16 NaN bits
+    return out
+
+
+def output_values(cp, out, out_dtype: str) -> np.ndarray:
+    """A CuPy output (bfloat16 stored as uint16 bits) as float64 host values."""
+    host = cp.asnumpy(out)
+    if out_dtype == "bfloat16":
+        import ml_dtypes
+
+        host = host.view(ml_dtypes.bfloat16)
+    return host.astype(np.float64)
+
+
 def mx_special_rows(spec, rng, k: int) -> np.ndarray:
     """Rows of length ``k`` that the MX quantizer tests (host build and GPU) run through every kernel: zeros and
     -0, blocks holding NaN / +-inf, magnitudes from 2^-150 to 2^127 (blocks straddling 2^-127, float32 and float16

@@ -24,7 +24,7 @@ from mxcore import dtypes as _dt
 from mxcore.backends import cuda
 from mxcore.operands import prepare
 from mxcore.reference import reference_matmul
-from conftest import FLOAT_DTYPES, FP8_DTYPES, MAJORS, dtype_id
+from conftest import FLOAT_DTYPES, FP8_DTYPES, MAJORS, dtype_id, output_values, poisoned_output
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -52,29 +52,14 @@ def _layout(cp, x, major):
     return cp.asfortranarray(d) if major == "col" else cp.ascontiguousarray(d)
 
 
-def _poisoned(cp, m, n, out_dtype):
-    store = {"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[out_dtype]
-    out = cp.empty((m, n), dtype=store)
-    if out_dtype == "bfloat16":
-        out.fill(0x7FC0)  # bf16 NaN bits
-    else:
-        out.fill(np.nan)
-    return out
-
-
 def _run(backend, a, b, dtype, out_dtype="float32", **options):
     import cupy as cp
 
     mdt = _dt.resolve(dtype, "sm_90")
-    out = _poisoned(cp, a.shape[0], b.shape[1], out_dtype)
+    out = poisoned_output(cp, a.shape[0], b.shape[1], out_dtype)
     res = backend.matmul(a, b, mdt, out_dtype=out_dtype, out=out, **options)
     assert res is out or isinstance(res, np.ndarray)
-    host = cp.asnumpy(out)
-    if out_dtype == "bfloat16":
-        import ml_dtypes
-
-        host = host.view(ml_dtypes.bfloat16)
-    return host.astype(np.float64)
+    return output_values(cp, out, out_dtype)
 
 
 @pytest.mark.parametrize("shape", SMALL_SHAPES, ids=lambda s: "x".join(map(str, s)))

@@ -27,7 +27,7 @@ import pytest
 from mxcore import dtypes as _dt
 from mxcore.operands import prepare
 from mxcore.reference import reference_matmul
-from conftest import FLOAT_DTYPES, FP8_DTYPES, MAJORS, dtype_id
+from conftest import FLOAT_DTYPES, FP8_DTYPES, MAJORS, dtype_id, output_values, poisoned_output
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -66,20 +66,13 @@ def _run(backend, a, b, dtype, out_dtype="float32", expect_store=None, **options
     import cupy as cp
 
     mdt = _dt.resolve(dtype, "sm_90")
-    store = {"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[out_dtype]
-    out = cp.empty((a.shape[0], b.shape[1]), dtype=store)
-    out.fill(0x7FC0 if out_dtype == "bfloat16" else np.nan)  # poison (bf16 NaN bits)
+    out = poisoned_output(cp, a.shape[0], b.shape[1], out_dtype)
     plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, family="wgmma", **options)
     assert plan.variant.endswith("(wgmma)"), plan.variant
     if expect_store is not None:
         assert ("_tmastore" in plan.variant) == expect_store, plan.variant
     plan.gemm()
-    host = cp.asnumpy(out)
-    if out_dtype == "bfloat16":
-        import ml_dtypes
-
-        host = host.view(ml_dtypes.bfloat16)
-    return host.astype(np.float64)
+    return output_values(cp, out, out_dtype)
 
 
 @pytest.mark.parametrize("shape", SMALL_SHAPES, ids=lambda s: "x".join(map(str, s)))

@@ -30,7 +30,7 @@ from mxcore import dtypes as _dt
 from mxcore import formats
 from mxcore.mx import MXTensor
 from mxcore.reference import reference_matmul
-from conftest import dtype_id
+from conftest import dtype_id, output_values, poisoned_output
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -71,21 +71,14 @@ def _run(backend, a, b, dtype, out_dtype="float32", expect_exact=True, **options
 
     mdt = _dt.resolve(dtype, "sm_90")
     m, n = a.shape[0], b.shape[1]
-    store = {"float32": cp.float32, "float16": cp.float16, "bfloat16": cp.uint16}[out_dtype]
-    out = cp.empty((m, n), dtype=store)
-    out.fill(0x7FC0 if out_dtype == "bfloat16" else np.nan)  # poison (bf16 NaN bits)
+    out = poisoned_output(cp, m, n, out_dtype)
     options.setdefault("family", "wgmma")
     if expect_exact:  # the exact path is not the rule's default (families.MX_EXACT_DEFAULT): ask for it
         options.setdefault("mx_path", "exact")
     plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, **options)
     assert ("_mx32" in plan.variant) == expect_exact, plan.variant
     plan.gemm()
-    host = cp.asnumpy(out)
-    if out_dtype == "bfloat16":
-        import ml_dtypes
-
-        host = host.view(ml_dtypes.bfloat16)
-    return host.astype(np.float64)
+    return output_values(cp, out, out_dtype)
 
 
 def _ref(a, b, dtype, out_dtype="float32"):
