@@ -303,15 +303,14 @@ def _finite_amax(torch, x):
     return mag.max()
 
 
-def _quantize_global(torch, x, fmt: str, amax, order: str = "C"):
+def _quantize_global(torch, x, fmt: str, amax):
     """Per-tensor quantization of shard ``x`` with the scale of the whole tensor: ``quantize_tensor(x, amax=)``
-    with the global finite amax (a maximum over values of x's dtype, so exact in it); ``order``: the codes' memory
-    order (a B shard: "F", what the GEMM reads in place)."""
+    with the global finite amax (a maximum over values of x's dtype, so exact in it)."""
     from . import mx
 
     if x.device.type == "cpu":
-        return mx.quantize_tensor(_np_of(x.detach()), fmt, amax=float(amax), order=order)
-    return mx.quantize_tensor(x.detach(), fmt, amax=amax, order=order)
+        return mx.quantize_tensor(_np_of(x.detach()), fmt, amax=float(amax))
+    return mx.quantize_tensor(x.detach(), fmt, amax=amax)
 
 
 def _np_of(t):

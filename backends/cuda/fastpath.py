@@ -115,7 +115,7 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             # replayable only if every device buffer of the quantized operands is written by a recorded launch
             # (a copy made outside the codec's launches would be left stale by a replay)
             recorded = _device_addresses(qa, qb) <= rec.addresses()
-            if (recorded and type(p).__name__ in ("CudaPlan", "Sm90Plan") and p.batch is None
+            if (recorded and isinstance(p, CudaPlan) and p.batch is None
                     and p._fold is None and pa != pb):
                 try:
                     entry = (rec.replay(_device_views(cp, a, b)), p)
