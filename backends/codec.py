@@ -314,7 +314,7 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C"):
     magnitude to scale by instead of ``x``'s own (exactly representable in ``x``'s dtype and at least ``x``'s finite
     amax, e.g. the global amax of a sharded tensor); the reduction is then skipped.  ``order="F"`` (2-D ``x``):
     the codes in column-major memory order (B [K, N] as the fp8 GEMMs read it: K contiguous), written by the
-    transposing kernel when both dimensions are multiples of 64 (else one copy).  No synchronisation (except NaN
+    transposing kernel when both dimensions are multiples of 64 (else one copy, recorded like the launches).  No synchronisation (except NaN
     in a format without NaN, which raises as the host does)."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)
@@ -360,10 +360,10 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C"):
             if bad:
                 raise _nan_error(spec, bad)
         if order == "F":  # the logical [R, C] array over column-major bytes
-            if call.kind == "torch":
-                codes_r = codes_r.t() if transposed else codes_r.t().contiguous().t()
-            else:
-                codes_r = codes_r.T if transposed else cp.asfortranarray(codes_r)
+            if not transposed:  # one recorded copy into [C, R] bytes
+                fbuf, codes_r = call.empty((cols, rows), "uint8")
+                call.copy(fbuf.T, codes)
+            codes_r = codes_r.t() if call.kind == "torch" else codes_r.T
         return codes_r, scale_r, exp_r
 
 

@@ -95,7 +95,7 @@ class Recording:
         """Device addresses of every array a recorded step wrote or read (launch arguments, zeroed counters)."""
         out = set()
         for step in self.steps:
-            for a in (step[1],) if step[0] == "zero" else step[3]:
+            for a in step[3] if step[0] == "launch" else step[1:]:
                 if hasattr(a, "data") and hasattr(a.data, "ptr"):
                     out.add(int(a.data.ptr))
         return out
@@ -106,8 +106,8 @@ class Recording:
         addrs = [int(x.data.ptr) for x in inputs]
         launches = []
         for step in self.steps:
-            if step[0] == "zero":
-                launches.append((None, step[1], ()))
+            if step[0] != "launch":  # ("zero", counter) / ("copy", dst, src): kept buffers only
+                launches.append(step)
                 continue
             _, fn, grid, args = step
             slots = tuple((i, addrs.index(int(a.data.ptr))) for i, a in enumerate(args)
@@ -115,8 +115,8 @@ class Recording:
             args = list(args)
             for i, _ in slots:
                 args[i] = np.uint64(0)  # set per replay (and the recorded input is not kept alive)
-            launches.append((fn, grid, (args, slots)))
-        used = {j for fn, _, extra in launches if fn is not None for _, j in extra[1]}
+            launches.append(("launch", fn, grid, (args, slots)))
+        used = {j for step in launches if step[0] == "launch" for _, j in step[3][1]}
         if used != set(range(len(addrs))):
             raise UnsupportedError("internal: a recorded input was not read in place")
         return Replay(launches)
@@ -134,14 +134,16 @@ class Replay:
         import cupy as cp
 
         stream = cp.cuda.get_current_stream().ptr
-        for fn, target, extra in self._launches:
-            if fn is None:
-                cp.cuda.runtime.memsetAsync(target.data.ptr, 0, target.nbytes, stream)
-                continue
-            args, slots = extra
-            for i, j in slots:
-                args[i] = np.uint64(addresses[j])
-            fn(target, (THREADS,), tuple(args))
+        for step in self._launches:
+            if step[0] == "zero":
+                cp.cuda.runtime.memsetAsync(step[1].data.ptr, 0, step[1].nbytes, stream)
+            elif step[0] == "copy":
+                cp.copyto(step[1], step[2])
+            else:
+                _, fn, grid, (args, slots) = step
+                for i, j in slots:
+                    args[i] = np.uint64(addresses[j])
+                fn(grid, (THREADS,), tuple(args))
 
 
 @contextlib.contextmanager
@@ -232,6 +234,13 @@ class _Call:
         import torch
 
         return torch.from_dlpack(a)
+
+    def copy(self, dst, src) -> None:
+        """``dst[...] = src`` (CuPy arrays) on the current stream, recorded under :func:`recording`."""
+        self.cp.copyto(dst, src)
+        rec = getattr(_RECORDING, "rec", None)
+        if rec is not None:
+            rec.steps.append(("copy", dst, src))
 
     def counter(self, dtype: str = "uint32"):
         """A zeroed one-element device counter (zeroed again by a replay of a :func:`recording`)."""

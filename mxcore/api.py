@@ -16,7 +16,7 @@ import numpy as np
 from . import dtypes as _dt
 from .arrays import array_kind
 from .errors import DeviceError, InputTypeError, ShapeError, UnsupportedError
-from .operands import check_real_input, infer_dtype
+from .operands import check_real_input, infer_dtype, quantize_on_device
 
 __all__ = ["matmul", "placement"]
 
@@ -63,23 +63,6 @@ def _common_placement(a, b):
         )
     raise DeviceError(f"operand a is on {_describe(pa)} but operand b is on {_describe(pb)}; put both operands on "
                       "the same GPU (the result is computed there)")
-
-
-def _quantize_on_device(x, od: _dt.OperandDType, role: str, batched: bool, scale_rounding: str, b_order: str = "C"):
-    """fp8/MX quantization of a float operand on its own GPU (quantized operands pass as they are); a 2-D fp8 B
-    gets its codes in the backend's ``b_code_order``."""
-    if array_kind(x) == "mx":
-        return x
-    from . import mx
-
-    name = _dt_name(x)
-    if name.startswith("float8"):  # raw fp8 codes: the backend reads them (with a unit scale)
-        return x
-    if od.kind == "mx":
-        axis = -1 if role == "a" else (-2 if batched else 0)
-        return mx.quantize_mx(x, od.name, axis=axis, scale_rounding=scale_rounding)
-    order = b_order if role == "b" and len(getattr(x, "shape", ())) == 2 else "C"
-    return mx.quantize_tensor(x, od.element, order=order)
 
 
 def _dt_name(x) -> str:
@@ -143,10 +126,10 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
     loop = batched and not (be.batched and mdt.kind != "fp8")
     if where[0] == "gpu" and be.device_quantization and mdt.kind in ("fp8", "mx"):
         if len(sb) == 2:  # one operand shared by the whole batch (or a plain 2-D product): quantized once
-            b = _quantize_on_device(b, mdt.b, "b", False, scale_rounding, be.b_code_order)
+            b = quantize_on_device(b, mdt.b, "b", scale_rounding, b_order=be.b_code_order)
         if not loop:
-            a = _quantize_on_device(a, mdt.a, "a", batched, scale_rounding)
-            b = _quantize_on_device(b, mdt.b, "b", len(sb) == 3, scale_rounding, be.b_code_order)
+            a = quantize_on_device(a, mdt.a, "a", scale_rounding, batched=batched)
+            b = quantize_on_device(b, mdt.b, "b", scale_rounding, batched=len(sb) == 3, b_order=be.b_code_order)
     if loop:
         if "mx" in (array_kind(a), array_kind(b) if len(sb) == 3 else ""):
             raise ShapeError(f"backend {be.name!r} runs batches one element at a time and cannot slice a batched "

@@ -255,3 +255,24 @@ def prepare(a, b, mdt: _dt.MatmulDType, *, scale_rounding: str = "floor") -> tup
     if scale_rounding not in ("floor", "rceil"):
         raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP v1.0) or 'rceil' (cuBLAS)")
     return prepare_one(a, mdt.a, "a", scale_rounding), prepare_one(b, mdt.b, "b", scale_rounding)
+
+
+def quantize_on_device(x, od, role: str, scale_rounding: str = "floor", *, batched: bool = False,
+                       b_order: str = "C"):
+    """fp8/MX quantization of a float operand on its own GPU (MX: blocks along K; fp8: per-tensor).  Quantized
+    objects and raw fp8 code arrays pass as they are.  ``batched``: x is (B, M, K) / (B, K, N).  ``b_order``: the
+    memory order of a 2-D B's per-tensor fp8 codes (the backend's ``b_code_order``; "F" is column-major, K
+    contiguous)."""
+    from . import mx
+    from .arrays import array_kind
+
+    if array_kind(x) == "mx":
+        return x
+    dt = getattr(x, "dtype", None)
+    if getattr(dt, "name", str(dt)).replace("torch.", "").startswith("float8"):  # raw codes, read with unit scale
+        return x
+    if od.kind == "mx":
+        axis = -1 if role == "a" else (-2 if batched else 0)
+        return mx.quantize_mx(x, od.name, axis=axis, scale_rounding=scale_rounding)
+    order = b_order if role == "b" and len(getattr(x, "shape", ())) == 2 else "C"
+    return mx.quantize_tensor(x, od.element, order=order)

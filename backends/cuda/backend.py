@@ -54,7 +54,7 @@ from .compile import KernelCache
 from .device import as_cupy, device_info, resolve_ordinal, stream_for
 from .families import family_for
 from .families import mx_path as _mx_path
-from .fastpath import _TORCH_OUT, fast_call, fast_quantized, quantize_device
+from .fastpath import _TORCH_OUT, fast_call, fast_quantized
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
@@ -72,11 +72,10 @@ class CudaBackend(Backend):
     options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path")
     batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
     device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
-    # fp8 B codes K-major ("F") let the fp8 kernels read them in place (no staging transpose: fp8 8192^3 end to end
-    # 0.84 -> 0.90 of the kernel in one H200 run), but the per-call replay (fast_matmul) then read stale codes for B
-    # shapes without 64 x 64 tiles: quantize_tensor's order="F" fallback copy is not a recorded codec launch.  "C"
-    # until that copy is recorded and the replay tests pass on a GPU with "F" (NOTES_CUDA.md)
-    b_code_order = "C"
+    # fp8 B codes K-major: the fp8 kernels read them in place (no staging transpose; fp8 8192^3 end to end 0.84 ->
+    # 0.90 of the kernel in one H200 run).  quantize_tensor's fallback copy (B shapes without 64 x 64 tiles) is a
+    # recorded codec step, so the per-call replay (fast_matmul) refreshes it too
+    b_code_order = "F"
 
     def __init__(self):
         self.unavailable_cause = None
@@ -249,11 +248,12 @@ class CudaBackend(Backend):
         on the device.  Returns the staging callable (``cache``: staged buffers cached on quantized objects; off,
         every call stages again from the objects' current contents)."""
         from mxcore.arrays import to_numpy
-        from mxcore.operands import prepare
+        from mxcore.operands import prepare, quantize_on_device
 
         kinds = [array_kind(x) for x in (a, b)]
         host = [x if kd in ("mx", "numpy")
-                else quantize_device(x, od, role, scale_rounding, self.b_code_order) if _on_gpu(x)
+                else quantize_on_device(x, od, role, scale_rounding, batched=len(x.shape) == 3,
+                                        b_order=self.b_code_order) if _on_gpu(x)
                 else to_numpy(x) for x, kd, od, role in zip((a, b), kinds, (mdt.a, mdt.b), ("a", "b"))]
         opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
         src = [x if kd == "mx" and cache else None for x, kd in zip((a, b), kinds)]

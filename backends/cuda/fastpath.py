@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
+from mxcore.operands import quantize_on_device
 
 from .device import as_cupy, torch_stream
 from .plan import CudaPlan
 
-__all__ = ["fast_call", "fast_quantized", "quantize_device"]
+__all__ = ["fast_call", "fast_quantized"]
 
 _TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -51,19 +52,6 @@ def _device_addresses(*objs) -> set:
 def _device_views(cp, *xs):
     """CuPy views of device arrays (the addresses a recording read)."""
     return [as_cupy(cp, x) for x in xs]
-
-
-def quantize_device(x, od, role: str, scale_rounding: str, b_order: str = "C"):
-    """A 2-D device float operand quantized on its GPU (raw fp8 code arrays pass as they are); fp8 B codes in
-    memory order ``b_order`` (the backend's ``b_code_order``)."""
-    from mxcore import mx
-
-    name = getattr(x.dtype, "name", str(x.dtype)).replace("torch.", "")
-    if name.startswith("float8"):
-        return x
-    if od.kind == "mx":
-        return mx.quantize_mx(x, od.name, axis=1 if role == "a" else 0, scale_rounding=scale_rounding)
-    return mx.quantize_tensor(x, od.element, order=b_order if role == "b" else "C")
 
 
 def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
@@ -106,8 +94,8 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
 
         with cp.cuda.Device(ordinal):
             with codec.recording() as rec:
-                qa = quantize_device(a, mdt.a, "a", scale_rounding, be.b_code_order)
-                qb = quantize_device(b, mdt.b, "b", scale_rounding, be.b_code_order)
+                qa = quantize_on_device(a, mdt.a, "a", scale_rounding)
+                qb = quantize_on_device(b, mdt.b, "b", scale_rounding, b_order=be.b_code_order)
             p = be.plan(qa, qb, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage=True)
             p.gemm()
             result = p.result()
