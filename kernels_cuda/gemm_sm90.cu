@@ -41,6 +41,10 @@
 //                 is applied as two normal factors (s * 2^e1) * 2^e2, exact whenever the term is a normal number.
 //   SM90_MX_PINGPONG  1: the consumers promote in turns (named barriers), each one's next wgmma running meanwhile
 //   SM90_MX_DUAL   1: two scratch accumulators per consumer: block j+1's wgmma runs during block j's promotion
+//                 MXFP4 / MXFP6 operands arrive folded into e4m3 (gemm_sm90_mx.cu's mx_sm90_fold: per 128-K window a
+//                 shared power of two where the blocks' exponents allow it, exactly): fold_a / fold_b (uint8 per
+//                 window, null: none folded); a window folded in both operands runs its 4 k32 wgmma into the scratch
+//                 and one promotion by the window's factor (its block 0's), every other window the per-32 loop.
 // Tensor maps (host): K-major operand: dims {K, rows}, box {128 bytes of K, rows of the tile};
 // M/N-major operand: dims {rows, K}, box {64 elements, BK}, the tile loaded as rows/64 boxes.
 //   SM90_SWAP      1: A and B were swapped by the host (small M: C^T = B^T A^T, the weight fills the 128-row
@@ -116,6 +120,9 @@
 #error "SM90_MX_DUAL and SM90_MX_PINGPONG are alternatives"
 #endif
 #define SM90_SCRATCH (SM90_ELEM == 3 && (SM90_PROMOTE || SM90_MX))  // a scratch accumulator promoted into main
+// folded MX windows (fold_a / fold_b, from gemm_sm90_mx.cu's mx_sm90_fold): one promotion per 128 K where both
+// operands' window is folded; the per-32 loop elsewhere (and always in the ping-pong / dual forms)
+#define SM90_MX_FOLDS (SM90_MX && !SM90_MX_PINGPONG && !SM90_MX_DUAL)  // a scratch accumulator promoted into main
 #if SM90_MX && (SM90_ELEM != 3 || SM90_TA || SM90_TB || SM90_SWAP)
 #error "SM90_MX: fp8 operands, K-major, not swapped"
 #endif
@@ -465,7 +472,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
              const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int pair_ok, int k_split,
              i64 split_stride, const __grid_constant__ TmaMap map_sa, const __grid_constant__ TmaMap map_sb,
              const int* __restrict__ info_a, const int* __restrict__ info_b, const u8* __restrict__ nan_a,
-             const u8* __restrict__ nan_b) {
+             const u8* __restrict__ nan_b, const u8* __restrict__ fold_a, const u8* __restrict__ fold_b) {
     extern __shared__ __align__(1024) u8 smem_raw[];
     // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
     u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -653,6 +660,28 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 const int4 ra0 = ld_shared_v4(fs + 16 * r_loc), ra1 = ld_shared_v4(fs + 16 * (r_loc + 8));
                 const int rr0[4] = {ra0.x, ra0.y, ra0.z, ra0.w}, rr1[4] = {ra1.x, ra1.y, ra1.z, ra1.w};
                 const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
+#if SM90_MX_FOLDS
+                if (fold_a != nullptr && fold_b != nullptr && (fold_a[kb] & fold_b[kb])) {
+                    // a folded window (both operands): its 4 blocks share one factor: 4 wgmma, one promotion
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < 4; ++kk)
+                        wgmma_mma_async(part, wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024),
+                                        wgmma_desc(sb + kk * 32, 16, 1024), kk > 0);
+                    wgmma_commit_group();
+                    wgmma_wait_group<0>();
+                    if (mx_fast)
+                        mx_promote_fast(acc, part, rr0[0], rr1[0], cb);
+                    else
+                        mx_promote_exact(acc, part, rr0[0], rr1[0], cb);
+                    release_stage(empty0 + 8 * s, t);
+                    if (++s == SM90_STAGES) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                    continue;
+                }
+#endif
 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) {  // block kk: one k32 wgmma into the scratch, then the scaled add
                     wgmma_fence();

@@ -10,14 +10,59 @@
 // epilogue), and the padding (blocks >= `blocks`, rows >= `rows`).  A code-0 block with a nonzero element is live.
 // info (int32 x 4, zeroed by the caller): info[0] = max(255 - live code), info[1] = max(live code), info[2] = 1
 // when a NaN block exists; with no live block info[0] = info[1] = 0 (range [255, 0]: empty).
+//
+// mx_sm90_fold: an MXFP4 / MXFP6 operand folded into e4m3 for the same variant (issue 11 part 2).  Per row and
+// 128-K window (one ring stage, 4 blocks): when the live blocks' scale exponents e_j span at most hi - lo binades
+// (formats.exact_shifts(element, "e4m3fn"): e2m1 14, e2m3 11, e3m2 9), every element is re-encoded exactly as
+// the e4m3 code of its value times 2^(e_j - E), E = max(e_j) - hi clamped to
+// E8M0's [-127, 127], and all 4 block factors of the window are 2^E; the window is folded.  Otherwise the
+// elements are re-encoded unshifted (d = 0) and each block keeps its own factor.  Per-32 promotion is therefore
+// right for every window; folded[w] (uint8, 1 written by the host) is cleared when any row's window w is not
+// folded, and the GEMM promotes a stage once (per 128 K) when both operands' window is folded.  NaN blocks and
+// zero blocks write zero elements (NaN rows / columns are flagged as above).  codes: one code per byte, any
+// strides; out: K-major [rows][ldk] element bytes (zeros from K to ldk).
 
 #include "mx_common.cuh"
+
+// a block factor in the layout the GEMM loads: A RA[r][j] = code << 23; B CB[j][perm(r)] = (code - 127) << 23
+__device__ __forceinline__ void put_factor(int* out, i64 ld, int role, int r, int j, int code) {
+    if (role == 0) {
+        out[r * ld + j] = code << 23;
+    } else {
+        const int w = r & 15;
+        out[j * ld + (r & ~15) + 4 * ((w & 7) >> 1) + 2 * (w >> 3) + (w & 1)] = (int)((u32)(code - 127) << 23);
+    }
+}
+
+// the block's live code range and NaN flag into info (one atomic per block; every thread of the block calls it)
+__device__ __forceinline__ void reduce_info(int lo_enc, int hi, int any_nan, int* info) {
+    __shared__ int red[2][8];
+    for (int o = 16; o > 0; o >>= 1) {
+        lo_enc = max(lo_enc, __shfl_xor_sync(0xffffffffu, lo_enc, o));
+        hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+        any_nan |= __shfl_xor_sync(0xffffffffu, any_nan, o);
+    }
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) {
+        red[0][warp] = lo_enc;
+        red[1][warp] = hi;
+        if (any_nan) info[2] = 1;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)blockDim.x / 32; ++w) {
+            lo_enc = max(lo_enc, red[0][w]);
+            hi = max(hi, red[1][w]);
+        }
+        if (lo_enc) atomicMax(&info[0], lo_enc);
+        if (hi) atomicMax(&info[1], hi);
+    }
+}
 
 extern "C" __global__ void __launch_bounds__(256)
 mx_sm90_block_factors(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __restrict__ codes, i64 cs_r,
                       i64 cs_k, int rows, int blocks, int K, int role, int rows_pad, int blocks_pad,
                       int* __restrict__ out, i64 ld, u8* __restrict__ nan_rows, int* __restrict__ info) {
-    __shared__ int red[2][8];
     int lo_enc = 0, hi = 0, any_nan = 0;
     const i64 total = (i64)rows_pad * blocks_pad;
     for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
@@ -49,32 +94,87 @@ mx_sm90_block_factors(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u
             lo_enc = max(lo_enc, 255 - code);
             hi = max(hi, code);
         }
-        if (role == 0) {
-            out[r * ld + j] = code << 23;
-        } else {
-            const int w = r & 15;
-            out[j * ld + (r & ~15) + 4 * ((w & 7) >> 1) + 2 * (w >> 3) + (w & 1)] = (int)((u32)(code - 127) << 23);
+        put_factor(out, ld, role, r, j, code);
+    }
+    reduce_info(lo_enc, hi, any_nan, info);
+}
+
+
+// an element code (ebits, mbits, bias; sign above them) times 2^d as an e4m3 code; exact for d in the format's
+// exact_shifts range (the caller's check), +-0 for zero magnitudes
+__device__ __forceinline__ u32 e4m3_shifted(u32 c, int ebits, int mbits, int bias, int d) {
+    const u32 sign = ((c >> (ebits + mbits)) & 1u) << 7;
+    const int ef = (int)(c >> mbits) & ((1 << ebits) - 1), m = (int)c & ((1 << mbits) - 1);
+    const int sig = ef ? (1 << mbits) | m : m;  // value = sig * 2^q
+    if (sig == 0) return sign;
+    const int q = (ef ? ef : 1) - bias - mbits + d;
+    const int p = 31 - __clz(sig);  // the leading bit: value = 1.f * 2^(q + p), p <= mbits <= 3
+    if (q + p >= -6) return sign | (u32)((q + p + 7) << 3) | (u32)((sig << (3 - p)) & 7);
+    return sign | (u32)(sig << (q + 9));  // subnormal: sig * 2^(q + 9) units of 2^-9
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __restrict__ codes, i64 cs_r, i64 cs_k,
+             int rows, int blocks, int K, int role, int rows_pad, int blocks_pad, int ebits, int mbits, int bias,
+             int lo, int hi_shift, u8* __restrict__ elems, i64 ldk, int* __restrict__ out, i64 ld,
+             u8* __restrict__ folded, u8* __restrict__ nan_rows, int* __restrict__ info) {
+    int lo_enc = 0, hi = 0, any_nan = 0;
+    const int windows = blocks_pad / 4;
+    const u32 mag = (1u << (ebits + mbits)) - 1;
+    const i64 total = (i64)rows_pad * windows;
+    for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
+        // A: windows fastest (its K runs along the row); B: rows fastest (codes [K][N]: coalesced over N)
+        const int r = role == 0 ? (int)(t / windows) : (int)(t % rows_pad);
+        const int w = role == 0 ? (int)(t % windows) : (int)(t / rows_pad);
+        int sc[4], emax = -1000, emin = 1000;
+        bool live[4] = {false, false, false, false}, any = false;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const int j = 4 * w + b;
+            sc[b] = 127;
+            if (r >= rows || j >= blocks) continue;
+            sc[b] = scales[r * ss_r + j * ss_j];
+            if (sc[b] == 255) {
+                nan_rows[r] = 1;
+                any_nan = 1;
+                continue;
+            }
+            const int k1 = min(K, 32 * j + 32);
+            for (int k = 32 * j; k < k1 && !live[b]; ++k) live[b] = (codes[r * cs_r + k * cs_k] & mag) != 0;
+            if (live[b]) {
+                any = true;
+                emax = max(emax, sc[b] - 127);
+                emin = min(emin, sc[b] - 127);
+            }
+        }
+        const bool fold = !any || emax - emin <= hi_shift - lo;
+        const int E = any ? min(max(emax - hi_shift, -127), 127) : 0;
+        if (!fold) folded[w] = 0;
+        // elements: 8 runs of 16 bytes (zeros past K and in NaN / zero blocks)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {  // run i lies in block i / 2 (static indices: the arrays stay in registers)
+            const int k0 = 128 * w + 16 * i, b = i / 2;
+            if (r >= rows || k0 >= ldk) continue;
+            const int d = fold ? sc[b] - 127 - E : 0;
+            u32 word[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int q = 0; q < 16; ++q) {
+                const int k = k0 + q;
+                if (k < K && live[b])
+                    word[q / 4] |= e4m3_shifted(codes[r * cs_r + k * cs_k], ebits, mbits, bias, d) << (8 * (q % 4));
+            }
+            *(uint4*)(elems + r * ldk + k0) = make_uint4(word[0], word[1], word[2], word[3]);
+        }
+        // factors: the window's 2^E on all 4 blocks (folded), else each live block's own code; neutral 127 elsewhere
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const int code = fold ? (any ? E + 127 : 127) : (live[b] ? sc[b] : 127);
+            if (fold ? any : live[b]) {
+                lo_enc = max(lo_enc, 255 - code);
+                hi = max(hi, code);
+            }
+            put_factor(out, ld, role, r, 4 * w + b, code);
         }
     }
-    // block reduction of the live range, then one atomic per block
-    for (int o = 16; o > 0; o >>= 1) {
-        lo_enc = max(lo_enc, __shfl_xor_sync(0xffffffffu, lo_enc, o));
-        hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-        any_nan |= __shfl_xor_sync(0xffffffffu, any_nan, o);
-    }
-    const int warp = threadIdx.x / 32;
-    if (threadIdx.x % 32 == 0) {
-        red[0][warp] = lo_enc;
-        red[1][warp] = hi;
-        if (any_nan) info[2] = 1;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)blockDim.x / 32; ++w) {
-            lo_enc = max(lo_enc, red[0][w]);
-            hi = max(hi, red[1][w]);
-        }
-        if (lo_enc) atomicMax(&info[0], lo_enc);
-        if (hi) atomicMax(&info[1], hi);
-    }
+    reduce_info(lo_enc, hi, any_nan, info);
 }

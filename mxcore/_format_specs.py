@@ -210,3 +210,19 @@ def get(name, *, arch: str | None = None) -> FormatSpec:
                                f"aliases: {', '.join(aliases)}")
     return FORMATS[_LOOKUP[key]]
 
+
+
+def exact_shifts(src, dst) -> tuple[int, int] | None:
+    """The shifts ``(lo, hi)``: every finite value ``x`` of ``src`` times ``2^d`` is exactly a finite value of
+    ``dst`` for each integer ``d`` in ``[lo, hi]`` (and for no ``d`` outside it); None when there is no such ``d``.
+    ``x 2^d`` keeps at most ``src.mbits + 1`` significant bits on the grid ``src.min_subnormal 2^d``, so it is a
+    value of ``dst`` when the grid is no finer than ``dst``'s (``d >= lo``), ``src.mbits <= dst.mbits`` and
+    ``src.max_normal 2^d <= dst.max_normal`` (``d <= hi``).  E.g. into e4m3fn: e2m1 [-8, 6], e2m3 [-6, 5],
+    e3m2 [-5, 4], e4m3fn [0, 0]: the widest spread of MX block exponents that one shared power of two can carry
+    (hi - lo binades: 14, 11, 9)."""
+    s, d = get(src), get(dst)
+    if s.mbits > d.mbits or (s.signed and not d.signed):
+        return None
+    lo = int(np.log2(d.min_subnormal)) - int(np.log2(s.min_subnormal))
+    hi = int(np.floor(np.log2(d.max_normal / s.max_normal)))
+    return (lo, hi) if lo <= hi else None

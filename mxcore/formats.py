@@ -81,7 +81,7 @@ import numpy as np
 
 from . import _codec_host as _host
 from ._codec_host import _as_float64  # noqa: F401  (used by mxcore.mx)
-from ._format_specs import FORMATS, ROUNDINGS, FormatSpec, get, names
+from ._format_specs import FORMATS, ROUNDINGS, FormatSpec, exact_shifts, get, names
 from ._formats_text import _cli  # noqa: F401  (python -m mxcore formats)
 
 __all__ = [
@@ -90,6 +90,7 @@ __all__ = [
     "ROUNDINGS",
     "decode",
     "encode",
+    "exact_shifts",
     "get",
     "names",
     "pack_fp4",

@@ -77,7 +77,8 @@ def test_variant_compiles_to_wgmma_and_tma(binaries, v):
     mma, other = ("QGMMA", "HGMMA") if fp8 else ("HGMMA", "QGMMA")
     kstep = 32 // v.esize
     lines = nvrtc_tools.sass_lines(b.sass, mma)
-    assert len(lines) == 4 and counts[other] == 0, counts
+    folds = v.mx and not (v.pingpong or v.dual)  # the folded-window loop (4 wgmma) beside the per-32 one
+    assert len(lines) == (8 if folds else 4) and counts[other] == 0, counts
     assert all(f".64x{v.bn}x{kstep}." in line for line in lines), lines
     assert counts["UTMALDG"] >= (4 if v.mx else 2) and counts["USETMAXREG"] == 2
     assert (counts["UTMASTG"] > 0) == bool(v.tma_store)  # the TMA-store epilogue, or direct stores
@@ -118,25 +119,25 @@ def test_family_rule():
 
 
 def test_mx_path_rule():
-    """mxfp8 pairs on wgmma take the exact block-scaled variant by the rule (when it measured faster than decoding);
-    other MX formats, mma.sync and mx_path="decode" decode; mx_path="exact" where it cannot run raises."""
+    """MX pairs on wgmma take the exact block-scaled variant by the rule where it measured faster than decoding
+    (MX_EXACT_DEFAULT for mxfp8 pairs, MX_FOLD_DEFAULT for pairs with an fp4 / fp6 operand); mma.sync, non-MX
+    dtypes and mx_path="decode" decode; mx_path="exact" runs any MX pair on wgmma and raises elsewhere."""
     from mxcore import dtypes as _dt
 
     def mdt(d):
         return _dt.resolve(d, "sm_90")
 
-    want = "mx_exact" if families.MX_EXACT_DEFAULT else None
-    for d in ("mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2")):
-        assert families.mx_path("wgmma", mdt(d)) == want
-        assert families.mx_path("wgmma", mdt(d), "exact") == "mx_exact"
-        assert families.mx_path("wgmma", mdt(d), "decode") is None
-        assert families.mx_path("mma_sync", mdt(d)) is None
-    for d in ("mxfp4", ("mxfp8_e4m3", "mxfp4"), "bf16", "e4m3fn"):
+    for ds, default in ((("mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2")), families.MX_EXACT_DEFAULT),
+                        (("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", ("mxfp8_e4m3", "mxfp4")), families.MX_FOLD_DEFAULT)):
+        for d in ds:
+            assert families.mx_path("wgmma", mdt(d)) == ("mx_exact" if default else None)
+            assert families.mx_path("wgmma", mdt(d), "exact") == "mx_exact"
+            assert families.mx_path("wgmma", mdt(d), "decode") is None
+            assert families.mx_path("mma_sync", mdt(d)) is None
+    for d in ("bf16", "e4m3fn"):
         assert families.mx_path("wgmma", mdt(d)) is None
     with pytest.raises(UnsupportedError, match="mx_path='exact'"):
-        families.mx_path("wgmma", mdt("mxfp4"), "exact")
-    with pytest.raises(UnsupportedError, match="mx_path='exact'"):
-        families.mx_path("mma_sync", mdt("mxfp8"), "exact")
+        families.mx_path("mma_sync", mdt("mxfp4"), "exact")
     with pytest.raises(UnsupportedError, match="choose one of"):
         families.mx_path("wgmma", mdt("mxfp8"), "fast")
 
@@ -144,7 +145,8 @@ def test_mx_path_rule():
 def test_mx_factor_prep_compiles():
     require_tool("NVRTC (cuda-bindings + nvidia-cuda-nvrtc)", nvrtc_tools.have_nvrtc())
     b = nvrtc_tools.compile_cuda(source(sm90.SM90_MX_FILE), name="sm90_mx_factors", arch="sm_90", options=["-std=c++17"])
-    assert b.resources[sm90.SM90_MX_KERNEL]["local_bytes"] == 0
+    for kernel in sm90.SM90_MX_KERNELS:
+        assert b.resources[kernel]["local_bytes"] == 0, kernel
 
 
 def test_tensor_map_needs_aligned_operands():

@@ -35,6 +35,9 @@ from conftest import dtype_id, output_values, poisoned_output
 pytestmark = pytest.mark.nvidia_gpu
 
 PAIRS = ["mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2"), ("mxfp8_e5m2", "mxfp8_e4m3")]
+#: pairs with an MXFP4 / MXFP6 operand: folded into e4m3 (gemm_sm90_mx.cu's mx_sm90_fold)
+FOLD_PAIRS = ["mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", ("mxfp8_e4m3", "mxfp4"), ("mxfp4", "mxfp6_e3m2")]
+ALL_PAIRS = PAIRS + FOLD_PAIRS
 SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 4097), (130, 260, 520), (300, 600, 1000), (129, 200, 4100)]
 ORDERS = [("C", "C"), ("C", "F"), ("F", "C"), ("F", "F")]
 
@@ -59,10 +62,17 @@ def _mx(vals, scodes, fmt, axis, order="C"):
     return MXTensor(codes, np.asfortranarray(sc) if order == "F" else sc, fmt, axis)
 
 
+def _folds(fmts) -> bool:
+    return any(not f.startswith("mxfp8") for f in fmts)
+
+
 def _exact_operands(rng, m, n, k, fmts, orders=("C", "C"), lo=126, hi=128):
+    """Integer elements in [-4, 4] ([-2, 2] when an operand is folded: a folded 128-K window sums 4 blocks at
+    shifts of up to 2 + 2 binades in the tensor core, |sum| < 2^13, within its ~14 bits)."""
     kb = -(-k // 32)
-    a = _mx(rng.integers(-4, 5, size=(m, k)), rng.integers(lo, hi + 1, size=(m, kb)), fmts[0], 1, orders[0])
-    b = _mx(rng.integers(-4, 5, size=(k, n)), rng.integers(lo, hi + 1, size=(kb, n)), fmts[1], 0, orders[1])
+    v = 2 if _folds(fmts) else 4
+    a = _mx(rng.integers(-v, v + 1, size=(m, k)), rng.integers(lo, hi + 1, size=(m, kb)), fmts[0], 1, orders[0])
+    b = _mx(rng.integers(-v, v + 1, size=(k, n)), rng.integers(lo, hi + 1, size=(kb, n)), fmts[1], 0, orders[1])
     return a, b
 
 
@@ -87,7 +97,7 @@ def _ref(a, b, dtype, out_dtype="float32"):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("orders", ORDERS, ids=lambda o: f"{o[0]}-{o[1]}")
-@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+@pytest.mark.parametrize("dtype", ALL_PAIRS, ids=_id)
 def test_exact_inputs_bit_exact(backend, rng, dtype, orders, shape):
     m, n, k = shape
     a, b = _exact_operands(rng, m, n, k, _fmts(dtype), orders)
@@ -96,7 +106,7 @@ def test_exact_inputs_bit_exact(backend, rng, dtype, orders, shape):
     np.testing.assert_array_equal(got, _ref(a, b, dtype))
 
 
-@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+@pytest.mark.parametrize("dtype", ALL_PAIRS, ids=_id)
 @pytest.mark.parametrize("shape", [(70, 50, 96), (300, 608, 1000)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
 def test_low_precision_outputs(backend, rng, dtype, out_dtype, shape):
@@ -131,7 +141,7 @@ def _assert_exact_but_subnormals(got, want):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+@pytest.mark.parametrize("dtype", ALL_PAIRS, ids=_id)
 @pytest.mark.parametrize("k", [128, 200, 4100])
 def test_extreme_scale_codes(backend, rng, dtype, k):
     """Scale codes 0x00 (2^-127, live: nonzero elements), 0x01, 0xFE (2^127), 0xFD and middle codes, paired so
@@ -153,7 +163,8 @@ def test_extreme_scale_codes(backend, rng, dtype, k):
     assert np.isinf(want).any() and (want[mask] == 0).any() and np.isfinite(want[mask]).any()
 
 
-@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3"), "mxfp4", ("mxfp6_e2m3", "mxfp4")],
+                         ids=_id)
 def test_zero_blocks_keep_fast_promotion_exact(backend, rng, dtype):
     """All-zero blocks with scale code 0x00 (what quantize_mx writes for them) beside ordinary codes: the prep
     makes them neutral, the kernel keeps its fast promotion, results exact."""
@@ -171,7 +182,7 @@ def test_zero_blocks_keep_fast_promotion_exact(backend, rng, dtype):
     np.testing.assert_array_equal(got, _ref(a, b, dtype))
 
 
-@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+@pytest.mark.parametrize("dtype", ALL_PAIRS, ids=_id)
 def test_nan_blocks_and_inf_elements(backend, rng, dtype):
     """A NaN block (scale 0xFF) makes its whole row of A / column of B NaN in the reference, and here; e5m2 inf
     element codes propagate (inf, or NaN where inf meets 0 or -inf) as in the reference."""
@@ -206,7 +217,7 @@ def _accumulator_bits(backend) -> int:
     return 17
 
 
-@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+@pytest.mark.parametrize("dtype", ALL_PAIRS, ids=_id)
 def test_random_normal_within_bound(backend, rng, dtype):
     import mxcore
 
@@ -226,7 +237,7 @@ def test_random_normal_within_bound(backend, rng, dtype):
     assert (err <= bound).all(), f"max err {err.max():.3g} vs bound {bound[err > bound].min():.3g}"
 
 
-@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2"), "mxfp4"], ids=_id)
 def test_device_mxtensor_reuse(backend, rng, dtype):
     """A device MXTensor (CuPy codes and scales) multiplied by two activations: the second plan reuses the staged
     codes and block factors cached on it; both bit-exact.  Device float data is quantized by the plan on the GPU."""
@@ -286,7 +297,7 @@ OVERLAPS = [("128x192", False, False), ("128x192", True, False), ("128x128", Fal
 
 
 @pytest.mark.parametrize("overlap", OVERLAPS, ids=lambda o: f"{o[0]}{'-pingpong' if o[1] else ''}{'-dual' if o[2] else ''}")
-@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3"), "mxfp4"], ids=_id)
 def test_tiles_and_overlap_forms_bit_exact(backend, rng, monkeypatch, dtype, overlap):
     """Every form of the exact variant (tile, consumers taking turns, two scratch accumulators) on exact inputs and
     on extreme scale codes (the exact promotion), several tiles per block and K tails."""
@@ -305,3 +316,37 @@ def test_tiles_and_overlap_forms_bit_exact(backend, rng, monkeypatch, dtype, ove
     e = a.scales.astype(int).max(axis=1)[:, None] + b.scales.astype(int).max(axis=0)[None, :] - 254
     mask = (e <= -160) | (e >= -126)
     _assert_exact_but_subnormals(np.where(mask, got, 0), np.where(mask, want, 0))
+
+
+@pytest.mark.parametrize("dtype", FOLD_PAIRS, ids=_id)
+@pytest.mark.parametrize("k", [256, 1000, 4100])
+def test_fold_windows_and_wide_spreads(backend, rng, dtype, k):
+    """Windows whose block exponents span at most formats.exact_shifts(element, "e4m3fn") binades are folded (one
+    promotion per 128 K); a few rows of A whose first window spans 15 binades (beyond every bound: blocks 0 and 3
+    at codes 108 and 123, the row's other blocks zero) clear that window's flag, which then runs per 32-K block
+    for every row.  Both bit-exact (elements +-1 and 0; every partial sum within 24 bits).  The flags prove
+    which form ran; mxfp8 operands are read as they are (no flags: per-32 blocks)."""
+    import cupy as cp
+
+    fmts = _fmts(dtype)
+    m, n = 200, 300
+    kb = -(-k // 32)
+    for wide in (False, True):
+        sa = rng.integers(120, 124, size=(m, kb))
+        sb = rng.integers(126, 129, size=(kb, n))
+        va, vb = rng.integers(-1, 2, size=(m, k)), rng.integers(-1, 2, size=(k, n))
+        if wide:
+            va[5:9], sa[5:9, 0], sa[5:9, 3] = 0, 108, 123
+            va[5:9, 0:32:3], va[5:9, 96:128:5] = 1, -1
+        a, b = _mx(va, sa, fmts[0], 1), _mx(vb, sb, fmts[1], 0)
+        out = poisoned_output(cp, m, n, "float32")
+        plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), out=out, family="wgmma", mx_path="exact")
+        plan.gemm()
+        np.testing.assert_array_equal(output_values(cp, out, "float32"), _ref(a, b, dtype))
+        for d, fmt in zip((plan.da, plan.db), fmts):
+            if fmt.startswith("mxfp8"):
+                assert d.mx.folded is None
+                continue
+            f = cp.asnumpy(d.mx.folded)
+            assert f.shape == (-(-kb // 4),)
+            assert f[1:].all() and f[0] == (0 if wide and d is plan.da else 1), f

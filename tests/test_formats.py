@@ -554,3 +554,22 @@ def test_codec_module_source_per_vendor():
         call.module(spec)
         assert made[-1] == codec.compile_inputs(spec, unit)
     codec_runtime._MODULES.clear()
+
+
+@pytest.mark.parametrize("src", ["e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"])
+@pytest.mark.parametrize("dst", ["e4m3fn", "e5m2"])
+def test_exact_shifts_brute_force(src, dst):
+    """exact_shifts(src, dst) is exactly the set of d for which every finite value of src times 2^d round-trips
+    through dst (checked over every code and d in [-40, 40])."""
+    s = F.get(src)
+    codes = np.arange(1 << s.bits)
+    vals = F.decode(codes, src).astype(np.float64)
+    vals = vals[np.isfinite(vals)]
+    ok = []
+    for d in range(-40, 41):
+        x = np.ldexp(vals, d)
+        back = F.decode(F.encode(x, dst, overflow="nan"), dst).astype(np.float64)
+        if np.array_equal(back, x):
+            ok.append(d)
+    got = F.exact_shifts(src, dst)
+    assert (list(range(got[0], got[1] + 1)) if got else []) == ok

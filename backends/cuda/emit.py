@@ -44,7 +44,7 @@ def compile_jobs(arch: str) -> list[dict]:
                      "dtype": e, "options": ["-std=c++17", f'-DMX_MMA_OP="{rec.ptx}"', "-DMX_CHAINS=8"],
                      "smem": 0, "threads": 256})
     if sm == 90:  # the wgmma family: sm_90a machine code (wgmma and setmaxnreg are arch-specific)
-        from .sm90 import (SM90_FILE, SM90_KERNEL, SM90_MX_FILE, SM90_MX_KERNEL, SM90_REDUCE_FILE, SM90_REDUCE_KERNEL,
+        from .sm90 import (SM90_FILE, SM90_KERNEL, SM90_MX_FILE, SM90_MX_KERNELS, SM90_REDUCE_FILE, SM90_REDUCE_KERNEL,
                            THREADS, all_sm90_variants)
 
         for v in all_sm90_variants():
@@ -57,9 +57,10 @@ def compile_jobs(arch: str) -> list[dict]:
         jobs.append({"file": SM90_REDUCE_FILE, "kernel": SM90_REDUCE_KERNEL, "stem": "sm90_splitk_reduce",
                      "family": "wgmma", "dtype": "split-K reduction (wgmma)", "options": ["-std=c++17"], "smem": 0,
                      "threads": 256})
-        jobs.append({"file": SM90_MX_FILE, "kernel": SM90_MX_KERNEL, "stem": "sm90_mx_block_factors",
-                     "family": "wgmma", "dtype": "MX block factors (wgmma, exact MX fp8)", "options": ["-std=c++17"],
-                     "smem": 0, "threads": 256})
+        for kernel, what in zip(SM90_MX_KERNELS, ("MX block factors (wgmma, exact MX fp8)",
+                                                  "MXFP4/MXFP6 folded into e4m3 (wgmma, exact MX)")):
+            jobs.append({"file": SM90_MX_FILE, "kernel": kernel, "stem": kernel[3:], "family": "wgmma", "dtype": what,
+                         "options": ["-std=c++17"], "smem": 0, "threads": 256})
     return jobs
 
 

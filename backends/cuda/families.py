@@ -4,9 +4,10 @@
 family (sm_90a: wgmma + TMA) arrives as one module beside it (``sm90.py``); it registers in :data:`FAMILIES`
 and its rule goes into :func:`family_for`.  ``family=`` (a ``plan`` / ``matmul`` option) forces one.
 
-MX operands on the wgmma family: mxfp8 pairs (e4m3, e5m2, mixed) run the exact block-scaled variant (the E8M0
-scales applied per 32-K block in the kernel) when :data:`MX_EXACT_DEFAULT` says it measured faster than decoding
-to bf16; other MX formats, and ``mx_path="decode"``, decode (:func:`mx_path`).
+MX operands on the wgmma family: every MX pair can run the exact block-scaled variant (the E8M0 scales applied in the
+kernel; MXFP4 / MXFP6 folded into e4m3 with one power of two per 128-K window where exact); the rule takes it where
+:data:`MX_EXACT_DEFAULT` (mxfp8 pairs) / :data:`MX_FOLD_DEFAULT` (pairs with fp4 / fp6) say it measured faster than
+decoding to bf16; ``mx_path`` forces either (:func:`mx_path`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from mxcore.errors import UnsupportedError
 
 from .sm90 import wgmma_reason
 
-__all__ = ["FAMILIES", "MX_EXACT_DEFAULT", "MX_PATHS", "family_for", "mx_path"]
+__all__ = ["FAMILIES", "MX_EXACT_DEFAULT", "MX_FOLD_DEFAULT", "MX_PATHS", "family_for", "mx_path"]
 
 #: family name -> what it needs (for messages)
 FAMILIES = {"mma_sync": "sm_80 or newer", "wgmma": "sm_90 (sm_90a kernels: H100/H200/GH200)"}
@@ -24,6 +25,8 @@ MX_PATHS = ("exact", "decode")
 #: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H200, 8192^3 and
 #: 4096^3 (NOTES_SM90.md): the exact variant runs 400 / 320 TFLOP/s, the bf16-decode wgmma kernel 837 / 677: decode
 MX_EXACT_DEFAULT = False
+#: the rule's choice for pairs with an MXFP4 / MXFP6 operand on wgmma: the exact variant (folded into e4m3) or decoding
+MX_FOLD_DEFAULT = False
 _MXFP8_ELEMENTS = ("e4m3fn", "e5m2")
 
 
@@ -41,17 +44,18 @@ def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> st
 
 
 def mx_path(family: str, mdt, option: str | None = None) -> str | None:
-    """How MX operands of ``mdt`` are staged for ``family``: "mx_exact" (the exact block-scaled wgmma variant:
-    both operands mxfp8) or None (decoded to bf16, the staging's default).  ``option`` ("exact" | "decode")
-    forces one; "exact" where it cannot run raises."""
+    """How MX operands of ``mdt`` are staged for ``family``: "mx_exact" (the exact block-scaled wgmma variant: mxfp8
+    codes as they are, MXFP4 / MXFP6 folded into e4m3) or None (decoded to bf16, the staging's default).  ``option``
+    ("exact" | "decode") forces one; "exact" where it cannot run raises.  The rule: mxfp8 pairs by
+    :data:`MX_EXACT_DEFAULT`, pairs with an fp4 / fp6 operand by :data:`MX_FOLD_DEFAULT`."""
     if option is not None and option not in MX_PATHS:
         raise UnsupportedError(f"mx_path={option!r}; choose one of {', '.join(MX_PATHS)} (or None: the rule)")
     if mdt is None or mdt.kind != "mx" or option == "decode":
         return None
-    fp8 = all(od.kind == "mx" and od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
     if option == "exact":
-        if family != "wgmma" or not fp8:
-            raise UnsupportedError(f"mx_path='exact' runs mxfp8 operands (e4m3/e5m2) on the wgmma family (sm_90); "
-                                   f"this problem is {mdt.a.name} x {mdt.b.name} on {family}: use mx_path='decode'")
+        if family != "wgmma":
+            raise UnsupportedError(f"mx_path='exact' runs MX operands on the wgmma family (sm_90); this problem is "
+                                   f"{mdt.a.name} x {mdt.b.name} on {family}: use mx_path='decode'")
         return "mx_exact"
-    return "mx_exact" if (family == "wgmma" and fp8 and MX_EXACT_DEFAULT) else None
+    fp8 = all(od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
+    return "mx_exact" if family == "wgmma" and (MX_EXACT_DEFAULT if fp8 else MX_FOLD_DEFAULT) else None

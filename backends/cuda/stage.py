@@ -47,7 +47,7 @@ MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
 
 @dataclass
 class MXFactors:
-    """An MX fp8 operand's block scales as the exact wgmma variant reads them (``gemm_sm90_mx.cu``): ``factors``
+    """An MX operand's block scales as the exact wgmma variant reads them (``gemm_sm90_mx.cu``): ``factors``
     int32 (A: [M][blocks_pad], B: [blocks_pad][ld] with columns permuted in 16s), ``ld`` its row pitch (elements),
     ``blocks_pad`` = K/32 rounded up to whole 128-K stages, ``info`` int32 x 4 (live code range, any NaN block),
     ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block)."""
@@ -57,9 +57,11 @@ class MXFactors:
     blocks_pad: int
     info: object
     nan: object
+    folded: object = None  # uint8 per 128-K window (1: folded in every row; :meth:`Stager.mx_fold`), or None
 
     def copy(self) -> "MXFactors":
-        return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy())
+        folded = None if self.folded is None else self.folded.copy()
+        return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy(), folded)
 
 
 @dataclass
@@ -261,10 +263,11 @@ class Stager:
             buf, ld = self._prep_codes(codes, role, od.element, "f16")
             return DevOperand(buf, ld, True, "f16", exp, cols, exp_at=exp_at)
         element = _dt.MX_ELEMENT[od.name]
-        if path == "mx_exact":  # fp8 bytes + block factors for the exact wgmma variant
+        if path == "mx_exact":  # the exact wgmma variant: fp8 bytes + block factors, or fp4/fp6 folded into e4m3
             short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}.get(element)
             if short is None:
-                raise UnsupportedError(f"internal: the exact MX path reads mxfp8 codes, not {od.name}")
+                buf, ld, fac = self.mx_fold(codes, scales, role, cols, element)
+                return DevOperand(buf, ld, True, "e4m3", 0, cols, mx=fac)
             buf, ld = self._stage_bytes(codes, role, element)
             return DevOperand(buf, ld, True, short, 0, cols, mx=self.mx_factors(codes, scales, role, cols))
         # decode at 2^(scale - smax), epilogue 2^(smax - 127): smax an int, or read by the kernels on the device
@@ -323,11 +326,9 @@ class Stager:
                 return out, rows
         return self._prep_codes(codes, role, element, "byte")
 
-    def mx_factors(self, codes, scales, role: str, k: int) -> MXFactors:
-        """The exact wgmma variant's block factors of an MX operand (``gemm_sm90_mx.cu``): A (M, K) codes with
-        (M, K/32) scales, or B (K, N) codes with (K/32, N) scales; any strides."""
-        from .sm90 import SM90_MX_FILE, SM90_MX_KERNEL
-
+    def _factor_args(self, codes, scales, role: str, k: int):
+        """What both factor kernels of ``gemm_sm90_mx.cu`` take: (the leading arguments, total rows x blocks,
+        MXFactors with the factor buffer allocated and info / nan zeroed)."""
         cp = self.cp
         blocks = -(-k // MX_BLOCK_KERNEL)
         blocks_pad = _round_up(max(blocks, 1), 4)
@@ -343,17 +344,49 @@ class Stager:
             cs_r, cs_k, ss_r, ss_j = c1, c0, s1, s0
             rows_pad = ld = _round_up(max(rows, 1), 16)
             out = cp.empty((blocks_pad, ld), dtype=cp.int32)
-        info = cp.zeros(4, dtype=cp.int32)
-        nan = cp.zeros(max(rows, 1), dtype=cp.uint8)
-        total = rows_pad * blocks_pad
+        fac = MXFactors(out, ld, blocks_pad, cp.zeros(4, dtype=cp.int32), cp.zeros(max(rows, 1), dtype=cp.uint8))
+        args = (scales, np.int64(ss_r), np.int64(ss_j), codes, np.int64(cs_r), np.int64(cs_k), np.int32(rows),
+                np.int32(blocks), np.int32(k), np.int32(0 if role == "a" else 1), np.int32(rows_pad),
+                np.int32(blocks_pad))
+        return args, rows_pad * blocks_pad, fac
+
+    def _factor_kernel(self, name: str):
+        from .sm90 import SM90_MX_FILE
+
+        return self.kernels.get(self.cp, self.ordinal, ("sm90", name), SM90_MX_FILE, name, ("-std=c++17",))
+
+    def mx_factors(self, codes, scales, role: str, k: int) -> MXFactors:
+        """The exact wgmma variant's block factors of an MX fp8 operand (``gemm_sm90_mx.cu``): A (M, K) codes with
+        (M, K/32) scales, or B (K, N) codes with (K/32, N) scales; any strides."""
+        args, total, fac = self._factor_args(codes, scales, role, k)
         if total:
-            kern = self.kernels.get(cp, self.ordinal, ("sm90", "mx_factors"), SM90_MX_FILE, SM90_MX_KERNEL,
-                                    ("-std=c++17",))
             grid = (max(1, min(-(-total // 256), 4 * self.sms)),)
-            kern(grid, (256,), (scales, np.int64(ss_r), np.int64(ss_j), codes, np.int64(cs_r), np.int64(cs_k),
-                                np.int32(rows), np.int32(blocks), np.int32(k), np.int32(0 if role == "a" else 1),
-                                np.int32(rows_pad), np.int32(blocks_pad), out, np.int64(ld), nan, info))
-        return MXFactors(out, ld, blocks_pad, info, nan)
+            self._factor_kernel("mx_sm90_block_factors")(grid, (256,), args + (fac.factors, np.int64(fac.ld),
+                                                                               fac.nan, fac.info))
+        return fac
+
+    def mx_fold(self, codes, scales, role: str, k: int, element: str):
+        """An MXFP4 / MXFP6 operand for the exact wgmma variant (``gemm_sm90_mx.cu``'s ``mx_sm90_fold``): its
+        elements re-encoded exactly as e4m3 K-major rows, each 128-K window's block scales folded into one power
+        of two where the blocks' exponents span at most ``formats.exact_shifts(element, "e4m3fn")`` (else kept per
+        block), and the block factors with the per-window ``folded`` flags.  Returns (elements, ld, MXFactors)."""
+        from mxcore import formats
+
+        cp = self.cp
+        spec = formats.get(element)
+        lo, hi = formats.exact_shifts(element, "e4m3fn")
+        args, total, fac = self._factor_args(codes, scales, role, k)
+        rows = codes.shape[0] if role == "a" else codes.shape[1]
+        ldk = _round_up(max(k, 1), 16)
+        elems = cp.empty((rows, ldk), dtype=cp.uint8)
+        fac.folded = cp.ones(fac.blocks_pad // 4, dtype=cp.uint8)
+        windows = total // 4
+        if windows:
+            grid = (max(1, min(-(-windows // 256), 4 * self.sms)),)
+            self._factor_kernel("mx_sm90_fold")(grid, (256,), args + (
+                np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), elems,
+                np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info))
+        return elems, ldk, fac
 
     def _code_table(self, element: str, dst: str, scaled: bool):
         """256 x uint32 decode table: destination bits of each code, or (scaled) its exact fp32 value."""
