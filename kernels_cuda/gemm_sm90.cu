@@ -45,6 +45,9 @@
 //                 shared power of two where the blocks' exponents allow it, exactly): fold_a / fold_b (uint8 per
 //                 window, null: none folded); a window folded in both operands runs its 4 k32 wgmma into the scratch
 //                 and one promotion by the window's factor (its block 0's), every other window the per-32 loop.
+//                 When every row and column has one factor over all of K (info_a[3] = info_b[3] = 0), the stages'
+//                 scratch is added unscaled and the factor (window 0's: fac_a [M][ld_fa], fac_b [.][ld_fb], the
+//                 factor arrays the maps read) is applied once in the epilogue, exactly (two normal factors).
 // Tensor maps (host): K-major operand: dims {K, rows}, box {128 bytes of K, rows of the tile};
 // M/N-major operand: dims {rows, K}, box {64 elements, BK}, the tile loaded as rows/64 boxes.
 //   SM90_SWAP      1: A and B were swapped by the host (small M: C^T = B^T A^T, the weight fills the 128-row
@@ -472,7 +475,8 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
              const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int pair_ok, int k_split,
              i64 split_stride, const __grid_constant__ TmaMap map_sa, const __grid_constant__ TmaMap map_sb,
              const int* __restrict__ info_a, const int* __restrict__ info_b, const u8* __restrict__ nan_a,
-             const u8* __restrict__ nan_b, const u8* __restrict__ fold_a, const u8* __restrict__ fold_b) {
+             const u8* __restrict__ nan_b, const u8* __restrict__ fold_a, const u8* __restrict__ fold_b,
+             const int* __restrict__ fac_a, i64 ld_fa, const int* __restrict__ fac_b, i64 ld_fb) {
     extern __shared__ __align__(1024) u8 smem_raw[];
     // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
     u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -586,6 +590,11 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         // fast promotion when every live pair of block codes has E = ea + eb in [-126, 127] (info: the prep's ranges)
         const bool mx_fast = (255 - info_a[0]) + (255 - info_b[0]) >= 128 && info_a[1] + info_b[1] <= 381;
         const bool mx_nan = (info_a[2] | info_b[2]) != 0;
+#if SM90_MX_FOLDS
+        // every row of A and column of B folded with one factor over all of K (info[3] = 0 from mx_sm90_fold): the
+        // stages' scratch is added unscaled and 2^(Ea + Eb) applied once, in the epilogue
+        const bool mx_whole = fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0;
+#endif
         const int r_loc = 64 * c + 16 * warp + lane / 4;  // this thread's first row in the tile (the other: + 8)
 #if SM90_MX_PINGPONG
         if (c == 1) bar_arrive(3, 256);  // consumer 0 promotes first
@@ -661,7 +670,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 const int rr0[4] = {ra0.x, ra0.y, ra0.z, ra0.w}, rr1[4] = {ra1.x, ra1.y, ra1.z, ra1.w};
                 const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
 #if SM90_MX_FOLDS
-                if (fold_a != nullptr && fold_b != nullptr && (fold_a[kb] & fold_b[kb])) {
+                if (mx_whole || (fold_a != nullptr && fold_b != nullptr && (fold_a[kb] & fold_b[kb]))) {
                     // a folded window (both operands): its 4 blocks share one factor: 4 wgmma, one promotion
                     wgmma_fence();
 #pragma unroll
@@ -670,7 +679,10 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                                         wgmma_desc(sb + kk * 32, 16, 1024), kk > 0);
                     wgmma_commit_group();
                     wgmma_wait_group<0>();
-                    if (mx_fast)
+                    if (mx_whole) {
+#pragma unroll
+                        for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
+                    } else if (mx_fast)
                         mx_promote_fast(acc, part, rr0[0], rr1[0], cb);
                     else
                         mx_promote_exact(acc, part, rr0[0], rr1[0], cb);
@@ -746,6 +758,29 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 }
             }
 #endif  // SM90_MX
+#if SM90_MX_FOLDS
+            if (mx_whole) {  // the rows' and columns' one factor each (window 0's), applied once
+                const int row0 = tm * SM90_BM + r_loc;
+                int ra[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) ra[h] = row0 + 8 * h < M ? fac_a[(i64)(row0 + 8 * h) * ld_fa] : 127 << 23;
+#pragma unroll
+                for (int g = 0; g < SM90_BN / 16; ++g) {
+                    const int col16 = tn * SM90_BN + 16 * g;  // the 16-column group (fac_b: ld_fb columns, permuted)
+                    const int4 c4 = col16 < ld_fb ? *(const int4*)(fac_b + col16 + 4 * (lane % 4)) : make_int4(0, 0, 0, 0);
+                    const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+                    for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int i = 4 * (2 * g + bb) + 2 * h + e;
+                                acc[i] = mx_add_exact(0.f, acc[i], ra[h], cc[2 * bb + e]);
+                            }
+                }
+            }
+#endif
 #if SM90_MX
             if (mx_nan) {  // a NaN block (code 0xFF) makes its whole row of A / column of B NaN, as in the reference
                 const int row0 = tm * SM90_BM + r_loc, col0 = tn * SM90_BN + 2 * (lane % 4);

@@ -21,6 +21,11 @@
 // folded, and the GEMM promotes a stage once (per 128 K) when both operands' window is folded.  NaN blocks and
 // zero blocks write zero elements (NaN rows / columns are flagged as above).  codes: one code per byte, any
 // strides; out: K-major [rows][ldk] element bytes (zeros from K to ldk).
+// Whole rows: mx_sm90_fold_rows first picks one E per row from its scale codes alone (codes 0x00 and 0xFF left
+// out: the quantizer's zero blocks and NaN blocks) when they span at most hi - lo binades (row_e = E + 127, else
+// -1); every window whose live blocks fit that E uses it (empty windows too).  info[3] is set when some window of
+// some row does not: with info[3] = 0 in both operands every row and column has one factor over all of K, and the
+// GEMM adds the stages' scratch unscaled and applies 2^(Ea + Eb) once, in its epilogue.
 
 #include "mx_common.cuh"
 
@@ -116,8 +121,10 @@ __device__ __forceinline__ u32 e4m3_shifted(u32 c, int ebits, int mbits, int bia
 extern "C" __global__ void __launch_bounds__(256)
 mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __restrict__ codes, i64 cs_r, i64 cs_k,
              int rows, int blocks, int K, int role, int rows_pad, int blocks_pad, int ebits, int mbits, int bias,
-             int lo, int hi_shift, u8* __restrict__ elems, i64 ldk, int* __restrict__ out, i64 ld,
-             u8* __restrict__ folded, u8* __restrict__ nan_rows, int* __restrict__ info) {
+             int lo, int hi_shift, const int* __restrict__ row_e, u8* __restrict__ elems, i64 ldk,
+             int* __restrict__ out, i64 ld, u8* __restrict__ folded, u8* __restrict__ nan_rows,
+             int* __restrict__ info) {
+    int not_whole = 0;
     int lo_enc = 0, hi = 0, any_nan = 0;
     const int windows = blocks_pad / 4;
     const u32 mag = (1u << (ebits + mbits)) - 1;
@@ -147,9 +154,12 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                 emin = min(emin, sc[b] - 127);
             }
         }
-        const bool fold = !any || emax - emin <= hi_shift - lo;
-        const int E = any ? min(max(emax - hi_shift, -127), 127) : 0;
+        const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
+        const bool whole = re >= -127 && (!any || (emax - re <= hi_shift && emin - re >= lo));
+        const bool fold = whole || emax - emin <= hi_shift - lo;
+        const int E = whole ? re : any ? min(max(emax - hi_shift, -127), 127) : 0;
         if (!fold) folded[w] = 0;
+        if (!whole && r < rows) not_whole = 1;
         // elements: 8 runs of 16 bytes (zeros past K and in NaN / zero blocks)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {  // run i lies in block i / 2 (static indices: the arrays stay in registers)
@@ -168,7 +178,7 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
         // factors: the window's 2^E on all 4 blocks (folded), else each live block's own code; neutral 127 elsewhere
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-            const int code = fold ? (any ? E + 127 : 127) : (live[b] ? sc[b] : 127);
+            const int code = fold ? (any || whole ? E + 127 : 127) : (live[b] ? sc[b] : 127);
             if (fold ? any : live[b]) {
                 lo_enc = max(lo_enc, 255 - code);
                 hi = max(hi, code);
@@ -176,5 +186,23 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
             put_factor(out, ld, role, r, 4 * w + b, code);
         }
     }
+    if (__syncthreads_or(not_whole) && threadIdx.x == 0) info[3] = 1;
     reduce_info(lo_enc, hi, any_nan, info);
+}
+
+// one exponent per row for mx_sm90_fold: row_e[r] = E + 127 with E = max(e) - hi (clamped to [-127, 127]) when the
+// row's scale codes other than 0x00 / 0xFF span at most hi - lo binades (127 when it has none), else -1
+extern "C" __global__ void __launch_bounds__(256)
+mx_sm90_fold_rows(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, int rows, int blocks, int lo, int hi_shift,
+                  int* __restrict__ row_e) {
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) {
+        int emax = -1000, emin = 1000;
+        for (int j = 0; j < blocks; ++j) {
+            const int sc = scales[r * ss_r + j * ss_j];
+            if (sc == 0 || sc == 255) continue;
+            emax = max(emax, sc - 127);
+            emin = min(emin, sc - 127);
+        }
+        row_e[r] = emax < emin ? 127 : emax - emin <= hi_shift - lo ? min(max(emax - hi_shift, -127), 127) + 127 : -1;
+    }
 }

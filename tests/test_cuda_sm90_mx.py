@@ -320,22 +320,29 @@ def test_tiles_and_overlap_forms_bit_exact(backend, rng, monkeypatch, dtype, ove
 
 @pytest.mark.parametrize("dtype", FOLD_PAIRS, ids=_id)
 @pytest.mark.parametrize("k", [256, 1000, 4100])
-def test_fold_windows_and_wide_spreads(backend, rng, dtype, k):
-    """Windows whose block exponents span at most formats.exact_shifts(element, "e4m3fn") binades are folded (one
-    promotion per 128 K); a few rows of A whose first window spans 15 binades (beyond every bound: blocks 0 and 3
-    at codes 108 and 123, the row's other blocks zero) clear that window's flag, which then runs per 32-K block
-    for every row.  Both bit-exact (elements +-1 and 0; every partial sum within 24 bits).  The flags prove
-    which form ran; mxfp8 operands are read as they are (no flags: per-32 blocks)."""
+def test_fold_tiers(backend, rng, dtype, k):
+    """The three forms of a folded operand, each bit-exact (elements +-1 and 0; every partial sum within 24 bits),
+    told apart by the prep's flags:
+    * "whole": every row's scales span at most formats.exact_shifts(element, "e4m3fn") binades: one factor per
+      row over all of K (info[3] = 0), applied in the GEMM's epilogue;
+    * "windows": a few rows of A drift by 15 binades between windows 0 and 1 (more than any bound over the row,
+      each window within it): those rows fold per 128-K window (info[3] = 1, every window flag set);
+    * "wide": those rows' window 0 spans 15 binades itself (blocks 0 and 3 at codes 108 and 123): window 0's flag
+      is cleared and that stage runs per 32-K block for every row.
+    mxfp8 operands are read as they are (no flags: per-32 blocks)."""
     import cupy as cp
 
     fmts = _fmts(dtype)
     m, n = 200, 300
     kb = -(-k // 32)
-    for wide in (False, True):
+    for mode in ("whole", "windows", "wide"):
         sa = rng.integers(120, 124, size=(m, kb))
         sb = rng.integers(126, 129, size=(kb, n))
         va, vb = rng.integers(-1, 2, size=(m, k)), rng.integers(-1, 2, size=(k, n))
-        if wide:
+        if mode == "windows":
+            va[5:9], sa[5:9, :4], sa[5:9, 4:] = 0, 105, 120
+            va[5:9, 0:32:3], va[5:9, 128:160:5] = 1, -1
+        if mode == "wide":
             va[5:9], sa[5:9, 0], sa[5:9, 3] = 0, 108, 123
             va[5:9, 0:32:3], va[5:9, 96:128:5] = 1, -1
         a, b = _mx(va, sa, fmts[0], 1), _mx(vb, sb, fmts[1], 0)
@@ -347,6 +354,7 @@ def test_fold_windows_and_wide_spreads(backend, rng, dtype, k):
             if fmt.startswith("mxfp8"):
                 assert d.mx.folded is None
                 continue
-            f = cp.asnumpy(d.mx.folded)
+            f, whole = cp.asnumpy(d.mx.folded), int(d.mx.info[3]) == 0
             assert f.shape == (-(-kb // 4),)
-            assert f[1:].all() and f[0] == (0 if wide and d is plan.da else 1), f
+            assert f[1:].all() and f[0] == (0 if mode == "wide" and d is plan.da else 1), f
+            assert whole == (mode == "whole" or d is plan.db), (mode, whole)

@@ -58,6 +58,7 @@ def compile_jobs(arch: str) -> list[dict]:
                      "family": "wgmma", "dtype": "split-K reduction (wgmma)", "options": ["-std=c++17"], "smem": 0,
                      "threads": 256})
         for kernel, what in zip(SM90_MX_KERNELS, ("MX block factors (wgmma, exact MX fp8)",
+                                                  "MXFP4/MXFP6 row exponents (wgmma, exact MX)",
                                                   "MXFP4/MXFP6 folded into e4m3 (wgmma, exact MX)")):
             jobs.append({"file": SM90_MX_FILE, "kernel": kernel, "stem": kernel[3:], "family": "wgmma", "dtype": what,
                          "options": ["-std=c++17"], "smem": 0, "threads": 256})

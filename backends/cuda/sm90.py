@@ -40,7 +40,7 @@ __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Vari
 SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
 SM90_REDUCE_FILE, SM90_REDUCE_KERNEL = "gemm_sm90_reduce.cu", "mx_sm90_splitk_reduce"
 SM90_MX_FILE = "gemm_sm90_mx.cu"
-SM90_MX_KERNELS = ("mx_sm90_block_factors", "mx_sm90_fold")  # MX fp8 factors; MXFP4/6 folded into e4m3
+SM90_MX_KERNELS = ("mx_sm90_block_factors", "mx_sm90_fold_rows", "mx_sm90_fold")  # fp8 factors; fp4/6 folded
 MX_FACTOR_BYTES = 16  # per row of A / column of B per stage: 4 blocks of 32 K, one int32 factor each
 BM = 128  # two consumer warpgroups of 64 rows
 THREADS = 384  # producer + two consumers
@@ -364,13 +364,15 @@ class Sm90Plan(CudaPlan):
         (da, db), (km, kn) = (self.db, self.da) if self._swap else (self.da, self.db), self._kmn
         self._map_a = operand_map(v, da, km, BM)
         self._map_b = operand_map(v, db, kn, v.bn // v.cluster)
-        self._mx_args = (_NO_MAP, _NO_MAP, _NULL, _NULL, _NULL, _NULL, _NULL, _NULL)
+        self._mx_args = (_NO_MAP, _NO_MAP, _NULL, _NULL, _NULL, _NULL, _NULL, _NULL, _NULL, np.int64(0), _NULL,
+                         np.int64(0))
         if v.mx:  # int32 factors: A [M][blocks_pad] in boxes {4 blocks, 128 rows}, B [blocks_pad][N16] in {BN, 4}
             fa, fb = da.mx, db.mx
             map_sa = tensor_map(fa.factors.data.ptr, 4, fa.ld, km, fa.ld, 4, BM, swizzle=_SWIZZLE_NONE)
             map_sb = tensor_map(fb.factors.data.ptr, 4, fb.ld, fb.blocks_pad, fb.ld, v.bn, 4, swizzle=_SWIZZLE_NONE)
             folded = (fa.folded, fb.folded) if fa.folded is not None and fb.folded is not None else (_NULL, _NULL)
-            self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan, *folded)
+            self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan, *folded, fa.factors, np.int64(fa.ld),
+                             fb.factors, np.int64(fb.ld))
         # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
         out = self.out
         ob = v.tma_store

@@ -369,7 +369,8 @@ class Stager:
         """An MXFP4 / MXFP6 operand for the exact wgmma variant (``gemm_sm90_mx.cu``'s ``mx_sm90_fold``): its
         elements re-encoded exactly as e4m3 K-major rows, each 128-K window's block scales folded into one power
         of two where the blocks' exponents span at most ``formats.exact_shifts(element, "e4m3fn")`` (else kept per
-        block), and the block factors with the per-window ``folded`` flags.  Returns (elements, ld, MXFactors)."""
+        block; one power of two for a whole row where its scales allow: ``info[3]`` = 0 when every row has one), and
+        the block factors with the per-window ``folded`` flags.  Returns (elements, ld, MXFactors)."""
         from mxcore import formats
 
         cp = self.cp
@@ -382,10 +383,14 @@ class Stager:
         fac.folded = cp.ones(fac.blocks_pad // 4, dtype=cp.uint8)
         windows = total // 4
         if windows:
+            row_e = cp.empty(max(rows, 1), dtype=cp.int32)
+            if rows:
+                self._factor_kernel("mx_sm90_fold_rows")((max(1, min(-(-rows // 256), 4 * self.sms)),), (256,), (
+                    args[0], args[1], args[2], args[6], args[7], np.int32(lo), np.int32(hi), row_e))
             grid = (max(1, min(-(-windows // 256), 4 * self.sms)),)
             self._factor_kernel("mx_sm90_fold")(grid, (256,), args + (
-                np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), elems,
-                np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info))
+                np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), row_e,
+                elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info))
         return elems, ldk, fac
 
     def _code_table(self, element: str, dst: str, scaled: bool):
