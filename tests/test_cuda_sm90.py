@@ -68,7 +68,7 @@ def _run(backend, a, b, dtype, out_dtype="float32", expect_store=None, **options
     mdt = _dt.resolve(dtype, "sm_90")
     out = poisoned_output(cp, a.shape[0], b.shape[1], out_dtype)
     plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, family="wgmma", **options)
-    assert plan.variant.endswith("(wgmma)"), plan.variant
+    assert "(wgmma" in plan.variant, plan.variant
     if expect_store is not None:
         assert ("_tmastore" in plan.variant) == expect_store, plan.variant
     plan.gemm()

@@ -120,15 +120,16 @@ def test_family_rule():
 
 def test_mx_path_rule():
     """MX pairs on wgmma take the exact block-scaled variant by the rule where it measured faster than decoding
-    (MX_EXACT_DEFAULT for mxfp8 pairs, MX_FOLD_DEFAULT for pairs with an fp4 / fp6 operand); mma.sync, non-MX
+    (MX_FOLD_DEFAULT for pairs of fp4 / fp6 operands, MX_EXACT_DEFAULT for pairs with mxfp8); mma.sync, non-MX
     dtypes and mx_path="decode" decode; mx_path="exact" runs any MX pair on wgmma and raises elsewhere."""
     from mxcore import dtypes as _dt
 
     def mdt(d):
         return _dt.resolve(d, "sm_90")
 
-    for ds, default in ((("mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2")), families.MX_EXACT_DEFAULT),
-                        (("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", ("mxfp8_e4m3", "mxfp4")), families.MX_FOLD_DEFAULT)):
+    for ds, default in ((("mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2"), ("mxfp8_e4m3", "mxfp4")),
+                         families.MX_EXACT_DEFAULT),
+                        (("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", ("mxfp6_e2m3", "mxfp4")), families.MX_FOLD_DEFAULT)):
         for d in ds:
             assert families.mx_path("wgmma", mdt(d)) == ("mx_exact" if default else None)
             assert families.mx_path("wgmma", mdt(d), "exact") == "mx_exact"

@@ -6,7 +6,7 @@ and its rule goes into :func:`family_for`.  ``family=`` (a ``plan`` / ``matmul``
 
 MX operands on the wgmma family: every MX pair can run the exact block-scaled variant (the E8M0 scales applied in the
 kernel; MXFP4 / MXFP6 folded into e4m3 with one power of two per 128-K window where exact); the rule takes it where
-:data:`MX_EXACT_DEFAULT` (mxfp8 pairs) / :data:`MX_FOLD_DEFAULT` (pairs with fp4 / fp6) say it measured faster than
+:data:`MX_FOLD_DEFAULT` (pairs of fp4 / fp6) / :data:`MX_EXACT_DEFAULT` (pairs with mxfp8) say it measured faster than
 decoding to bf16; ``mx_path`` forces either (:func:`mx_path`).
 """
 
@@ -25,8 +25,11 @@ MX_PATHS = ("exact", "decode")
 #: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H200, 8192^3 and
 #: 4096^3 (NOTES_SM90.md): the exact variant runs 400 / 320 TFLOP/s, the bf16-decode wgmma kernel 837 / 677: decode
 MX_EXACT_DEFAULT = False
-#: the rule's choice for pairs with an MXFP4 / MXFP6 operand on wgmma: the exact variant (folded into e4m3) or decoding
-MX_FOLD_DEFAULT = False
+#: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
+#: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against
+#: decode's 849 / 676 (NOTES_SM90.md): exact.  A pair with an mxfp8 operand runs per 32-K block (as mxfp8 pairs do:
+#: :data:`MX_EXACT_DEFAULT`)
+MX_FOLD_DEFAULT = True
 _MXFP8_ELEMENTS = ("e4m3fn", "e5m2")
 
 
@@ -46,8 +49,8 @@ def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> st
 def mx_path(family: str, mdt, option: str | None = None) -> str | None:
     """How MX operands of ``mdt`` are staged for ``family``: "mx_exact" (the exact block-scaled wgmma variant: mxfp8
     codes as they are, MXFP4 / MXFP6 folded into e4m3) or None (decoded to bf16, the staging's default).  ``option``
-    ("exact" | "decode") forces one; "exact" where it cannot run raises.  The rule: mxfp8 pairs by
-    :data:`MX_EXACT_DEFAULT`, pairs with an fp4 / fp6 operand by :data:`MX_FOLD_DEFAULT`."""
+    ("exact" | "decode") forces one; "exact" where it cannot run raises.  The rule: pairs of fp4 / fp6 operands
+    by :data:`MX_FOLD_DEFAULT`, pairs with an mxfp8 operand by :data:`MX_EXACT_DEFAULT`."""
     if option is not None and option not in MX_PATHS:
         raise UnsupportedError(f"mx_path={option!r}; choose one of {', '.join(MX_PATHS)} (or None: the rule)")
     if mdt is None or mdt.kind != "mx" or option == "decode":
@@ -57,5 +60,5 @@ def mx_path(family: str, mdt, option: str | None = None) -> str | None:
             raise UnsupportedError(f"mx_path='exact' runs MX operands on the wgmma family (sm_90); this problem is "
                                    f"{mdt.a.name} x {mdt.b.name} on {family}: use mx_path='decode'")
         return "mx_exact"
-    fp8 = all(od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
-    return "mx_exact" if family == "wgmma" and (MX_EXACT_DEFAULT if fp8 else MX_FOLD_DEFAULT) else None
+    folds = not any(od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
+    return "mx_exact" if family == "wgmma" and (MX_FOLD_DEFAULT if folds else MX_EXACT_DEFAULT) else None

@@ -336,7 +336,9 @@ class Sm90Plan(CudaPlan):
         else:
             v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile, store)
         self.variant_ = v
-        self.variant = f"{v.name} (wgmma)"
+        path = "" if not mx else (", MX folded into e4m3" if a.mx.folded is not None and b.mx.folded is not None
+                                  else ", MX per-32 blocks")
+        self.variant = f"{v.name} (wgmma{path})"
         self._kmn = (n, m) if self._swap else (m, n)  # the kernel's M and N
         self.diagnostics = ()
         self._scale = scale_args(a, b)  # host exponents by value, device ones (exp_at) as pointers
