@@ -124,30 +124,55 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
              int lo, int hi_shift, const int* __restrict__ row_e, u8* __restrict__ elems, i64 ldk,
              int* __restrict__ out, i64 ld, u8* __restrict__ folded, u8* __restrict__ nan_rows,
              int* __restrict__ info) {
+    // every (shift, code) pair's e4m3 code: lut[(d - lo) * ncodes + c] (at most 15 shifts x 64 codes)
+    __shared__ u8 lut[15 * 64];
+    const int ncodes = 1 << (1 + ebits + mbits);
+    for (int i = threadIdx.x; i < (hi_shift - lo + 1) * ncodes; i += blockDim.x)
+        lut[i] = (u8)e4m3_shifted(i % ncodes, ebits, mbits, bias, lo + i / ncodes);
+    __syncthreads();
+    // 16-byte code loads when K runs contiguously in 16-byte aligned rows (else bytes)
+    const bool vec = cs_k == 1 && cs_r % 16 == 0 && ((unsigned long long)codes & 15) == 0;
     int not_whole = 0;
     int lo_enc = 0, hi = 0, any_nan = 0;
     const int windows = blocks_pad / 4;
-    const u32 mag = (1u << (ebits + mbits)) - 1;
+    const u32 mag4 = ((1u << (ebits + mbits)) - 1) * 0x01010101u;
     const i64 total = (i64)rows_pad * windows;
     for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
         // A: windows fastest (its K runs along the row); B: rows fastest (codes [K][N]: coalesced over N)
         const int r = role == 0 ? (int)(t / windows) : (int)(t % rows_pad);
         const int w = role == 0 ? (int)(t % windows) : (int)(t / rows_pad);
+        const u8* row = codes + r * cs_r;
+        // the window's 128 codes, 16 per run (zeros past K and past the rows)
+        u32 wd[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int k0 = 128 * w + 16 * i;
+            if (r < rows && vec && k0 + 16 <= K) {
+                const uint4 v = *(const uint4*)(row + k0);
+                wd[i][0] = v.x, wd[i][1] = v.y, wd[i][2] = v.z, wd[i][3] = v.w;
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) wd[i][q] = 0;
+                if (r < rows)
+#pragma unroll
+                    for (int q = 0; q < 16; ++q)
+                        if (k0 + q < K) wd[i][q / 4] |= (u32)row[(k0 + q) * cs_k] << (8 * (q % 4));
+            }
+        }
         int sc[4], emax = -1000, emin = 1000;
-        bool live[4] = {false, false, false, false}, any = false;
+        bool live[4], any = false;
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
             const int j = 4 * w + b;
-            sc[b] = 127;
-            if (r >= rows || j >= blocks) continue;
-            sc[b] = scales[r * ss_r + j * ss_j];
-            if (sc[b] == 255) {
+            sc[b] = r < rows && j < blocks ? scales[r * ss_r + j * ss_j] : 127;
+            u32 nz = 0;
+#pragma unroll
+            for (int q = 0; q < 8; ++q) nz |= wd[2 * b + q / 4][q % 4] & mag4;
+            live[b] = nz != 0 && sc[b] != 255 && r < rows && j < blocks;
+            if (r < rows && j < blocks && sc[b] == 255) {
                 nan_rows[r] = 1;
                 any_nan = 1;
-                continue;
             }
-            const int k1 = min(K, 32 * j + 32);
-            for (int k = 32 * j; k < k1 && !live[b]; ++k) live[b] = (codes[r * cs_r + k * cs_k] & mag) != 0;
             if (live[b]) {
                 any = true;
                 emax = max(emax, sc[b] - 127);
@@ -160,20 +185,17 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
         const int E = whole ? re : any ? min(max(emax - hi_shift, -127), 127) : 0;
         if (!fold) folded[w] = 0;
         if (!whole && r < rows) not_whole = 1;
-        // elements: 8 runs of 16 bytes (zeros past K and in NaN / zero blocks)
+        // elements: 8 runs of 16 bytes (zeros in NaN / zero blocks)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {  // run i lies in block i / 2 (static indices: the arrays stay in registers)
             const int k0 = 128 * w + 16 * i, b = i / 2;
             if (r >= rows || k0 >= ldk) continue;
-            const int d = fold ? sc[b] - 127 - E : 0;
-            u32 word[4] = {0, 0, 0, 0};
+            const u8* tab = lut + ((fold ? sc[b] - 127 - E : 0) - lo) * ncodes;
+            u32 o[4] = {0, 0, 0, 0};
+            if (live[b])
 #pragma unroll
-            for (int q = 0; q < 16; ++q) {
-                const int k = k0 + q;
-                if (k < K && live[b])
-                    word[q / 4] |= e4m3_shifted(codes[r * cs_r + k * cs_k], ebits, mbits, bias, d) << (8 * (q % 4));
-            }
-            *(uint4*)(elems + r * ldk + k0) = make_uint4(word[0], word[1], word[2], word[3]);
+                for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(wd[i][q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
+            *(uint4*)(elems + r * ldk + k0) = make_uint4(o[0], o[1], o[2], o[3]);
         }
         // factors: the window's 2^E on all 4 blocks (folded), else each live block's own code; neutral 127 elsewhere
 #pragma unroll
@@ -195,14 +217,20 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
 extern "C" __global__ void __launch_bounds__(256)
 mx_sm90_fold_rows(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, int rows, int blocks, int lo, int hi_shift,
                   int* __restrict__ row_e) {
-    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x % 32, warps = gridDim.x * blockDim.x / 32;
+    for (int r = (blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {  // a warp per row
         int emax = -1000, emin = 1000;
-        for (int j = 0; j < blocks; ++j) {
+        for (int j = lane; j < blocks; j += 32) {
             const int sc = scales[r * ss_r + j * ss_j];
             if (sc == 0 || sc == 255) continue;
             emax = max(emax, sc - 127);
             emin = min(emin, sc - 127);
         }
-        row_e[r] = emax < emin ? 127 : emax - emin <= hi_shift - lo ? min(max(emax - hi_shift, -127), 127) + 127 : -1;
+        for (int o = 16; o > 0; o >>= 1) {
+            emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, o));
+            emin = min(emin, __shfl_xor_sync(0xffffffffu, emin, o));
+        }
+        if (lane == 0)
+            row_e[r] = emax < emin ? 127 : emax - emin <= hi_shift - lo ? min(max(emax - hi_shift, -127), 127) + 127 : -1;
     }
 }

@@ -385,7 +385,7 @@ class Stager:
         if windows:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
             if rows:
-                self._factor_kernel("mx_sm90_fold_rows")((max(1, min(-(-rows // 256), 4 * self.sms)),), (256,), (
+                self._factor_kernel("mx_sm90_fold_rows")((max(1, min(-(-rows // 8), 8 * self.sms)),), (256,), (
                     args[0], args[1], args[2], args[6], args[7], np.int32(lo), np.int32(hi), row_e))
             grid = (max(1, min(-(-windows // 256), 4 * self.sms)),)
             self._factor_kernel("mx_sm90_fold")(grid, (256,), args + (
