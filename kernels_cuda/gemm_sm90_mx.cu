@@ -17,8 +17,9 @@
 // the e4m3 code of its value times 2^(e_j - E), E = max(e_j) - hi clamped to
 // E8M0's [-127, 127], and all 4 block factors of the window are 2^E; the window is folded.  Otherwise the
 // elements are re-encoded unshifted (d = 0) and each block keeps its own factor.  Per-32 promotion is therefore
-// right for every window; folded[w] (uint8, 1 written by the host) is cleared when any row's window w is not
-// folded, and the GEMM promotes a stage once (per 128 K) when both operands' window is folded.  NaN blocks and
+// right for every window; folded[w] (uint8) is cleared when any row's window w is not
+// folded, and the GEMM promotes a stage once (per 128 K) when both operands' window is folded (1 written by
+// mx_sm90_fold_rows).  NaN blocks and
 // zero blocks write zero elements (NaN rows / columns are flagged as above).  codes: one code per byte, any
 // strides; out: K-major [rows][ldk] element bytes (zeros from K to ldk).
 // Whole rows: mx_sm90_fold_rows first picks one E per row from its scale codes alone (codes 0x00 and 0xFF left
@@ -213,11 +214,13 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
 }
 
 // one exponent per row for mx_sm90_fold: row_e[r] = E + 127 with E = max(e) - hi (clamped to [-127, 127]) when the
-// row's scale codes other than 0x00 / 0xFF span at most hi - lo binades (127 when it has none), else -1
+// row's scale codes other than 0x00 / 0xFF span at most hi - lo binades (127 when it has none), else -1; and every
+// window's folded flag set to 1 (mx_sm90_fold clears it)
 extern "C" __global__ void __launch_bounds__(256)
 mx_sm90_fold_rows(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, int rows, int blocks, int lo, int hi_shift,
-                  int* __restrict__ row_e) {
+                  int* __restrict__ row_e, u8* __restrict__ folded, int windows) {
     const int lane = threadIdx.x % 32, warps = gridDim.x * blockDim.x / 32;
+    for (int w = blockIdx.x * blockDim.x + threadIdx.x; w < windows; w += gridDim.x * blockDim.x) folded[w] = 1;
     for (int r = (blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {  // a warp per row
         int emax = -1000, emin = 1000;
         for (int j = lane; j < blocks; j += 32) {

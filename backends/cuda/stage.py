@@ -27,6 +27,7 @@ Batched operands (3-D) are staged into one buffer with a batch stride (0 for an 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -326,9 +327,9 @@ class Stager:
                 return out, rows
         return self._prep_codes(codes, role, element, "byte")
 
-    def _factor_args(self, codes, scales, role: str, k: int):
+    def _factor_args(self, codes, scales, role: str, k: int, fold: bool = False):
         """What both factor kernels of ``gemm_sm90_mx.cu`` take: (the leading arguments, total rows x blocks,
-        MXFactors with the factor buffer allocated and info / nan zeroed)."""
+        MXFactors with the factor buffer allocated, info / nan zeroed, and with ``fold`` the window flags)."""
         cp = self.cp
         blocks = -(-k // MX_BLOCK_KERNEL)
         blocks_pad = _round_up(max(blocks, 1), 4)
@@ -344,7 +345,10 @@ class Stager:
             cs_r, cs_k, ss_r, ss_j = c1, c0, s1, s0
             rows_pad = ld = _round_up(max(rows, 1), 16)
             out = cp.empty((blocks_pad, ld), dtype=cp.int32)
-        fac = MXFactors(out, ld, blocks_pad, cp.zeros(4, dtype=cp.int32), cp.zeros(max(rows, 1), dtype=cp.uint8))
+        # info (int32 x 4), the NaN flags and the per-window fold flags: one zeroed allocation
+        aux = cp.zeros(16 + max(rows, 1) + blocks_pad // 4, dtype=cp.uint8)
+        fac = MXFactors(out, ld, blocks_pad, aux[:16].view(cp.int32), aux[16:16 + max(rows, 1)])
+        fac.folded = aux[16 + max(rows, 1):] if fold else None
         args = (scales, np.int64(ss_r), np.int64(ss_j), codes, np.int64(cs_r), np.int64(cs_k), np.int32(rows),
                 np.int32(blocks), np.int32(k), np.int32(0 if role == "a" else 1), np.int32(rows_pad),
                 np.int32(blocks_pad))
@@ -375,18 +379,17 @@ class Stager:
 
         cp = self.cp
         spec = formats.get(element)
-        lo, hi = formats.exact_shifts(element, "e4m3fn")
-        args, total, fac = self._factor_args(codes, scales, role, k)
+        lo, hi = _fold_shifts(element)
+        args, total, fac = self._factor_args(codes, scales, role, k, fold=True)
         rows = codes.shape[0] if role == "a" else codes.shape[1]
         ldk = _round_up(max(k, 1), 16)
         elems = cp.empty((rows, ldk), dtype=cp.uint8)
-        fac.folded = cp.ones(fac.blocks_pad // 4, dtype=cp.uint8)
         windows = total // 4
         if windows:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
-            if rows:
-                self._factor_kernel("mx_sm90_fold_rows")((max(1, min(-(-rows // 8), 8 * self.sms)),), (256,), (
-                    args[0], args[1], args[2], args[6], args[7], np.int32(lo), np.int32(hi), row_e))
+            self._factor_kernel("mx_sm90_fold_rows")((max(1, min(-(-rows // 8), 8 * self.sms)),), (256,), (
+                args[0], args[1], args[2], args[6], args[7], np.int32(lo), np.int32(hi), row_e, fac.folded,
+                np.int32(fac.blocks_pad // 4)))
             grid = (max(1, min(-(-windows // 256), 4 * self.sms)),)
             self._factor_kernel("mx_sm90_fold")(grid, (256,), args + (
                 np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), row_e,
@@ -435,6 +438,13 @@ class Stager:
             codes_d, np.int32(rows_), np.int32(cols_), table, sc, np.int32(bi), np.int32(bj), np.int64(s_i),
             np.int64(s_j), np.int32(exp_bias[0]), _ptr(exp_bias[1]), np.int32(_DST_KIND[dst]), out))
         return DevOperand(out, cols_, role == "a", dst, exp, cols)
+
+
+@functools.lru_cache(maxsize=None)
+def _fold_shifts(element: str) -> tuple:
+    from mxcore import formats
+
+    return formats.exact_shifts(element, "e4m3fn")
 
 
 def _ptr(x):
