@@ -358,3 +358,15 @@ def test_fold_tiers(backend, rng, dtype, k):
             assert f.shape == (-(-kb // 4),)
             assert f[1:].all() and f[0] == (0 if mode == "wide" and d is plan.da else 1), f
             assert whole == (mode == "whole" or d is plan.db), (mode, whole)
+
+
+def test_bench_mx_reports_paths(backend):
+    """``python -m mxcore.bench_mx`` runs both paths and names the one each plan took (a smoke run, not a timing)."""
+    from mxcore.bench_mx import bench_mx
+
+    rows = bench_mx(sizes=(1024,), dtypes=("mxfp4", "mxfp8+mxfp4"), repeats=2, out=lambda *_: None)
+    assert [(r["dtype"], r["path"]) for r in rows] == [("mxfp4", "exact"), ("mxfp4", "decode"),
+                                                       ("mxfp8+mxfp4", "exact"), ("mxfp8+mxfp4", "decode")]
+    assert "folded into e4m3" in rows[0]["variant"] and rows[0]["folded"] == (1.0, 1.0) and rows[0]["whole"]
+    assert "per-32 blocks" in rows[2]["variant"] and rows[2]["folded"] is None
+    assert "bf16" in rows[1]["variant"] and all(r["tflops"] > 0 for r in rows)
