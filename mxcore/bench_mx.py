@@ -1,6 +1,6 @@
 """Kernel-only speed of the MX paths on one GPU, against the vendor in the same process.
 
-For each MX dtype (pair) and square size: the exact block-scaled wgmma path (``mx_path="exact"``: mxfp8 per 32-K
+For each MX dtype (pair) and square size, on the wgmma family (sm_90): the exact block-scaled path (``mx_path="exact"``: mxfp8 per 32-K
 block, MXFP4 / MXFP6 folded into e4m3) and the bf16-decode path (``mx_path="decode"``) on the same device-quantized
 random normal operands, then cuBLASLt per-tensor fp8 (``torch._scaled_mm``) and cuBLAS bf16 (``torch.matmul``).
 CUDA events, median of ``repeats`` launches after warm-up, 3 plans rotated (``mxcore.bench.time_callable``).  Each
@@ -53,7 +53,7 @@ def bench_mx(sizes=(8192, 4096), dtypes=("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "m
             b = mxcore.quantize_mx(y, pair[1], axis=0)
             mdt = _dt.resolve(pair, be.target().arch)
             for path in paths:
-                p = be.plan(a, b, mdt, mx_path=path)
+                p = be.plan(a, b, mdt, mx_path=path, family="wgmma")
                 plans = [p, p.clone(), p.clone()]
                 tf = flops / time_callable(measure, _rotating(plans), repeats) / 1e12
                 fa, fb = (getattr(getattr(o, "mx", None), "folded", None) for o in (p.da, p.db))
