@@ -528,6 +528,12 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         if (threadIdx.x == 0) {
             int s = 0;
             u32 phase = 0;
+#if SM90_MX_FOLDS  // one factor per row / column over all of K (see the consumers): no per-stage factors to load
+            const bool no_factors = fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0;
+            const u32 stage_tx = no_factors ? SM90_A_BYTES + SM90_B_BYTES : SM90_STAGE_BYTES;
+#else
+            const u32 stage_tx = SM90_STAGE_BYTES;
+#endif
             for (int u = unit0; u < units; u += unit_step) {
                 int tm, tn;
                 tile_coords(u / splits, units_m, tiles_n, tm, tn);
@@ -537,7 +543,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 for (int kb = kb0; kb < kb1; ++kb) {
                     mbarrier_wait(empty0 + 8 * s, phase ^ 1);
                     const u32 full = full0 + 8 * s;
-                    mbarrier_arrive_expect_tx(full, SM90_STAGE_BYTES);
+                    mbarrier_arrive_expect_tx(full, stage_tx);
                     const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
                     const int k0 = kb * SM90_BK;
 #if SM90_TA
@@ -561,8 +567,13 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     cp_async_bulk_tensor_2d(sb, &map_b, k0, n0, full);
 #endif
 #if SM90_MX  // the stage's 4 blocks of row factors RA [128][4] and column factors CB [4][BN]
-                    cp_async_bulk_tensor_2d(sb + SM90_B_BYTES, &map_sa, 4 * kb, m0, full);
-                    cp_async_bulk_tensor_2d(sb + SM90_B_BYTES + SM90_SA_BYTES, &map_sb, n0, 4 * kb, full);
+#if SM90_MX_FOLDS
+                    if (!no_factors)
+#endif
+                    {
+                        cp_async_bulk_tensor_2d(sb + SM90_B_BYTES, &map_sa, 4 * kb, m0, full);
+                        cp_async_bulk_tensor_2d(sb + SM90_B_BYTES + SM90_SA_BYTES, &map_sb, n0, 4 * kb, full);
+                    }
 #endif
                     if (++s == SM90_STAGES) {
                         s = 0;
@@ -666,8 +677,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 mbarrier_wait(full0 + 8 * s, phase);
                 const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
                 const u32 fs = sb + SM90_B_BYTES;  // RA [128][4] int32, then CB [4][BN] int32
-                const int4 ra0 = ld_shared_v4(fs + 16 * r_loc), ra1 = ld_shared_v4(fs + 16 * (r_loc + 8));
-                const int rr0[4] = {ra0.x, ra0.y, ra0.z, ra0.w}, rr1[4] = {ra1.x, ra1.y, ra1.z, ra1.w};
                 const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
 #if SM90_MX_FOLDS
                 if (mx_whole || (fold_a != nullptr && fold_b != nullptr && (fold_a[kb] & fold_b[kb]))) {
@@ -679,14 +688,18 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                                         wgmma_desc(sb + kk * 32, 16, 1024), kk > 0);
                     wgmma_commit_group();
                     wgmma_wait_group<0>();
-                    if (mx_whole) {
+                    if (mx_whole) {  // no factors in this stage (the producer loaded none): hand it back at once
+                        release_stage(empty0 + 8 * s, t);
 #pragma unroll
                         for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
-                    } else if (mx_fast)
-                        mx_promote_fast(acc, part, rr0[0], rr1[0], cb);
-                    else
-                        mx_promote_exact(acc, part, rr0[0], rr1[0], cb);
-                    release_stage(empty0 + 8 * s, t);
+                    } else {
+                        const int ra0 = ld_shared_v4(fs + 16 * r_loc).x, ra1 = ld_shared_v4(fs + 16 * (r_loc + 8)).x;
+                        if (mx_fast)
+                            mx_promote_fast(acc, part, ra0, ra1, cb);
+                        else
+                            mx_promote_exact(acc, part, ra0, ra1, cb);
+                        release_stage(empty0 + 8 * s, t);
+                    }
                     if (++s == SM90_STAGES) {
                         s = 0;
                         phase ^= 1;
@@ -694,6 +707,8 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     continue;
                 }
 #endif
+                const int4 ra0 = ld_shared_v4(fs + 16 * r_loc), ra1 = ld_shared_v4(fs + 16 * (r_loc + 8));
+                const int rr0[4] = {ra0.x, ra0.y, ra0.z, ra0.w}, rr1[4] = {ra1.x, ra1.y, ra1.z, ra1.w};
 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) {  // block kk: one k32 wgmma into the scratch, then the scaled add
                     wgmma_fence();
