@@ -774,7 +774,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             }
 #endif  // SM90_MX
 #if SM90_MX_FOLDS
-            if (mx_whole) {  // the rows' and columns' one factor each (window 0's), applied once
+            if (mx_whole) {  // the rows' and columns' one factor each (window 0's), applied once (as the promotion)
                 const int row0 = tm * SM90_BM + r_loc;
                 int ra[2];
 #pragma unroll
@@ -791,7 +791,8 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #pragma unroll
                             for (int e = 0; e < 2; ++e) {
                                 const int i = 4 * (2 * g + bb) + 2 * h + e;
-                                acc[i] = mx_add_exact(0.f, acc[i], ra[h], cc[2 * bb + e]);
+                                acc[i] = mx_fast ? acc[i] * __int_as_float(ra[h] + cc[2 * bb + e])
+                                                 : mx_add_exact(0.f, acc[i], ra[h], cc[2 * bb + e]);
                             }
                 }
             }
