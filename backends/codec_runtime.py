@@ -77,28 +77,60 @@ def entry_points(with_format: bool = True) -> list[str]:
 _RECORDING = threading.local()
 
 
+def _record(step) -> None:
+    rec = getattr(_RECORDING, "rec", None)
+    if rec is not None:
+        rec.steps.append(step)
+
+
 def _run(fn, grid, args) -> None:
     """Launch ``fn`` (MXC_THREADS per block) on the current device and stream, recorded under :func:`recording`."""
     fn(grid, (THREADS,), args)
+    _record(("launch", fn, grid, args, (THREADS,), 0))
+
+
+def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
+    """Launch a CuPy kernel on the current device and stream, recorded under :func:`recording` (the codec's launches
+    and the GEMM staging's go through here)."""
+    fn(grid, block, args, shared_mem=shared_mem)
+    _record(("launch", fn, grid, args, block, shared_mem))
+
+
+def zeros(cp, shape, dtype):
+    """``cp.zeros``, its zeroing recorded under :func:`recording`."""
+    a = cp.zeros(shape, dtype=dtype)
+    _record(("zero", a))
+    return a
+
+
+def taint(why: str) -> None:
+    """Note device work made outside the recorded steps (e.g. a CuPy copy): a replay would leave its result stale."""
     rec = getattr(_RECORDING, "rec", None)
-    if rec is not None:
-        rec.steps.append(("launch", fn, grid, args))
+    if rec is not None and rec.tainted is None:
+        rec.tainted = why
+
+
+def _arrays(step):
+    return step[3] if step[0] == "launch" else step[1:]
 
 
 class Recording:
-    """The kernel launches and counter resets of the codec calls made under :func:`recording`, in order."""
+    """The kernel launches, zeroings and copies made under :func:`recording`, in order; ``tainted``: why a replay
+    would not redo everything (None: it would)."""
 
     def __init__(self):
         self.steps: list = []
+        self.tainted: str | None = None
 
     def addresses(self) -> set:
         """Device addresses of every array a recorded step wrote or read (launch arguments, zeroed counters)."""
-        out = set()
-        for step in self.steps:
-            for a in step[3] if step[0] == "launch" else step[1:]:
-                if hasattr(a, "data") and hasattr(a.data, "ptr"):
-                    out.add(int(a.data.ptr))
-        return out
+        return {int(a.data.ptr) for step in self.steps for a in _arrays(step)
+                if hasattr(a, "data") and hasattr(a.data, "ptr")}
+
+    def spans(self) -> list:
+        """(start, end) device address ranges of those arrays."""
+        return [(int(a.data.ptr), int(a.data.ptr) + int(a.nbytes)) for step in self.steps for a in _arrays(step)
+                if hasattr(a, "data") and hasattr(a.data, "ptr")]
 
     def replay(self, inputs) -> "Replay":
         """A :class:`Replay` of the recorded work with ``inputs`` (device arrays the calls read, by address) as
@@ -109,13 +141,13 @@ class Recording:
             if step[0] != "launch":  # ("zero", counter) / ("copy", dst, src): kept buffers only
                 launches.append(step)
                 continue
-            _, fn, grid, args = step
+            _, fn, grid, args, block, smem = step
             slots = tuple((i, addrs.index(int(a.data.ptr))) for i, a in enumerate(args)
                           if hasattr(a, "data") and hasattr(a.data, "ptr") and int(a.data.ptr) in addrs)
             args = list(args)
             for i, _ in slots:
                 args[i] = np.uint64(0)  # set per replay (and the recorded input is not kept alive)
-            launches.append(("launch", fn, grid, (args, slots)))
+            launches.append(("launch", fn, grid, (args, slots), block, smem))
         used = {j for step in launches if step[0] == "launch" for _, j in step[3][1]}
         if used != set(range(len(addrs))):
             raise UnsupportedError("internal: a recorded input was not read in place")
@@ -123,14 +155,14 @@ class Recording:
 
 
 class Replay:
-    """Recorded codec work re-run with new input addresses into the same output buffers (the outputs of the
+    """Recorded device work re-run with new input addresses into the same output buffers (the outputs of the
     recorded calls), on the current device and stream: ``replay(addresses)``.  The caller owns the ordering: a
     replay overwrites what the previous one wrote (fine on one stream, where the previous consumers ran first)."""
 
     def __init__(self, launches):
         self._launches = launches
 
-    def __call__(self, addresses) -> None:
+    def __call__(self, addresses=()) -> None:
         import cupy as cp
 
         stream = cp.cuda.get_current_stream().ptr
@@ -140,10 +172,10 @@ class Replay:
             elif step[0] == "copy":
                 cp.copyto(step[1], step[2])
             else:
-                _, fn, grid, (args, slots) = step
+                _, fn, grid, (args, slots), block, smem = step
                 for i, j in slots:
                     args[i] = np.uint64(addresses[j])
-                fn(grid, (THREADS,), tuple(args))
+                fn(grid, block, tuple(args), shared_mem=smem)
 
 
 @contextlib.contextmanager
@@ -238,17 +270,11 @@ class _Call:
     def copy(self, dst, src) -> None:
         """``dst[...] = src`` (CuPy arrays) on the current stream, recorded under :func:`recording`."""
         self.cp.copyto(dst, src)
-        rec = getattr(_RECORDING, "rec", None)
-        if rec is not None:
-            rec.steps.append(("copy", dst, src))
+        _record(("copy", dst, src))
 
     def counter(self, dtype: str = "uint32"):
         """A zeroed one-element device counter (zeroed again by a replay of a :func:`recording`)."""
-        c = self.cp.zeros(1, dtype=dtype)
-        rec = getattr(_RECORDING, "rec", None)
-        if rec is not None:
-            rec.steps.append(("zero", c))
-        return c
+        return zeros(self.cp, 1, dtype)
 
     def module(self, spec: FormatSpec | None):
         key = (self.ordinal, spec.name if spec is not None else None)

@@ -117,3 +117,34 @@ def test_replay_needs_every_quantized_buffer_recorded():
     assert fastpath._device_addresses(written, mx_like) == {200, 300, 400, 8}
     assert fastpath._device_addresses(written) <= rec.addresses()
     assert not fastpath._device_addresses(written, copied) <= rec.addresses()
+
+
+def test_staging_replays_only_when_it_covers_every_buffer():
+    """The per-call path replays the plan's staging (instead of staging again in Python) only when the staging made
+    no copy of its own (codec.taint, e.g. a non-contiguous operand's ascontiguousarray) and every buffer the GEMM
+    reads (codes, MX factors and flags, device scale exponents) lies in an array of a recorded step."""
+    from types import SimpleNamespace
+
+    from mxcore.backends import codec
+    from mxcore.backends.cuda import fastpath
+
+    def arr(ptr, nbytes=64):
+        return SimpleNamespace(data=SimpleNamespace(ptr=ptr), nbytes=nbytes)
+
+    rec = codec.Recording()
+    aux = arr(1000, 64)  # info at +0, NaN flags at +16, window flags at +40: views into one zeroed allocation
+    rec.steps += [("zero", aux), ("launch", None, (1,), (arr(100), arr(200), 7), (256,), 0)]
+    spans = rec.spans()
+    mx = SimpleNamespace(factors=arr(200), info=arr(1000), nan=arr(1016), folded=arr(1040))
+    staged = SimpleNamespace(da=SimpleNamespace(buf=arr(100), exp_at=None, mx=mx),
+                             db=SimpleNamespace(buf=arr(100), exp_at=None, mx=None))
+    assert fastpath._covered(fastpath._plan_buffers(staged), spans)
+    staged.db.buf = arr(5000)  # a buffer no recorded step touched
+    assert not fastpath._covered(fastpath._plan_buffers(staged), spans)
+    from mxcore.backends import codec_runtime
+
+    with codec.recording() as r:
+        codec_runtime.taint("a staging copy")
+        codec_runtime.taint("another")
+    assert r.tainted == "a staging copy"
+    codec_runtime.taint("outside a recording: nothing")

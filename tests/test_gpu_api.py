@@ -239,8 +239,8 @@ def test_quantize_once_multiply_many(cupy_device, monkeypatch, fmt):
 @pytest.mark.parametrize("dtype", ["fp8", ("e4m3fn", "e5m2"), "mxfp8", "mxfp6", "mxfp4", ("mxfp8", "mxfp4")], ids=_id)
 def test_repeated_calls_replay_the_same_numerics(cupy_device, kind, dtype):
     """Back-to-back calls with fresh device float inputs of one layout take the backend's cached per-call path
-    (quantization replayed into kept buffers, staging re-run, GEMM into a new output): each result equals the
-    uncached path (quantize to device objects, then matmul) bit for bit, for several inputs in a row, input
+    (quantization replayed into kept buffers, staging replayed or re-run, GEMM into a new output): each result equals
+    the uncached path (quantize to device objects, then matmul) bit for bit, for several inputs in a row, input
     dtypes float16/bfloat16/float32, both output precisions, shapes on both kernel families; outputs of earlier
     calls are not overwritten by later ones."""
     import cupy as cp
@@ -252,8 +252,11 @@ def test_repeated_calls_replay_the_same_numerics(cupy_device, kind, dtype):
         torch = pytest.importorskip("torch")
     be = mxcore.backends.get("cuda")
     rng = np.random.default_rng(5)
+    from mxcore.backends.codec import Replay
+
     for (m, k, n), in_dt, out_dt in (((96, 256, 80), "float32", "float32"), ((256, 512, 384), "float16", "float32"),
-                                     ((128, 320, 256), "bfloat16", "bfloat16")):
+                                     ((128, 320, 256), "bfloat16", "bfloat16"), ((1024, 512, 2304), "float16",
+                                                                                  "float32")):
         if kind == "cupy" and in_dt == "bfloat16":
             continue
         mdt = _dt.resolve(dtype, be.target().arch)
@@ -275,6 +278,8 @@ def test_repeated_calls_replay_the_same_numerics(cupy_device, kind, dtype):
             results.append((got, _host(want)))
         for got, want in results:  # checked after all calls: a later call must not overwrite an earlier output
             np.testing.assert_array_equal(_host(got), want)
+    # the staging replays too (no Python staging per call) wherever it made no copy of its own
+    assert any(isinstance(e, tuple) and len(e) == 3 and isinstance(e[2], Replay) for e in be._fast.values())
 
 
 @gpu

@@ -49,6 +49,23 @@ def _device_addresses(*objs) -> set:
     return out
 
 
+def _plan_buffers(p) -> list:
+    """The device arrays a plan's GEMM reads from its staged operands (codes, MX factors and flags, device scale
+    exponents)."""
+    out = []
+    for d in (p.da, p.db):
+        out += [d.buf, d.exp_at]
+        if d.mx is not None:
+            out += [d.mx.factors, d.mx.info, d.mx.nan, d.mx.folded]
+    return [x for x in out if x is not None]
+
+
+def _covered(arrays, spans) -> bool:
+    """Every array's first byte lies in one of ``spans`` (device address ranges of recorded arrays)."""
+    ptrs = [int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr) for x in arrays]  # torch / CuPy
+    return all(any(lo <= q < hi for lo, hi in spans) for q in ptrs)
+
+
 def _device_views(cp, *xs):
     """CuPy views of device arrays (the addresses a recording read)."""
     return [as_cupy(cp, x) for x in xs]
@@ -59,7 +76,9 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     Once per (device, stream, dtypes, shapes, alignment, dtype, out_dtype, scale_rounding): quantize with
     :func:`~mxcore.backends.codec.recording` on, build the plan over the quantized objects (staging re-run
     by ``prep()``), keep both.  Later calls replay the quantization into the same buffers with the new input
-    addresses, re-stage, and launch the GEMM into a new output: no Python-side quantization objects, no plan.
+    addresses, re-stage (by replaying the staging's recorded launches where :func:`_covered` shows they make every
+    buffer the GEMM reads, else through ``prep()``), and launch the GEMM into a new output: no Python-side
+    quantization objects, no plan.
     The kept buffers are reused in stream order (the key holds the stream)."""
     ka = array_kind(a)
     if ka != array_kind(b) or ka not in ("torch", "cupy") or mdt.kind not in ("fp8", "mx"):
@@ -96,7 +115,8 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             with codec.recording() as rec:
                 qa = quantize_on_device(a, mdt.a, "a", scale_rounding)
                 qb = quantize_on_device(b, mdt.b, "b", scale_rounding, b_order=be.b_code_order)
-            p = be.plan(qa, qb, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage=True)
+            with codec.recording() as rec_stage:  # the plan's staging (its launches and zeroings)
+                p = be.plan(qa, qb, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage=True)
             p.gemm()
             result = p.result()
             entry = False
@@ -106,17 +126,24 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             if (recorded and isinstance(p, CudaPlan) and p.batch is None
                     and p._fold is None and pa != pb):
                 try:
-                    entry = (rec.replay(_device_views(cp, a, b)), p)
+                    entry = (rec.replay(_device_views(cp, a, b)), p, None)
                 except UnsupportedError:  # an operand was copied before quantization: no replay
                     entry = False
+            # the staging replays too when it made no copy of its own and every buffer the GEMM reads was written
+            # (or zeroed) by a recorded step: then later calls stage nothing in Python and keep the plan's buffers
+            if entry and rec_stage.tainted is None and _covered(_plan_buffers(p), rec.spans() + rec_stage.spans()):
+                entry = (entry[0], p, rec_stage.replay(()))
             be._fast[key] = entry
         return result
     if entry is False:
         return None
-    replay, p = entry
+    replay, p, restage = entry
     with cp.cuda.Device(ordinal), p.stream:
         replay((pa, pb))
-        da, db = p._prep()  # staged again from the kept quantized buffers (copies go to new buffers)
+        if restage is None:
+            da, db = p._prep()  # staged again from the kept quantized buffers (copies go to new buffers)
+        else:
+            restage()  # the staging's recorded launches, into the plan's own buffers
         if ka == "torch":
             import torch
 
@@ -124,7 +151,10 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             view = as_cupy(cp, out)
         else:
             out = view = cp.empty(p.out.shape, dtype=p.out.dtype)
-        p.rebind(da, db, view)  # every staged part as prep() made it again (codes, MX factors, scales)
+        if restage is None:
+            p.rebind(da, db, view)  # every staged part as prep() made it again (codes, MX factors, scales)
+        else:
+            p.rebind(out=view)
         p._gemm() if type(p) is CudaPlan else p.gemm()
     return out
 

@@ -36,6 +36,7 @@ import numpy as np
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
+from ..codec_runtime import launch, taint, zeros
 from .device import as_cupy
 
 __all__ = ["DevOperand", "MXFactors", "Stager"]
@@ -181,7 +182,7 @@ class Stager:
         if 0 in grid:  # nothing to copy (empty batch, M, N or K): a grid dimension of 0 is not launchable
             return out, ld
         row_fast = int(s_r == 1 and s_c != 1)
-        self._prep("mx_prep_float")(grid, (32, 8), (
+        launch(self._prep("mx_prep_float"), grid, (32, 8), (
             arr, np.int32(_SRC_KIND[kind]), np.int32(rows), np.int32(cols), np.int64(s_r), np.int64(s_c),
             np.int32(row_fast), out, np.int32(_DST_KIND[dst]), np.int64(ld), np.int64(col_off), np.int64(s_b),
             np.int64(rows * ld)))
@@ -207,7 +208,7 @@ class Stager:
         # fp32: 3xTF32 as one tf32 GEMM over K' = 3 Kp: A' = [big | big' | small], B' = [big ; small ; big'] where
         # big' is big with inf/NaN replaced by 0 (IEEE inf and NaN: gemm_prep.cu encode_dst)
         kp = _round_up(cols, 4)
-        out = self.cp.zeros((nb, rows, 3 * kp), dtype=self.cp.uint32)
+        out = zeros(self.cp, (nb, rows, 3 * kp), self.cp.uint32)
         parts = ("tf32", "tf32_finite", "tf32_small") if role == "a" else ("tf32", "tf32_small", "tf32_finite")
         for i, dst in enumerate(parts):
             self._prep_float(arr, kind, role, dst, out=out, col_off=i * kp, ld=3 * kp)
@@ -287,13 +288,13 @@ class Stager:
 
         cp = self.cp
         spec = formats.get(element)
-        codes_d = cp.ascontiguousarray(codes)
+        codes_d = _contiguous(cp, codes)
         _, rows, cols, _, s_r, s_c = _logical(codes_d, role)
         esize = {"f16": 2, "bf16": 2, "byte": 1}[dst]
         ld = _round_up(cols, 16 // esize)
         out = cp.empty((rows, ld), dtype=cp.uint16 if esize == 2 else cp.uint8)
         if scales is not None:
-            sc = cp.ascontiguousarray(scales)
+            sc = _contiguous(cp, scales)
             ss0, ss1 = sc.strides  # itemsize 1
             ss_r, ss_c = (ss0, ss1) if role == "a" else (ss1, ss0)
         else:
@@ -301,7 +302,7 @@ class Stager:
         grid = (-(-cols // 32), -(-rows // 32))
         if 0 in grid:
             return out, ld
-        self._prep("mx_prep_codes")(grid, (32, 8), (
+        launch(self._prep("mx_prep_codes"), grid, (32, 8), (
             codes_d, np.int32(rows), np.int32(cols), np.int64(s_r), np.int64(s_c), np.int32(int(s_r == 1 and s_c != 1)),
             sc, np.int64(ss_r), np.int64(ss_c), np.int32(exp_bias[0]), _ptr(exp_bias[1]), np.int32(spec.ebits), np.int32(spec.mbits),
             np.int32(spec.bias), np.int32(_SPECIAL.get(spec.specials, 0)), out, np.int32(_DST_KIND[dst]),
@@ -322,7 +323,7 @@ class Stager:
             if src.size and src.flags.c_contiguous and src.shape[0] % 64 == 0 and src.shape[1] % 64 == 0:
                 rows, cols = src.shape
                 out = cp.empty((cols, rows), dtype=cp.uint8)
-                self._prep("mx_transpose_bytes")((cols // 64, rows // 64), (256,), (
+                launch(self._prep("mx_transpose_bytes"), (cols // 64, rows // 64), (256,), (
                     src, np.int32(rows), np.int32(cols), np.int64(cols), out, np.int64(rows)))
                 return out, rows
         return self._prep_codes(codes, role, element, "byte")
@@ -346,7 +347,7 @@ class Stager:
             rows_pad = ld = _round_up(max(rows, 1), 16)
             out = cp.empty((blocks_pad, ld), dtype=cp.int32)
         # info (int32 x 4), the NaN flags and the per-window fold flags: one zeroed allocation
-        aux = cp.zeros(16 + max(rows, 1) + blocks_pad // 4, dtype=cp.uint8)
+        aux = zeros(cp, 16 + max(rows, 1) + blocks_pad // 4, cp.uint8)
         fac = MXFactors(out, ld, blocks_pad, aux[:16].view(cp.int32), aux[16:16 + max(rows, 1)])
         fac.folded = aux[16 + max(rows, 1):] if fold else None
         args = (scales, np.int64(ss_r), np.int64(ss_j), codes, np.int64(cs_r), np.int64(cs_k), np.int32(rows),
@@ -365,8 +366,8 @@ class Stager:
         args, total, fac = self._factor_args(codes, scales, role, k)
         if total:
             grid = (max(1, min(-(-total // 256), 4 * self.sms)),)
-            self._factor_kernel("mx_sm90_block_factors")(grid, (256,), args + (fac.factors, np.int64(fac.ld),
-                                                                               fac.nan, fac.info))
+            launch(self._factor_kernel("mx_sm90_block_factors"), grid, (256,), args + (
+                fac.factors, np.int64(fac.ld), fac.nan, fac.info))
         return fac
 
     def mx_fold(self, codes, scales, role: str, k: int, element: str):
@@ -387,11 +388,11 @@ class Stager:
         windows = total // 4
         if windows:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
-            self._factor_kernel("mx_sm90_fold_rows")((max(1, min(-(-rows // 8), 8 * self.sms)),), (256,), (
+            launch(self._factor_kernel("mx_sm90_fold_rows"), (max(1, min(-(-rows // 8), 8 * self.sms)),), (256,), (
                 args[0], args[1], args[2], args[6], args[7], np.int32(lo), np.int32(hi), row_e, fac.folded,
                 np.int32(fac.blocks_pad // 4)))
             grid = (max(1, min(-(-windows // 256), 4 * self.sms)),)
-            self._factor_kernel("mx_sm90_fold")(grid, (256,), args + (
+            launch(self._factor_kernel("mx_sm90_fold"), grid, (256,), args + (
                 np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), row_e,
                 elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info))
         return elems, ldk, fac
@@ -422,22 +423,29 @@ class Stager:
         """Decode codes elementwise in their own layout (A stays K-major, B stays N-major: the 16-bit kernel
         reads both); None when the contiguous dimension is not a multiple of 8 (the transposing path pads)."""
         cp = self.cp
-        codes_d = cp.ascontiguousarray(codes)
+        codes_d = _contiguous(cp, codes)
         rows_, cols_ = codes_d.shape
         if cols_ % 8 or codes_d.data.ptr % 8 or not codes_d.size:
             return None
         out = cp.empty((rows_, cols_), dtype=cp.uint16)
         table = self._code_table(element, dst, scales is not None)
         if scales is not None:
-            sc = cp.ascontiguousarray(scales)
+            sc = _contiguous(cp, scales)
             bi, bj, s_i, s_j = (1, 32, sc.shape[1], 1) if role == "a" else (32, 1, sc.shape[1], 1)
         else:
             sc, bi, bj, s_i, s_j = 0, 1, 1, 0, 0
         grid = (max(1, min(-(-(rows_ * cols_ // 8) // 256), 16 * self.sms)),)
-        self._prep("mx_decode_codes")(grid, (256,), (
+        launch(self._prep("mx_decode_codes"), grid, (256,), (
             codes_d, np.int32(rows_), np.int32(cols_), table, sc, np.int32(bi), np.int32(bj), np.int64(s_i),
             np.int64(s_j), np.int32(exp_bias[0]), _ptr(exp_bias[1]), np.int32(_DST_KIND[dst]), out))
         return DevOperand(out, cols_, role == "a", dst, exp, cols)
+
+
+def _contiguous(cp, x):
+    """``cp.ascontiguousarray``; a copy taints a recording (the fast path then stages every call)."""
+    if not x.flags.c_contiguous:
+        taint("a staging copy")
+    return cp.ascontiguousarray(x)
 
 
 @functools.lru_cache(maxsize=None)
