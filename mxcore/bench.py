@@ -3,6 +3,11 @@
     python -m mxcore bench [--backend cuda] [--dtype fp16,bf16,tf32,fp8,mxfp8,mxfp4] [--sizes 2048,4096,8192]
                            [--shapes llm] [--repeats 20] [--json FILE]
 
+A dtype ``A:B`` is an (A, B) pair, e.g. ``bf16:mxfp4`` (weight-only: 16-bit activations x an MX weight, quantized
+once before timing).  Those rows also give the kernel's memory bandwidth, counting the bytes one product must read
+(the weight's packed codes, 4 bits per mxfp4 element, plus its E8M0 scales and the 16-bit activations), against
+a device-to-device copy timed in the same run (read + write), and the path the backend took (``path``).
+
 For each case: operands are staged once (host quantization for fp8/MX, device preparation kernels); then
 the GEMM kernel alone and, separately, the device-side preparation (rounding / decoding / transposition)
 are timed with the backend's device events: warm-up, then the median of ``--repeats`` timed launches,
@@ -91,11 +96,17 @@ def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, 
     ceilings: dict = {}
     cases = [(d, s, t) for d in dtypes for s in shapes for t in (be.tiles(d) if tuple(tiles) == ("all",) else tiles)]
     t_start = time.time()
+    copy_gbs = copy_bandwidth(measure) if any(":" in d for d in dtypes) else None
+    if copy_gbs:
+        progress(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)", flush=True)
     for idx, (dtype, (m, n, k), tile) in enumerate(cases, 1):
         progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)",
                  flush=True)
-        rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(dtype, be.target().arch), repeats, sets,
+        pair = tuple(dtype.split(":")) if ":" in dtype else dtype
+        rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(pair, be.target().arch), repeats, sets,
                           b_colmajor, baseline, ceilings, loop_ceilings, tile))
+        if copy_gbs and "gbs" in rows[-1]:
+            rows[-1].update(copy_gbs=copy_gbs, of_copy=rows[-1]["gbs"] / copy_gbs)
         progress("    " + _fmt(rows[-1]), flush=True)
     return rows
 
@@ -103,7 +114,12 @@ def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, 
 def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, baseline, ceilings,
           loop_ceilings=False, tile=None) -> dict:
     opts = {} if tile is None else {"tile": tile}
-    a, b = be.bench_operands(*_host_inputs(rng, m, n, k, b_colmajor), dtype)
+    wonly = mdt.kind == _dt_wonly()
+    if wonly:  # weight-only: activations in their 16-bit dtype, the weight quantized once (not timed)
+        x, w = _host_inputs(rng, m, n, k, b_colmajor)
+        a, b = be.bench_operands(x, w, mdt.a.name)[0], _weight(be, w, mdt.b.name)
+    else:
+        a, b = be.bench_operands(*_host_inputs(rng, m, n, k, b_colmajor), dtype)
     plans = []
     try:
         plans.append(be.plan(a, b, mdt, **opts))
@@ -125,7 +141,13 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
            "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
            "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
     row.update({f"loop_{name}_tflops": flops / t / 1e12 for name, t in loops.items()})
-    base = be.vendor_baseline(dtype, m, n, k) if baseline else None
+    if wonly:
+        from . import formats
+
+        wbytes = n * k * formats.get(mdt.b.element).bits / 8 + n * -(-k // 32)  # packed codes + E8M0 scales
+        row.update(path="registers" if "registers" in variant else "staged", weight_bytes=wbytes,
+                   gbs=(wbytes + 2 * m * k) / t_gemm / 1e9)
+    base = be.vendor_baseline(mdt.a.name if wonly else dtype, m, n, k) if baseline else None
     if base is not None:
         label, fn = base
         t_base = time_callable(measure, fn, repeats)
@@ -138,6 +160,35 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
         row.update(ceiling_instruction=mnem, ceiling_tflops=ceil_tf,
                    fraction_of_ceiling=row["mxcore_tflops"] / ceil_tf)
     return row
+
+
+def _dt_wonly() -> str:
+    from .dtypes import WONLY_KIND
+
+    return WONLY_KIND
+
+
+def _weight(be, w, fmt: str):
+    """A host float weight as a device MXTensor (blocks along K), quantized once where the backend's operands live."""
+    from . import mx
+
+    dev = be.bench_operands(w, w[:1], "fp32")[0]
+    return mx.quantize_mx(dev, fmt, axis=0)
+
+
+def copy_bandwidth(measure, nbytes: int = 1 << 28, repeats: int = 20) -> float | None:
+    """GB/s of a device-to-device copy of ``nbytes`` (read + write counted), on torch's current CUDA/ROCm device;
+    None without torch or a GPU."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+    except ImportError:
+        return None
+    x = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * nbytes / time_callable(measure, lambda: y.copy_(x), repeats) / 1e9
 
 
 def _rotating(plans, call):
@@ -175,6 +226,9 @@ def _fmt(r: dict) -> str:
         s += f" | {r['baseline']}: {r['baseline_tflops']:7.1f} | ratio {r['ratio']:.2f}"
     if "ceiling_tflops" in r:
         s += f" | ceiling {r['ceiling_tflops']:.0f} ({100 * r['fraction_of_ceiling']:.0f}%)"
+    if "gbs" in r:
+        s += f" | {r['gbs']:.0f} GB/s" + (f" ({100 * r['of_copy']:.0f}% of copy)" if "of_copy" in r else "")
+        s += f" | path {r['path']}"
     loops = _loop_names([r])
     if loops:
         s += " | loop " + ", ".join(f"{x} {r[f'loop_{x}_tflops']:.0f}" for x in loops)
@@ -193,6 +247,12 @@ def _table(rows) -> str:
                      f"{100 * r.get('fraction_of_ceiling', float('nan')):5.0f}%"
                      + "".join(f" {r.get(f'loop_{x}_tflops', float('nan')):6.0f}" for x in loops)
                      + f"  {r['tile']}")
+    wo = [r for r in rows if "gbs" in r]
+    if wo:
+        lines += ["", f"{'weight-only':<12} {'M x N x K':<18} {'path':>9} {'GB/s':>7} {'of copy':>8} {'vs vendor':>9}"]
+        for r in wo:
+            lines.append(f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<8} {r['path']:>9} {r['gbs']:7.0f} "
+                         f"{100 * r.get('of_copy', float('nan')):7.0f}% {r.get('ratio', float('nan')):9.2f}")
     return "\n".join(lines)
 
 
