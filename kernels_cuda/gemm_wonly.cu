@@ -20,7 +20,8 @@
 // 2^(target bias - element bias); exact for every e2m1 / e2m3 / e3m2 / e4m3 / e5m2 value (all lie in f16's and
 // bf16's range); e4m3's NaN code and e5m2's inf/NaN codes are set explicitly.  Block scales are applied in fp32:
 // every 32-K block's two mma run into a zeroed accumulator t, then acc = fma(t, 2^(scale - 127), acc) (exact
-// factor: code 0 is the subnormal 2^-127, 0xFF NaN).  No flush to zero anywhere (compiled without -ftz).
+// factor: code 0 is the subnormal 2^-127, 0xFF NaN).  CuPy compiles with -ftz=true, so every fp32 operation that
+// may meet a subnormal is explicit PTX without .ftz (wo_fma, wo_add): subnormals are kept, as the reference keeps them.
 //
 // Split K: block z takes chunks [z * per, min(nchunks, (z + 1) * per)); with gridDim.z > 1 every block writes its
 // fp32 partial tile to ws[z], and the last block of a tile to arrive (a counter per tile, reset afterwards) sums
@@ -28,7 +29,7 @@
 //
 // -D: WO_EBITS WO_MBITS WO_SPECIAL (0 none, 1 e4m3fn NaN, 2 e5m2 inf/NaN) WO_PACK4 (4-bit codes) WO_BF16 (activation
 // type bf16, else f16) WO_MUL (the 16-bit x2 bits of 2^(target bias - element bias)) WO_MT (m8 tiles per block)
-// WO_R (n16 tiles per warp) WO_WARPS WO_STAGES WO_MMA (the mma mnemonic, from the layout record) and the
+// WO_R (n16 tiles per warp; WO_R * WO_WARPS = 8, the packed tile group) WO_WARPS WO_STAGES WO_MMA (the mma mnemonic, from the layout record) and the
 // fragment formulas WO_A_ROW WO_A_K WO_B_K WO_B_N WO_C_ROW WO_C_COL.
 
 #include "mx_common.cuh"
@@ -98,6 +99,17 @@ __device__ __forceinline__ u32 wo_reg(const uint4& q, int s) {
 __device__ __forceinline__ float wo_factor(u32 code) {
     const u32 bits = code ? (code << 23) : 0x00400000u;
     return __uint_as_float(code == 255u ? 0x7fc00000u : bits);
+}
+
+__device__ __forceinline__ float wo_fma(float a, float b, float c) {  // IEEE fma, subnormals kept
+    float d;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+    return d;
+}
+__device__ __forceinline__ float wo_add(float a, float b) {
+    float d;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
 }
 
 __device__ __forceinline__ void wo_mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -229,7 +241,7 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
 #pragma unroll
                 for (int mt = 0; mt < WO_MT; ++mt)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) acc[r][mt][i] = fmaf(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[r][mt][i]);
+                    for (int i = 0; i < 4; ++i) acc[r][mt][i] = wo_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[r][mt][i]);
             }
         }
     }
@@ -248,8 +260,8 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
                 }
         return;
     }
-    const int ldw = gridDim.x * WO_NT * 16, mrows = gridDim.y * WO_MT * 8;  // partial tiles: [z][mrows][ldw]
-    float* part = ws + (i64)blockIdx.z * mrows * ldw;
+    const int ldw = gridDim.x * WO_NT * 16;  // partial products: [z][M][ldw] (rows past M are not stored)
+    float* part = ws + (i64)blockIdx.z * M * ldw;
 #pragma unroll
     for (int r = 0; r < WO_R; ++r)
 #pragma unroll
@@ -257,7 +269,7 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int n = (nt0 + warp * WO_R + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
-                part[(i64)m * ldw + n] = acc[r][mt][i];
+                if (m < M) part[(i64)m * ldw + n] = acc[r][mt][i];
             }
     __threadfence();
     __syncthreads();
@@ -273,7 +285,7 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
         if (m >= M || n >= N) continue;
         const float* p = ws + (i64)m * ldw + n;
         float v = __ldcg(p);
-        for (int z = 1; z < (int)gridDim.z; ++z) v += __ldcg(p + (i64)z * mrows * ldw);
+        for (int z = 1; z < (int)gridDim.z; ++z) v = wo_add(v, __ldcg(p + (i64)z * M * ldw));
         wo_store(C, (i64)m * ldc + n, v, out_kind);
     }
     if (tid == 0) *counter = 0u;  // ready for the next launch

@@ -46,7 +46,10 @@ WONLY_PATHS = ("registers", "staged")
 #: bf16 activations with M up to this run on the registers path by default, larger M on the staged path
 REGISTERS_MAX_M = 64
 MT_CHOICES = (1, 2, 4, 8)  # m8 tiles per block (WO_MT)
-R, WARPS, STAGES = 2, 4, 4  # n16 tiles per warp, warps per block, cp.async ring depth
+GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
+_TUNE = dict(x.split("=") for x in __import__("os").environ.get("MXCORE_WONLY_TUNE", "").split(",") if x)
+WARPS, STAGES, CTAS_PER_SM = int(_TUNE.get("warps", 4)), int(_TUNE.get("stages", 4)), int(_TUNE.get("ctas", 4))
+R = GROUP // WARPS  # n16 tiles per warp
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
 # tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
@@ -96,11 +99,11 @@ class WonlyVariant:
 
     @property
     def smem_bytes(self) -> int:
-        return STAGES * (WARPS * R * self.record_bytes + self.mt * 8 * (self.kc * 2 + 16))
+        return STAGES * (GROUP * self.record_bytes + self.mt * 8 * (self.kc * 2 + 16))
 
     @property
     def name(self) -> str:
-        return f"wonly_{self.act}_{self.element}_m{self.mt * 8}"
+        return f"wonly_{self.act}_{self.element}_m{self.mt * 8}" + (f"_w{WARPS}s{STAGES}" if _TUNE else "")
 
     def options(self) -> tuple:
         from mxcore import layouts
@@ -145,7 +148,7 @@ def _record_geometry(element: str, k: int, n: int) -> tuple[int, int, int]:
     from mxcore import formats
 
     kc = 64 if formats.get(element).bits == 4 else 32
-    return -(-k // kc), -(-n // (16 * WARPS * R)), 512 + 16 * (kc // 32)
+    return -(-k // kc), -(-n // (16 * GROUP)), 512 + 16 * (kc // 32)
 
 
 def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOperand:
@@ -155,8 +158,8 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
 
     cp = stager.cp
     nchunks, groups, rec = _record_geometry(element, k, n)
-    out = cp.empty(max(1, groups * WARPS * R * nchunks * rec), dtype=cp.uint8)
-    total = groups * WARPS * R * nchunks * 32
+    out = cp.empty(max(1, groups * GROUP * nchunks * rec), dtype=cp.uint8)
+    total = groups * GROUP * nchunks * 32
     if total:
         kern = stager.kernels.get(cp, stager.ordinal, ("wonly", "pack"), PACK_FILE, "mx_wonly_pack",
                                   ("-std=c++17", *formula_options()))
@@ -165,7 +168,7 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         grid = (max(1, min(-(-total // 256), 16 * stager.sms)),)
         kern(grid, (256,), (codes, np.int64(c0), np.int64(c1), scales, np.int64(s0), np.int64(s1), np.int32(k),
                             np.int32(n), np.int32(int(formats.get(element).bits == 4)), np.int32(nchunks),
-                            np.int32(WARPS * R), np.int64(total), out))
+                            np.int32(GROUP), np.int64(total), out))
     return DevOperand(out, n, True, element, 0, k)
 
 
@@ -173,7 +176,7 @@ def packed_bytes(element: str, k: int, n: int) -> int:
     """Bytes of the packed records of a (K, N) weight: what one launch reads of the weight (codes + scales, N
     padded to whole tile groups of 128)."""
     nchunks, groups, rec = _record_geometry(element, k, n)
-    return groups * WARPS * R * nchunks * rec
+    return groups * GROUP * nchunks * rec
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -194,8 +197,8 @@ def _activations(stager, a, od) -> DevOperand:
 
 
 def _splits(sms: int, base: int, nchunks: int, force: int = 0) -> tuple[int, int]:
-    """(splits, chunks per split): enough blocks for ~4 per SM when the tiles alone cannot give them."""
-    want = force or (1 if base >= 2 * sms else min(-(-4 * sms // max(base, 1)), 32, max(1, nchunks // 2)))
+    """(splits, chunks per split): enough blocks for CTAS_PER_SM per SM when the tiles alone cannot give them."""
+    want = force or (1 if base >= 2 * sms else min(-(-CTAS_PER_SM * sms // max(base, 1)), 64, max(1, nchunks // 4)))
     per = -(-nchunks // max(1, want))
     return -(-nchunks // per), per
 
@@ -217,7 +220,7 @@ class WonlyPlan(Plan):
         v = self.variant_
         nt = -(-n // 16)
         self._nchunks = -(-da.k // v.kc)
-        self._grid_xy = (-(-nt // (WARPS * R)), -(-m // (8 * mt)))
+        self._grid_xy = (-(-nt // (GROUP)), -(-m // (8 * mt)))
         self._splits, self._per = _splits(dev.sms, self._grid_xy[0] * self._grid_xy[1], self._nchunks, split)
         self.variant = f"{v.name} split {self._splits} (registers: packed weight decoded in registers, mma.sync)"
         with cp.cuda.Device(dev.ordinal):
@@ -229,7 +232,7 @@ class WonlyPlan(Plan):
         cp = self.cp
         gx, gy = self._grid_xy
         if self._splits > 1:
-            self._ws = cp.empty(self._splits * gy * 8 * self.variant_.mt * gx * WARPS * R * 16, dtype=cp.float32)
+            self._ws = cp.empty(self._splits * self.m * gx * GROUP * 16, dtype=cp.float32)
             self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
         else:
             self._ws = self._counters = None
