@@ -18,6 +18,9 @@ fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales appli
 MX             mxfp8/mxfp6/mxfp4 and mixed pairs: each element decoded with its block scale folded in,
                value·2^(scale - smax), to bf16 (exact while a tensor's block scales span ≤ ~117-133 binades;
                blocks further below the largest are rounded once), bf16 mma, epilogue times 2^(smax - 127).
+weight-only   fp16/bf16 activations x an MX weight (``("bf16", "mxfp4")``): wonly.py — the packed weight decoded
+               in registers by ``gemm_wonly.cu`` (small M, and fp16 at any M), or decoded once to bf16 and run
+               through the bf16 GEMM (``wonly_path="staged"``, bf16 with M > 64).
 =============  ===============================================================================================
 
 Accuracy (tested): |out - ref| ≤ (K + 2)·2^-23·(|A|@|B|) (+ the output rounding); on exactly representable

@@ -39,7 +39,8 @@ def compile_jobs(arch: str) -> list[dict]:
 
     for w in all_wonly_variants():  # the weight-only kernel (wonly.py): every element x activation x M tile
         jobs.append({"file": WONLY_FILE, "kernel": "mx_wonly_gemm", "stem": w.name, "family": "wonly",
-                     "dtype": f"{w.act} x mx {w.element} (weight-only, registers)", "options": list(w.options()),
+                     "dtype": f"{w.act} x mx {w.element} (weight-only, registers)",
+                     "options": [*w.options(), "-ftz=true"],  # CuPy compiles with it: the SASS checks see the same
                      "smem": w.smem_bytes, "threads": 128, "mma": "HMMA", "cp_async": True})
     jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",
                  "dtype": "weight-only packing", "options": ["-std=c++17", *formula_options()], "smem": 0,

@@ -33,7 +33,7 @@ import numpy as np
 from mxcore.errors import UnsupportedError
 
 from .._contract import Plan
-from .plan import OUT_KIND
+from .plan import OUT_KIND, RawLaunch
 from .stage import DevOperand
 from .variants import _macro, sm_of
 
@@ -229,6 +229,8 @@ class WonlyPlan(Plan):
             self._alloc()
 
     def _alloc(self) -> None:
+        """Split-K workspace and tile counters, and the launch packed once (``RawLaunch``: cuLaunchKernel with a
+        prepared parameter block, a few microseconds of host time per call)."""
         cp = self.cp
         gx, gy = self._grid_xy
         if self._splits > 1:
@@ -236,29 +238,34 @@ class WonlyPlan(Plan):
             self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
         else:
             self._ws = self._counters = None
+        self._launch = None
+        out, a, b = self.out, self.da, self.db
+        if out is None or out.size == 0 or a.k == 0:
+            return
+        v = self.variant_
+        self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (32 * WARPS,), v.smem_bytes, (
+            b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
+            np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
+            np.int32(self._per)))
 
     def gemm(self) -> None:
-        with self.cp.cuda.Device(self.dev.ordinal), self.stream:
+        with self.cp.cuda.Device(self.dev.ordinal):
             self._gemm()
 
     def _gemm(self) -> None:
-        out, a, b = self.out, self.da, self.db
-        if out.size == 0:
+        if self._launch is None:
+            if self.out.size and self.da.k == 0:  # the empty sum
+                with self.stream:
+                    self.out.fill(0)
             return
-        if a.k == 0:
-            out.fill(0)
-            return
-        v, null = self.variant_, np.uint64(0)
-        ldc = out.shape[-1]
-        self._kernel(self._grid_xy + (self._splits,), (32 * WARPS,), (
-            b.buf, a.buf, out, null if self._ws is None else self._ws, null if self._counters is None else self._counters,
-            np.int32(self.m), np.int32(self.n), np.int32(a.k), np.int64(a.ld), np.int64(ldc),
-            np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks), np.int32(self._per)),
-            shared_mem=v.smem_bytes)
+        self._launch(self.cp.cuda.driver, self.stream.ptr, ())
 
     def prep(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
-            self.da, self.db = self._prep()
+            da, db = self._prep()
+            if (da.buf.data.ptr, db.buf.data.ptr) != (self.da.buf.data.ptr, self.db.buf.data.ptr):  # new buffers
+                self.da, self.db = da, db
+                self._alloc()
 
     def result(self):
         out = self.out if self._fold is None else self.out.reshape(self._fold)
@@ -274,7 +281,7 @@ class WonlyPlan(Plan):
         return other
 
     def close(self) -> None:
-        self.da = self.db = self.out = self._ws = self._counters = None
+        self.da = self.db = self.out = self._ws = self._counters = self._launch = None
         self._prep = self._like = None
 
 
