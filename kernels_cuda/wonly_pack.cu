@@ -25,7 +25,7 @@ extern "C" __global__ void mx_wonly_pack(const u8* __restrict__ codes, i64 cs_k,
                 const int n = tile * 16 + WO_A_ROW(lane, j);
 #pragma unroll
                 for (int p = 0; p < 2; ++p) {
-                    const int k = chunk * kc + s * 16 + WO_A_K(lane, j, p);
+                    const int k = chunk * kc + WO_KPHYS(s >> 1, s & 1, WO_A_K(lane, j, p));
                     const u32 code = (n < N && k < K) ? codes[(i64)k * cs_k + (i64)n * cs_n] : 0u;
                     if (pack4)
                         w[s] |= (code & 15u) << (4 * j + 16 * p);

@@ -35,7 +35,7 @@ from mxcore.errors import UnsupportedError
 from .._contract import Plan
 from .plan import OUT_KIND, RawLaunch
 from .stage import DevOperand
-from .variants import _macro, sm_of
+from .variants import sm_of
 
 __all__ = ["PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONLY_PATHS", "WonlyPlan", "WonlyVariant",
            "all_wonly_variants", "pack_weight", "packed_bytes", "registers_prep", "staged_prep",
@@ -60,14 +60,35 @@ WONLY_FORMULAS = {
     "WO_B_N": ("lane", "lane >> 2"),
     "WO_C_ROW": ("lane,i", "(lane >> 2) + ((i >> 1) << 3)"),
     "WO_C_COL": ("lane,i", "((lane & 3) << 1) + (i & 1)"),
+    # the packed K order: k (0..15) of k16 step s of 32-K block b -> K offset in the chunk.  Lane t's B registers
+    # (k = 2t, 2t+1, 2t+8, 2t+9 of both steps of a block) become the 8 consecutive K at 32b + 8t: one 16-byte
+    # load of the activations per block (a permutation inside each 32-K block: the block scales are unchanged)
+    "WO_KPHYS": ("b,s,k", "(b << 5) + (((k & 7) >> 1) << 3) + (s << 2) + ((k >> 3) << 1) + (k & 1)"),
 }
 _RECORD = {"f16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
            "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"}
 _SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
 
 
+def eval_wonly(key: str, **names):
+    """Evaluate one of WONLY_FORMULAS in Python (ints or numpy arrays), as the C preprocessor expands it."""
+    import re
+
+    params, expr = WONLY_FORMULAS[key]
+    if set(names) != set(params.split(",")) or not re.fullmatch(r"[\sa-z0-9&>|<+()]*", expr):
+        raise ValueError(f"{key}({params}) evaluated with {sorted(names)}")
+    return eval(expr, {"__builtins__": {}}, names)
+
+
 def formula_options() -> list[str]:
-    return [_macro(name, params, expr) for name, (params, expr) in WONLY_FORMULAS.items()]
+    """The formulas as -D function-like macros (every parameter parenthesised)."""
+    import re
+
+    out = []
+    for name, (params, expr) in WONLY_FORMULAS.items():
+        body = re.sub(r"\b(" + "|".join(params.split(",")) + r")\b", r"(\1)", expr)
+        out.append(f"-D{name}({params})=({body})")
+    return out
 
 
 @dataclass(frozen=True)
@@ -98,8 +119,13 @@ class WonlyVariant:
         return 512 + 16 * (self.kc // 32)
 
     @property
+    def stages(self) -> int:
+        """Chunks of weight fragments in flight per warp (registers: fewer where the accumulators are many)."""
+        return STAGES if self.mt <= 2 else max(1, STAGES // (self.mt // 2))
+
+    @property
     def smem_bytes(self) -> int:
-        return STAGES * (GROUP * self.record_bytes + self.mt * 8 * (self.kc * 2 + 16))
+        return 0  # weights stream through registers, activations through L1
 
     @property
     def name(self) -> str:
@@ -117,7 +143,7 @@ class WonlyVariant:
         return ("-std=c++17", f"-DWO_EBITS={sp.ebits}", f"-DWO_MBITS={sp.mbits}",
                 f"-DWO_SPECIAL={_SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0}", f"-DWO_PACK4={int(self.pack4)}",
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
-                f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={STAGES}",
+                f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
 
