@@ -33,13 +33,17 @@
 // fragment formulas WO_A_ROW WO_A_K WO_B_K WO_B_N WO_C_ROW WO_C_COL.
 
 #include "mx_common.cuh"
+#include "cp_async.cuh"
 
 #define WO_KC (WO_PACK4 ? 64 : 32)    // K per chunk (16 bytes of codes per lane)
 #define WO_STEPS (WO_KC / 16)         // mma k16 steps per chunk
 #define WO_BPC (WO_KC / 32)           // MX blocks per chunk
 #define WO_REC (512 + 16 * WO_BPC)    // record bytes: fragments + scales
+#define WO_UNITS (WO_REC / 16)        // 16-byte copies per record
+#define WO_XS (WO_KC == 64 ? 192 : 64)  // activation row pitch in shared memory (bytes): 16-byte reads conflict-free
 #define WO_THREADS (32 * WO_WARPS)
 #define WO_NT (WO_WARPS * WO_R)       // n16 tiles per block
+#define WO_STAGE_BYTES (WO_NT * WO_REC + WO_MT * 8 * WO_XS)
 
 __device__ __forceinline__ u32 wo_mul2(u32 x, u32 y) {
 #if WO_BF16
@@ -91,10 +95,17 @@ __device__ __forceinline__ u32 wo_reg(const uint4& q, int s) {
 #endif
 }
 
-// 2^(code - 127) in fp32, exact: code 0 is the subnormal 2^-127, 0xff is NaN
-__device__ __forceinline__ float wo_factor(u32 code) {
-    const u32 bits = code ? (code << 23) : 0x00400000u;
-    return __uint_as_float(code == 255u ? 0x7fc00000u : bits);
+// 2^(code - 127) in fp32 for the scale byte at bit sh of `sc`, exact: code 0 is the subnormal 2^-127, 0xff is NaN.
+// `special` (warp-uniform): some scale byte of the chunk is 0x00 or 0xff; else the code is the exponent field as is.
+__device__ __forceinline__ float wo_factor(u32 sc, int sh, bool special) {  // sh: a constant after unrolling
+    const u32 bits = (sh <= 23 ? sc << (23 - sh) : sc >> (sh - 23)) & 0x7f800000u;
+    if (!special) return __uint_as_float(bits);
+    const u32 code = (sc >> sh) & 0xffu;
+    return __uint_as_float(code == 255u ? 0x7fc00000u : code ? bits : 0x00400000u);
+}
+// whether a word of scale bytes holds a 0x00 or 0xff byte (the zero-byte test of v and of ~v)
+__device__ __forceinline__ bool wo_special(u32 v) {
+    return (((v - 0x01010101u) & ~v) | ((~v - 0x01010101u) & v)) & 0x80808080u;
 }
 
 __device__ __forceinline__ float wo_fma(float a, float b, float c) {  // IEEE fma, subnormals kept
@@ -121,46 +132,49 @@ __device__ __forceinline__ void wo_store(void* C, i64 idx, float v, int out_kind
         reinterpret_cast<u16*>(C)[idx] = out_kind == 1 ? f32_to_f16(v) : f32_to_bf16(v);
 }
 
-// one 16-byte weight fragment load, streamed (not kept in L1: the activations are)
-__device__ __forceinline__ uint4 wo_ld_stream(const u8* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
-
-// the activations of lane (g, t) for one 32-K block: X[m][k0 .. k0 + 8) as 4 registers (zeros past M or K)
-__device__ __forceinline__ uint4 wo_ld_x(const u8* X, i64 lda, int m, int M, int k0, int K) {
-    if (m >= M || k0 >= K) return make_uint4(0u, 0u, 0u, 0u);
-    const u16* row = reinterpret_cast<const u16*>(X) + (i64)m * lda;
-    if (k0 + 8 <= K) return __ldg(reinterpret_cast<const uint4*>(row + k0));
-    u32 w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // the K tail: element by element
-        const u32 lo = k0 + 2 * i < K ? row[k0 + 2 * i] : 0u, hi = k0 + 2 * i + 1 < K ? row[k0 + 2 * i + 1] : 0u;
-        w[i] = lo | (hi << 16);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 extern "C" __global__ void __launch_bounds__(WO_THREADS)
 mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
               u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2;
+    extern __shared__ __align__(16) u8 smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int nt0 = blockIdx.x * WO_NT;  // first n16 tile of the block
     const int m0 = blockIdx.y * (WO_MT * 8);
-    const int c_begin = blockIdx.z * per, nloc = min(nchunks, c_begin + per) - c_begin;
-    // this warp's records: tiles warp*R .. warp*R + R - 1 of the block's group, chunk c at + c * NT * REC
-    const u8* wbase = W + ((i64)blockIdx.x * nchunks + c_begin) * (WO_NT * WO_REC) + warp * WO_R * WO_REC;
+    const int c_begin = blockIdx.z * per, c_end = min(nchunks, c_begin + per);
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
 
-    // weights stream through registers, WO_STAGES chunks ahead; each warp on its own (no shared memory)
-    uint4 wq[WO_STAGES][WO_R];
-    u32 sq[WO_STAGES][WO_R];
-    auto fetch = [&](int d, int c) {
-        const u8* p = wbase + (i64)c * (WO_NT * WO_REC);
+    // this thread's activation copies (row, 16-byte unit): fixed for the whole loop; rows past M are zeroed once
+    constexpr int XU = WO_KC / 8, XUNITS = WO_MT * 8 * XU, XPER = (XUNITS + WO_THREADS - 1) / WO_THREADS;
+    const u8* xsrc[XPER];
+    u32 xdst[XPER];
+    int xk[XPER];
 #pragma unroll
-        for (int r = 0; r < WO_R; ++r) {
-            wq[d][r] = wo_ld_stream(p + r * WO_REC + lane * 16);
-#if WO_BPC == 2
-            sq[d][r] = __ldcs(reinterpret_cast<const u32*>(p + r * WO_REC + 512 + g * 4));
-#else
-            sq[d][r] = __ldcs(reinterpret_cast<const u16*>(p + r * WO_REC + 512 + g * 2));
-#endif
+    for (int i = 0; i < XPER; ++i) {
+        const int q = tid + i * WO_THREADS, row = q / XU, u = q % XU;
+        const bool live = q < XUNITS && m0 + row < M;
+        xsrc[i] = live ? X + ((i64)(m0 + row) * lda + u * 8) * 2 : nullptr;
+        xdst[i] = WO_NT * WO_REC + row * WO_XS + u * 16;
+        xk[i] = u * 8;
+        if (q < XUNITS && !live)
+            for (int st = 0; st < WO_STAGES; ++st)
+                *reinterpret_cast<uint4*>(smem + st * WO_STAGE_BYTES + xdst[i]) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    const u8* wsrc = W + (i64)blockIdx.x * nchunks * (WO_NT * WO_REC);  // this block's tile group
+    constexpr int WUNITS = WO_NT * WO_REC / 16, WPER = (WUNITS + WO_THREADS - 1) / WO_THREADS;
+
+    auto load = [&](int slot, int chunk) {
+        const u32 st = sbase + slot * WO_STAGE_BYTES;
+        const u8* src = wsrc + (i64)chunk * (WO_NT * WO_REC);
+#pragma unroll
+        for (int i = 0; i < WPER; ++i) {
+            const int u = tid + i * WO_THREADS;
+            if (WUNITS % WO_THREADS == 0 || u < WUNITS) cp_async16_full(st + u * 16, src + u * 16);
+        }
+#pragma unroll
+        for (int i = 0; i < XPER; ++i) {
+            if (!xsrc[i]) continue;
+            const int k = chunk * WO_KC + xk[i];
+            const int bytes = min(16, max(0, (K - k) * 2));
+            cp_async16(st + xdst[i], bytes ? xsrc[i] + (i64)chunk * (WO_KC * 2) : X, bytes);
         }
     };
 
@@ -173,57 +187,72 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
             for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.f;
 
 #pragma unroll
-    for (int d = 0; d < WO_STAGES; ++d)
-        if (d < nloc) fetch(d, d);
-    for (int c0 = 0; c0 < nloc; c0 += WO_STAGES) {
+    for (int s = 0; s < WO_STAGES - 1; ++s) {
+        if (c_begin + s < c_end) load(s, c_begin + s);
+        cp_async_commit();
+    }
+    const int g = lane >> 2;
+    for (int c = c_begin; c < c_end; ++c) {
+        cp_async_wait<WO_STAGES - 2>();
+        __syncthreads();
+        const int nxt = c + WO_STAGES - 1;
+        if (nxt < c_end) load((nxt - c_begin) % WO_STAGES, nxt);
+        cp_async_commit();
+
+        const u8* st = smem + ((c - c_begin) % WO_STAGES) * WO_STAGE_BYTES;
+        const u8* xs = st + WO_NT * WO_REC;
+        uint4 q[WO_R];
+        u32 sc[WO_R];
 #pragma unroll
-        for (int d = 0; d < WO_STAGES; ++d) {
-            const int ci = c0 + d;
-            if (ci >= nloc) break;
-            uint4 q[WO_R];
-            u32 sc[WO_R];
+        for (int r = 0; r < WO_R; ++r) {
+            const u8* rec = st + (warp * WO_R + r) * WO_REC;
+            q[r] = *reinterpret_cast<const uint4*>(rec + lane * 16);
+#if WO_BPC == 2
+            sc[r] = *reinterpret_cast<const u32*>(rec + 512 + g * 4);
+#else
+            sc[r] = *reinterpret_cast<const u16*>(rec + 512 + g * 2);
+#endif
+        }
+        u32 any = 0;
 #pragma unroll
-            for (int r = 0; r < WO_R; ++r) q[r] = wq[d][r], sc[r] = sq[d][r];
-            if (ci + WO_STAGES < nloc) fetch(d, ci + WO_STAGES);
-            const int kc0 = (c_begin + ci) * WO_KC;
+        for (int r = 0; r < WO_R; ++r) any |= wo_special(WO_BPC == 2 ? sc[r] : (sc[r] | 0x01010000u));
+        const bool special = __any_sync(0xffffffffu, any != 0);
 #pragma unroll
-            for (int blk = 0; blk < WO_BPC; ++blk) {
-                // X^T fragments of the block: lane (g, t) holds k = 32 blk + 8 t .. + 8 of row g (the packed K
-                // order, WO_KPHYS, makes them contiguous): word 2 s2 + j is register j of k16 step s2
-                uint4 xv[WO_MT];
+        for (int blk = 0; blk < WO_BPC; ++blk) {
+            // X^T fragments of the block: lane (g, t) holds k = 32 blk + 8 t .. + 8 of row g (the packed K order,
+            // WO_KPHYS, makes them contiguous): word 2 s2 + j is register j of k16 step s2
+            uint4 xv[WO_MT];
+#pragma unroll
+            for (int mt = 0; mt < WO_MT; ++mt)
+                xv[mt] = *reinterpret_cast<const uint4*>(xs + (mt * 8 + WO_B_N(lane)) * WO_XS +
+                                                         WO_KPHYS(blk, 0, WO_B_K(lane, 0, 0)) * 2);
+#pragma unroll
+            for (int r = 0; r < WO_R; ++r) {
+                float t[WO_MT][4];
 #pragma unroll
                 for (int mt = 0; mt < WO_MT; ++mt)
-                    xv[mt] = wo_ld_x(X, lda, m0 + mt * 8 + WO_B_N(lane), M, kc0 + WO_KPHYS(blk, 0, WO_B_K(lane, 0, 0)), K);
 #pragma unroll
-                for (int r = 0; r < WO_R; ++r) {
-                    float tq[WO_MT][4];
+                    for (int i = 0; i < 4; ++i) t[mt][i] = 0.f;
 #pragma unroll
-                    for (int mt = 0; mt < WO_MT; ++mt)
+                for (int s2 = 0; s2 < 2; ++s2) {
+                    u32 a[4];
+                    a[0] = wo_reg<0>(q[r], blk * 2 + s2);
+                    a[1] = wo_reg<1>(q[r], blk * 2 + s2);
+                    a[2] = wo_reg<2>(q[r], blk * 2 + s2);
+                    a[3] = wo_reg<3>(q[r], blk * 2 + s2);
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) tq[mt][i] = 0.f;
-#pragma unroll
-                    for (int s2 = 0; s2 < 2; ++s2) {
-                        u32 a[4];
-                        a[0] = wo_reg<0>(q[r], blk * 2 + s2);
-                        a[1] = wo_reg<1>(q[r], blk * 2 + s2);
-                        a[2] = wo_reg<2>(q[r], blk * 2 + s2);
-                        a[3] = wo_reg<3>(q[r], blk * 2 + s2);
-#pragma unroll
-                        for (int mt = 0; mt < WO_MT; ++mt)
-                            wo_mma(tq[mt], a, s2 ? xv[mt].z : xv[mt].x, s2 ? xv[mt].w : xv[mt].y);
-                    }
-                    const float f0 = wo_factor((sc[r] >> (16 * blk)) & 0xffu);      // W^T row g
-                    const float f1 = wo_factor((sc[r] >> (16 * blk + 8)) & 0xffu);  // row g + 8
-#pragma unroll
-                    for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i)
-                            acc[r][mt][i] = wo_fma(tq[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[r][mt][i]);
+                    for (int mt = 0; mt < WO_MT; ++mt) wo_mma(t[mt], a, s2 ? xv[mt].z : xv[mt].x, s2 ? xv[mt].w : xv[mt].y);
                 }
+                const float f0 = wo_factor(sc[r], 16 * blk, special);      // W^T row g
+                const float f1 = wo_factor(sc[r], 16 * blk + 8, special);  // row g + 8
+#pragma unroll
+                for (int mt = 0; mt < WO_MT; ++mt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[r][mt][i] = wo_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[r][mt][i]);
             }
         }
     }
-
+    cp_async_wait<0>();
 
     // epilogue: accumulator (row, col) = (n within the tile, m within the m8 tile)
     if (gridDim.z == 1) {

@@ -120,12 +120,12 @@ class WonlyVariant:
 
     @property
     def stages(self) -> int:
-        """Chunks of weight fragments in flight per warp (registers: fewer where the accumulators are many)."""
-        return STAGES if self.mt <= 2 else max(1, STAGES // (self.mt // 2))
+        """Depth of the cp.async ring (chunks in flight per block)."""
+        return STAGES
 
     @property
     def smem_bytes(self) -> int:
-        return 0  # weights stream through registers, activations through L1
+        return self.stages * (GROUP * self.record_bytes + self.mt * 8 * (192 if self.kc == 64 else 64))
 
     @property
     def name(self) -> str:
