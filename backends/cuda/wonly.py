@@ -3,13 +3,16 @@
 
 ``registers`` (``kernels_cuda/gemm_wonly.cu``, every pair, any M; the default for fp16 and for M <= 64)
     The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``: 4-bit codes two per byte,
-    fp6/fp8 codes one per byte, the block scales beside them) and cached on the MXTensor like any staged operand
-    (``stage.py``, path ``"wonly"``): 0.53 bytes per element for mxfp4 (codes + scales), read once per launch.  The
-    kernel streams the records through a cp.async ring, decodes codes to the activation's 16-bit type in
-    registers (exact), multiplies with ``mma.sync`` m16n8k16 with the weight as the A operand (so M is the mma's N:
-    ceil(M/8) mma per 16 x 16 weight fragment) and applies each 32-K block's scale in fp32 (t = the block's two mma
-    from zero; acc = fma(t, 2^(scale - 127), acc)).  Split K fills the GPU when the tiles cannot; the last block
-    of a tile sums the fp32 partials in split order (deterministic, one launch).
+    fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk contiguous, K
+    permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16 consecutive
+    bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53 bytes per
+    element for mxfp4 (codes + scales), read once per launch.  The kernel streams the records and the activation
+    rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles), decodes codes to the activation's 16-bit type
+    in registers (exact: bit placement and one multiply by a power of two), multiplies with ``mma.sync``
+    m16n8k16 with the weight as the A operand (M is the mma's N: ceil(M/8) mma per 16 x 16 weight fragment) and
+    applies each 32-K block's scale in fp32 (t = the block's two mma from zero; acc = fma(t, 2^(scale - 127),
+    acc), explicit PTX so that CuPy's -ftz=true cannot flush the subnormal 2^-127).  Split K fills the GPU when
+    the tiles cannot; the last block of a tile sums the fp32 partials in split order (deterministic, one launch).
 ``staged`` (bf16 only; the default for bf16 with M > 64)
     The existing MX decode staging: B decoded once to bf16 with its block scale folded in (``stage.py``, cached on
     the MXTensor: 2 bytes per element, 4x the packed mxfp4 weight, besides the MXTensor's own one-byte codes), then
@@ -324,11 +327,10 @@ def quantized_b(backend, stager, b, mdt, scale_rounding: str, path: str, cache: 
     from mxcore.arrays import array_kind, to_numpy
     from mxcore.operands import prepare_one, quantize_on_device
 
-
     kind = array_kind(b)
     on_gpu = kind == "cupy" or (kind == "torch" and b.device.type == "cuda")
-    host = b if kind in ("mx", "numpy") else (quantize_on_device(b, mdt.b, "b", scale_rounding, b_order=backend.b_code_order)
-                                               if on_gpu else to_numpy(b))
+    host = b if kind in ("mx", "numpy") else (
+        quantize_on_device(b, mdt.b, "b", scale_rounding, b_order=backend.b_code_order) if on_gpu else to_numpy(b))
     opb = prepare_one(host, mdt.b, "b", scale_rounding)
     src = host if (cache and array_kind(host) == "mx") else None
     up: dict = {}
