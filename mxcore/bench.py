@@ -85,7 +85,8 @@ def _ceiling(be, dtype: str, cache: dict):
 
 
 def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, seed: int = 0, progress=print,
-        tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None, loop_ceilings: bool = False):
+        tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None, loop_ceilings: bool = False,
+        options=None):
     """Benchmark ``dtypes`` x ``shapes`` x ``tiles`` (None: the backend's choice; ``("all",)``: every tile of
     ``backend.tiles(dtype)``); returns one dict per case.  ``backend``: an already built backend object (tests
     pass a fake one); otherwise ``backend_name`` goes through the registry."""
@@ -114,7 +115,7 @@ def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, 
                  flush=True)
         pair = tuple(dtype.split(":")) if ":" in dtype else dtype
         rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(pair, be.target().arch), repeats, sets,
-                          b_colmajor, baseline, ceilings, loop_ceilings, tile))
+                          b_colmajor, baseline, ceilings, loop_ceilings, tile, options or {}))
         if copy_gbs and "gbs" in rows[-1]:
             rows[-1].update(copy_gbs=copy_gbs, of_copy=rows[-1]["gbs"] / copy_gbs)
         progress("    " + _fmt(rows[-1]), flush=True)
@@ -122,8 +123,10 @@ def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, 
 
 
 def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, baseline, ceilings,
-          loop_ceilings=False, tile=None) -> dict:
+          loop_ceilings=False, tile=None, options=None) -> dict:
     opts = {} if tile is None else {"tile": tile}
+    if mdt.kind == _dt_wonly():
+        opts.update(options or {})  # e.g. wonly_path
     wonly = mdt.kind == _dt_wonly()
     if wonly:  # weight-only: activations in their 16-bit dtype, the weight quantized once (not timed)
         x, w = _host_inputs(rng, m, n, k, b_colmajor)
@@ -288,6 +291,8 @@ def _cli(argv) -> int:
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
     p.add_argument("--end-to-end", action="store_true", help="time mxcore.matmul as a user calls it (quantization, "
                    "staging, output) beside the kernel and the vendor pipeline: mxcore.bench_e2e's options apply")
+    p.add_argument("--wonly-path", default=None, help="force the weight-only path of A:B pairs (cuda: registers | "
+                   "staged)")
     p.add_argument("--loop-ceilings", action="store_true",
                    help="also time the kernel's main loop with parts removed: smem-resident, mma alone, feed alone")
     args = p.parse_args(argv)
@@ -303,7 +308,8 @@ def _cli(argv) -> int:
     try:
         tiles = [t.strip() for t in args.tile.split(",") if t.strip()] or [None]
         rows = run(args.backend, dtypes, shapes, repeats=args.repeats, sets=args.sets, tiles=tiles,
-                   b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings)
+                   b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings,
+                   options={"wonly_path": args.wonly_path} if args.wonly_path else None)
     except (ImportError, BackendUnavailableError) as exc:
         print(f"mxcore bench needs a usable GPU backend ({args.backend}): {exc}", file=sys.stderr)
         return 2

@@ -115,7 +115,8 @@ def test_packed_geometry():
 
 def test_path_rule():
     bf, f16 = dtypes.resolve(("bf16", "mxfp4")), dtypes.resolve(("fp16", "mxfp4"))
-    assert wonly.wonly_path(bf, 64) == "registers" and wonly.wonly_path(bf, 65) == "staged"
+    assert wonly.wonly_path(bf, wonly.REGISTERS_MAX_M) == "registers"
+    assert wonly.wonly_path(bf, wonly.REGISTERS_MAX_M + 1) == "staged"
     assert wonly.wonly_path(f16, 8192) == "registers"
     assert wonly.wonly_path(bf, 4096, "registers") == "registers"
     from mxcore.errors import UnsupportedError

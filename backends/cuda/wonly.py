@@ -1,7 +1,7 @@
 """Weight-only MX products on NVIDIA: fp16/bf16 activations A (M x K) times an MX weight B (K x N, E8M0 scales per
 32 K), the ``"wonly"`` kind of :mod:`mxcore.dtypes`.  Two paths, chosen by :func:`wonly_path`:
 
-``registers`` (``kernels_cuda/gemm_wonly.cu``, every pair, any M; the default for fp16 and for M <= 64)
+``registers`` (``kernels_cuda/gemm_wonly.cu``, every pair, any M; the default for fp16 and for M <= 32)
     The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``: 4-bit codes two per byte,
     fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk contiguous, K
     permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16 consecutive
@@ -13,7 +13,7 @@
     applies each 32-K block's scale in fp32 (t = the block's two mma from zero; acc = fma(t, 2^(scale - 127),
     acc), explicit PTX so that CuPy's -ftz=true cannot flush the subnormal 2^-127).  Split K fills the GPU when
     the tiles cannot; the last block of a tile sums the fp32 partials in split order (deterministic, one launch).
-``staged`` (bf16 only; the default for bf16 with M > 64)
+``staged`` (bf16 only; the default for bf16 with M > 32)
     The existing MX decode staging: B decoded once to bf16 with its block scale folded in (``stage.py``, cached on
     the MXTensor: 2 bytes per element, 4x the packed mxfp4 weight, besides the MXTensor's own one-byte codes), then
     the bf16 GEMM (wgmma on sm_90 for large problems, else mma.sync).  fp16 activations are refused there: a weight
@@ -46,12 +46,15 @@ __all__ = ["PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONL
 
 WONLY_FILE, PACK_FILE = "gemm_wonly.cu", "wonly_pack.cu"
 WONLY_PATHS = ("registers", "staged")
-#: bf16 activations with M up to this run on the registers path by default, larger M on the staged path
-REGISTERS_MAX_M = 64
+#: bf16 activations with M up to this run on the registers path by default, larger M on the staged path (H200,
+#: bf16 x mxfp4, N = K = 8192, kernel time against cuBLAS bf16: registers 1.07 / 0.74 / 0.40 at M = 16 / 32 / 64,
+#: staged 0.75 / 0.73 / 0.68)
+REGISTERS_MAX_M = 32
 MT_CHOICES = (1, 2, 4, 8)  # m8 tiles per block (WO_MT)
 GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
-_TUNE = dict(x.split("=") for x in __import__("os").environ.get("MXCORE_WONLY_TUNE", "").split(",") if x)
-WARPS, STAGES, CTAS_PER_SM = int(_TUNE.get("warps", 4)), int(_TUNE.get("stages", 4)), int(_TUNE.get("ctas", 4))
+# warps per block, cp.async ring depth, blocks per SM that split K aims for: the best of a sweep on the H200
+# (warps 2/4/8, stages 4/6/8, 2/4/8 blocks per SM at M = 1, 16, 64 with N = K = 8192 and 1 x 28672 x 8192)
+WARPS, STAGES, CTAS_PER_SM = 4, 4, 4
 R = GROUP // WARPS  # n16 tiles per warp
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
@@ -132,7 +135,7 @@ class WonlyVariant:
 
     @property
     def name(self) -> str:
-        return f"wonly_{self.act}_{self.element}_m{self.mt * 8}" + (f"_w{WARPS}s{STAGES}" if _TUNE else "")
+        return f"wonly_{self.act}_{self.element}_m{self.mt * 8}"
 
     def options(self) -> tuple:
         from mxcore import layouts
