@@ -178,13 +178,7 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
         }
     };
 
-    float acc[WO_R][WO_MT][4];
-#pragma unroll
-    for (int r = 0; r < WO_R; ++r)
-#pragma unroll
-        for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.f;
+    float acc[WO_R][WO_MT][4] = {};
 
 #pragma unroll
     for (int s = 0; s < WO_STAGES - 1; ++s) {
@@ -228,11 +222,7 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
                                                          WO_KPHYS(blk, 0, WO_B_K(lane, 0, 0)) * 2);
 #pragma unroll
             for (int r = 0; r < WO_R; ++r) {
-                float t[WO_MT][4];
-#pragma unroll
-                for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) t[mt][i] = 0.f;
+                float t[WO_MT][4] = {};
 #pragma unroll
                 for (int s2 = 0; s2 < 2; ++s2) {
                     u32 a[4];
@@ -254,20 +244,10 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
     }
     cp_async_wait<0>();
 
-    // epilogue: accumulator (row, col) = (n within the tile, m within the m8 tile)
-    if (gridDim.z == 1) {
-#pragma unroll
-        for (int r = 0; r < WO_R; ++r)
-#pragma unroll
-            for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int n = (nt0 + warp * WO_R + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
-                    if (n < N && m < M) wo_store(C, (i64)m * ldc + n, acc[r][mt][i], out_kind);
-                }
-        return;
-    }
-    const int ldw = gridDim.x * WO_NT * 16;  // partial products: [z][M][ldw] (rows past M are not stored)
+    // epilogue: accumulator (row, col) = (n within the tile, m within the m8 tile); C directly, or (split K) the
+    // fp32 partial products [z][M][ldw] (rows past M are not stored)
+    const bool direct = gridDim.z == 1;
+    const int ldw = gridDim.x * WO_NT * 16;
     float* part = ws + (i64)blockIdx.z * M * ldw;
 #pragma unroll
     for (int r = 0; r < WO_R; ++r)
@@ -276,8 +256,12 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int n = (nt0 + warp * WO_R + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
-                if (m < M) part[(i64)m * ldw + n] = acc[r][mt][i];
+                if (direct && n < N && m < M)
+                    wo_store(C, (i64)m * ldc + n, acc[r][mt][i], out_kind);
+                else if (!direct && m < M)
+                    part[(i64)m * ldw + n] = acc[r][mt][i];
             }
+    if (direct) return;
     __threadfence();
     __syncthreads();
     __shared__ int last;
