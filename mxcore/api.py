@@ -124,7 +124,7 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
             return fast
     # a batch runs in one launch where the backend can (per-tensor fp8 keeps one scale per batch element: a loop)
     loop = batched and not (be.batched and mdt.kind != "fp8")
-    if where[0] == "gpu" and be.device_quantization and mdt.kind in ("fp8", "mx"):
+    if where[0] == "gpu" and be.device_quantization and mdt.kind in ("fp8", "mx", _dt.WONLY_KIND):
         if len(sb) == 2:  # one operand shared by the whole batch (or a plain 2-D product): quantized once
             b = quantize_on_device(b, mdt.b, "b", scale_rounding, b_order=be.b_code_order)
         if not loop:

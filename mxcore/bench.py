@@ -3,6 +3,12 @@
     python -m mxcore bench [--backend cuda] [--dtype fp16,bf16,tf32,fp8,mxfp8,mxfp4] [--sizes 2048,4096,8192]
                            [--shapes llm] [--repeats 20] [--json FILE]
 
+A dtype ``A:B`` is an (A, B) pair, e.g. ``bf16:mxfp4`` (weight-only: 16-bit activations x an MX weight, quantized
+once before timing); its kernel and the vendor's are timed as 20 back-to-back launches between two events (decode
+kernels last microseconds, less than one launch's host work).  Those rows also give the kernel's memory bandwidth, counting the bytes one product must read
+(the weight's packed codes, 4 bits per mxfp4 element, plus its E8M0 scales and the 16-bit activations), against
+a device-to-device copy timed in the same run (read + write), and the path the backend took (``path``).
+
 For each case: operands are staged once (host quantization for fp8/MX, device preparation kernels); then
 the GEMM kernel alone and, separately, the device-side preparation (rounding / decoding / transposition)
 are timed with the backend's device events: warm-up, then the median of ``--repeats`` timed launches,
@@ -47,6 +53,15 @@ def time_callable(measure, fn, repeats: int, warmup: int = 3) -> float:
     return float(np.median([measure(fn) for _ in range(max(1, repeats))]))
 
 
+def time_back_to_back(measure, fn, repeats: int, calls: int = 20, warmup: int = 2) -> float:
+    """Median seconds per call of ``calls`` back-to-back ``fn()`` between two device events (``repeats`` times):
+    the device time of kernels shorter than their host launch cost (a single call between events would time the
+    host), as long as one launch's host work is shorter than its kernel."""
+    for _ in range(warmup):
+        measure(fn)
+    return float(np.median([measure(lambda: [fn() for _ in range(calls)]) / calls for _ in range(max(1, repeats))]))
+
+
 def _host_inputs(rng, m: int, n: int, k: int, b_colmajor: bool):
     """Random normal float32 operands; A row-major, B row-major (N contiguous) or column-major (K contiguous)."""
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -70,7 +85,8 @@ def _ceiling(be, dtype: str, cache: dict):
 
 
 def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, seed: int = 0, progress=print,
-        tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None, loop_ceilings: bool = False):
+        tiles=(None,), b_colmajor: bool = False, baseline: bool = True, backend=None, loop_ceilings: bool = False,
+        options=None):
     """Benchmark ``dtypes`` x ``shapes`` x ``tiles`` (None: the backend's choice; ``("all",)``: every tile of
     ``backend.tiles(dtype)``); returns one dict per case.  ``backend``: an already built backend object (tests
     pass a fake one); otherwise ``backend_name`` goes through the registry."""
@@ -91,19 +107,32 @@ def run(backend_name: str, dtypes, shapes, *, repeats: int = 20, sets: int = 3, 
     ceilings: dict = {}
     cases = [(d, s, t) for d in dtypes for s in shapes for t in (be.tiles(d) if tuple(tiles) == ("all",) else tiles)]
     t_start = time.time()
+    copy_gbs = copy_bandwidth(measure) if any(":" in d for d in dtypes) else None
+    if copy_gbs:
+        progress(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)", flush=True)
     for idx, (dtype, (m, n, k), tile) in enumerate(cases, 1):
         progress(f"[{idx}/{len(cases)}] {dtype} {m}x{n}x{k} {tile or ''} ... ({time.time() - t_start:.0f}s)",
                  flush=True)
-        rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(dtype, be.target().arch), repeats, sets,
-                          b_colmajor, baseline, ceilings, loop_ceilings, tile))
+        pair = tuple(dtype.split(":")) if ":" in dtype else dtype
+        rows.append(_case(be, measure, rng, dtype, m, n, k, _dt.resolve(pair, be.target().arch), repeats, sets,
+                          b_colmajor, baseline, ceilings, loop_ceilings, tile, options or {}))
+        if copy_gbs and "gbs" in rows[-1]:
+            rows[-1].update(copy_gbs=copy_gbs, of_copy=rows[-1]["gbs"] / copy_gbs)
         progress("    " + _fmt(rows[-1]), flush=True)
     return rows
 
 
 def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, baseline, ceilings,
-          loop_ceilings=False, tile=None) -> dict:
+          loop_ceilings=False, tile=None, options=None) -> dict:
     opts = {} if tile is None else {"tile": tile}
-    a, b = be.bench_operands(*_host_inputs(rng, m, n, k, b_colmajor), dtype)
+    if mdt.kind == _dt_wonly():
+        opts.update(options or {})  # e.g. wonly_path
+    wonly = mdt.kind == _dt_wonly()
+    if wonly:  # weight-only: activations in their 16-bit dtype, the weight quantized once (not timed)
+        x, w = _host_inputs(rng, m, n, k, b_colmajor)
+        a, b = be.bench_operands(x, w, mdt.a.name)[0], _weight(be, w, mdt.b.name)
+    else:
+        a, b = be.bench_operands(*_host_inputs(rng, m, n, k, b_colmajor), dtype)
     plans = []
     try:
         plans.append(be.plan(a, b, mdt, **opts))
@@ -114,7 +143,10 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
             except NotImplementedError:
                 x, y = be.bench_operands(*_host_inputs(rng, m, n, k, b_colmajor), dtype)
                 plans.append(be.plan(x, y, mdt, **opts))
-        t_gemm = time_callable(measure, _rotating(plans, lambda p: p.gemm()), repeats)
+        if wonly:  # short kernels: back-to-back launches (below), for the vendor too
+            t_gemm = time_back_to_back(measure, _rotating(plans, lambda p: p.gemm()), repeats)
+        else:
+            t_gemm = time_callable(measure, _rotating(plans, lambda p: p.gemm()), repeats)
         t_prep = time_callable(measure, _rotating(plans, lambda p: p.prep()), max(3, repeats // 4))
         variant = plans[0].variant
         loops = _loop_ceilings(measure, plans, repeats) if loop_ceilings else {}
@@ -125,10 +157,16 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
            "mxcore_tflops": flops / t_gemm / 1e12, "mxcore_ms": t_gemm * 1e3, "prep_ms": t_prep * 1e3,
            "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
     row.update({f"loop_{name}_tflops": flops / t / 1e12 for name, t in loops.items()})
-    base = be.vendor_baseline(dtype, m, n, k) if baseline else None
+    if wonly:
+        from . import formats
+
+        wbytes = n * k * formats.get(mdt.b.element).bits / 8 + n * -(-k // 32)  # packed codes + E8M0 scales
+        row.update(path="registers" if "registers" in variant else "staged", weight_bytes=wbytes,
+                   gbs=(wbytes + 2 * m * k) / t_gemm / 1e9)
+    base = be.vendor_baseline(mdt.a.name if wonly else dtype, m, n, k) if baseline else None
     if base is not None:
         label, fn = base
-        t_base = time_callable(measure, fn, repeats)
+        t_base = (time_back_to_back if wonly else time_callable)(measure, fn, repeats)
         row.update(baseline=label, baseline_tflops=flops / t_base / 1e12, baseline_ms=t_base * 1e3,
                    ratio=t_base / t_gemm)
         del fn, base
@@ -138,6 +176,35 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
         row.update(ceiling_instruction=mnem, ceiling_tflops=ceil_tf,
                    fraction_of_ceiling=row["mxcore_tflops"] / ceil_tf)
     return row
+
+
+def _dt_wonly() -> str:
+    from .dtypes import WONLY_KIND
+
+    return WONLY_KIND
+
+
+def _weight(be, w, fmt: str):
+    """A host float weight as a device MXTensor (blocks along K), quantized once where the backend's operands live."""
+    from . import mx
+
+    dev = be.bench_operands(w, w[:1], "fp32")[0]
+    return mx.quantize_mx(dev, fmt, axis=0)
+
+
+def copy_bandwidth(measure, nbytes: int = 1 << 28, repeats: int = 20) -> float | None:
+    """GB/s of a device-to-device copy of ``nbytes`` (read + write counted), on torch's current CUDA/ROCm device;
+    None without torch or a GPU."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+    except ImportError:
+        return None
+    x = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * nbytes / time_callable(measure, lambda: y.copy_(x), repeats) / 1e9
 
 
 def _rotating(plans, call):
@@ -175,6 +242,9 @@ def _fmt(r: dict) -> str:
         s += f" | {r['baseline']}: {r['baseline_tflops']:7.1f} | ratio {r['ratio']:.2f}"
     if "ceiling_tflops" in r:
         s += f" | ceiling {r['ceiling_tflops']:.0f} ({100 * r['fraction_of_ceiling']:.0f}%)"
+    if "gbs" in r:
+        s += f" | {r['gbs']:.0f} GB/s" + (f" ({100 * r['of_copy']:.0f}% of copy)" if "of_copy" in r else "")
+        s += f" | path {r['path']}"
     loops = _loop_names([r])
     if loops:
         s += " | loop " + ", ".join(f"{x} {r[f'loop_{x}_tflops']:.0f}" for x in loops)
@@ -193,6 +263,12 @@ def _table(rows) -> str:
                      f"{100 * r.get('fraction_of_ceiling', float('nan')):5.0f}%"
                      + "".join(f" {r.get(f'loop_{x}_tflops', float('nan')):6.0f}" for x in loops)
                      + f"  {r['tile']}")
+    wo = [r for r in rows if "gbs" in r]
+    if wo:
+        lines += ["", f"{'weight-only':<12} {'M x N x K':<18} {'path':>9} {'GB/s':>7} {'of copy':>8} {'vs vendor':>9}"]
+        for r in wo:
+            lines.append(f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<8} {r['path']:>9} {r['gbs']:7.0f} "
+                         f"{100 * r.get('of_copy', float('nan')):7.0f}% {r.get('ratio', float('nan')):9.2f}")
     return "\n".join(lines)
 
 
@@ -215,6 +291,8 @@ def _cli(argv) -> int:
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
     p.add_argument("--end-to-end", action="store_true", help="time mxcore.matmul as a user calls it (quantization, "
                    "staging, output) beside the kernel and the vendor pipeline: mxcore.bench_e2e's options apply")
+    p.add_argument("--wonly-path", default=None, help="force the weight-only path of A:B pairs (cuda: registers | "
+                   "staged)")
     p.add_argument("--loop-ceilings", action="store_true",
                    help="also time the kernel's main loop with parts removed: smem-resident, mma alone, feed alone")
     args = p.parse_args(argv)
@@ -230,7 +308,8 @@ def _cli(argv) -> int:
     try:
         tiles = [t.strip() for t in args.tile.split(",") if t.strip()] or [None]
         rows = run(args.backend, dtypes, shapes, repeats=args.repeats, sets=args.sets, tiles=tiles,
-                   b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings)
+                   b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings,
+                   options={"wonly_path": args.wonly_path} if args.wonly_path else None)
     except (ImportError, BackendUnavailableError) as exc:
         print(f"mxcore bench needs a usable GPU backend ({args.backend}): {exc}", file=sys.stderr)
         return 2

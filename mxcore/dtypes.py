@@ -19,7 +19,9 @@ mxfp6_e3m2                e3m2                                                  
 mxfp4                     e2m1                                                         E8M0 per 32 K
 ========================  ==========================================================  =======
 
-A pair ``("mxfp8", "mxfp4")`` gives A and B different formats of the same scaling kind.
+A pair ``("mxfp8", "mxfp4")`` gives A and B different formats of the same scaling kind.  The one pair across
+kinds is the weight-only case: fp16 or bf16 activations A times an MX weight B, ``("bf16", "mxfp4")`` (kind
+``"wonly"``: A is rounded once to its 16-bit format, B is block-quantized along K as for any MX operand).
 
 Where each fact comes from:
 
@@ -51,6 +53,8 @@ __all__ = [
     "MX_ELEMENT",
     "MatmulDType",
     "OperandDType",
+    "WONLY_ACTIVATIONS",
+    "WONLY_KIND",
     "bits",
     "canonical_operand",
     "canonical_out_dtype",
@@ -67,6 +71,9 @@ __all__ = [
 ]
 
 MX_BLOCK = 32
+#: the kind of a weight-only pair: 16-bit float activations A (WONLY_ACTIVATIONS) times an MX weight B
+WONLY_KIND = "wonly"
+WONLY_ACTIVATIONS = ("fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -270,7 +277,8 @@ class MatmulDType:
 
     @property
     def kind(self) -> str:
-        return self.a.kind
+        """The operands' scaling kind ("float", "fp8", "mx"), or "wonly" for fp16/bf16 A times an MX B."""
+        return WONLY_KIND if self.a.kind != self.b.kind else self.a.kind
 
     @property
     def name(self) -> str:
@@ -298,10 +306,17 @@ def resolve(dtype, arch: str | None = None) -> MatmulDType:
         a = b = canonical_operand(dtype, arch)
     oa, ob = _operand(a), _operand(b)
     if oa.kind != ob.kind:
-        raise UnsupportedError(
-            f"dtype pair ({a}, {b}) mixes scaling kinds {oa.kind!r} and {ob.kind!r}; "
-            "pair MX formats with MX formats, or fp8 formats with fp8 formats"
-        )
+        if oa.kind == "float" and ob.kind == "mx" and a in WONLY_ACTIVATIONS:
+            return MatmulDType(oa, ob)  # weight-only: 16-bit activations x an MX weight
+        if oa.kind == "mx" and ob.kind == "float" and b in WONLY_ACTIVATIONS:
+            hint = (f"the MX operand must be B (the weight): compute (b.T @ a.T).T with dtype=({b!r}, {a!r})")
+        elif "mx" in (oa.kind, ob.kind) and "float" in (oa.kind, ob.kind):
+            hint = (f"weight-only pairs take fp16 or bf16 activations as A ({', '.join(WONLY_ACTIVATIONS)}), "
+                    "not " + (a if oa.kind == "float" else b))
+        else:
+            hint = ("pair MX formats with MX formats, fp8 formats with fp8 formats, or fp16/bf16 activations "
+                    "with an MX weight (A float, B MX)")
+        raise UnsupportedError(f"dtype pair ({a}, {b}) mixes scaling kinds {oa.kind!r} and {ob.kind!r}; {hint}")
     if oa.kind == "float" and a != b:
         raise UnsupportedError(f"mixed float dtypes ({a}, {b}) are not supported; use one of fp32, tf32, fp16, bf16 for both")
     if oa.kind == "fp8" and a.endswith("fnuz") != b.endswith("fnuz"):

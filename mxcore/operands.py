@@ -266,7 +266,7 @@ def quantize_on_device(x, od, role: str, scale_rounding: str = "floor", *, batch
     from . import mx
     from .arrays import array_kind
 
-    if array_kind(x) == "mx":
+    if array_kind(x) == "mx" or od.kind == "float":  # quantized, or the float activations of a weight-only pair
         return x
     dt = getattr(x, "dtype", None)
     if getattr(dt, "name", str(dt)).replace("torch.", "").startswith("float8"):  # raw codes, read with unit scale

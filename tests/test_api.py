@@ -214,3 +214,23 @@ def test_reference_backend_plan_out_and_clone():
         be.plan(a, b, dtypes.resolve("fp16"), out=np.zeros((3, 3), np.float32)).gemm()
     with pytest.raises(errors.UnsupportedError, match="no option"):
         be.plan(a, b, dtypes.resolve("fp16"), tile="128x128")
+
+
+@pytest.mark.parametrize("act", ["bf16", "fp16"])
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e3m2", "mxfp8"])
+def test_weight_only_reference(act, fmt):
+    """(fp16/bf16 A, MX B): A rounded once to its 16-bit format, B block-quantized along K (or taken as the given
+    MXTensor), exact products, float64 sum, one rounding; the dtype is inferred from a 16-bit array and an MXTensor."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 70))
+    b = rng.standard_normal((70, 9))
+    got = mxcore.matmul(a, b, (act, fmt), backend="reference", out_dtype="float64")
+    a16 = a.astype(np.float16 if act == "fp16" else ml_dtypes.bfloat16)
+    bq = mxcore.quantize_mx(b, fmt, axis=0)
+    want = a16.astype(np.float64) @ mxcore.dequantize(bq, dtype=np.float64)
+    assert np.array_equal(got, want)
+    assert np.array_equal(mxcore.matmul(a16, bq, backend="reference"), want.astype(np.float32))
+    with pytest.raises(errors.UnsupportedError, match="blocks along"):
+        mxcore.matmul(a16, mxcore.quantize_mx(b, fmt, axis=1), (act, fmt), backend="reference")

@@ -21,6 +21,7 @@ import pytest
 from conftest import require_tool
 
 from mxcore.backends import cuda, nvrtc_tools
+from mxcore.backends.cuda.wonly import PACK_FILE, WONLY_FILE
 from mxcore.errors import KernelCompileError
 
 ARCHS = ["sm_80", "sm_89", "sm_90"]
@@ -168,8 +169,13 @@ def test_variant_machine_code(arch, stem):
     elif job["file"] == cuda.CEILING_FILE:
         assert c["HMMA"] + c["QMMA"] > 0, "the ceiling loop has no mma"
         assert c["LDG"] == c["LDS"] == 0, "the ceiling loop must not read memory in its loop"
+    elif job["file"] == WONLY_FILE:  # weight-only: mma.sync on decoded registers, cp.async ring, fp32 without FTZ
+        assert c["HMMA"] > 0 and c["QMMA"] == 0 and c["LDGSTS"] > 0 and c["LDSM"] == 0, dict(c)
+        ftz = re.findall(r"\bF(?:FMA|ADD|MUL)\.FTZ\b", binary.sass)  # compiled with -ftz=true, as CuPy does
+        assert c["FFMA"] > 0 and not ftz, f"block scales must keep fp32 subnormals: {ftz[:3]}"
+        assert job["smem"] + res["shared_bytes"] <= SMEM_PER_BLOCK, "more shared memory than a block may have"
     else:
-        assert job["file"] == cuda.PREP_FILE and c["EXIT"] > 0
+        assert job["file"] in (cuda.PREP_FILE, PACK_FILE) and c["EXIT"] > 0
 
 
 @pytest.mark.parametrize("arch", ARCHS)

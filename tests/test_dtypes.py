@@ -195,3 +195,22 @@ def test_table_elements_are_formats():
         assert d.kind in ("float", "fp8", "mx")
     assert dtypes.MX_ELEMENT == {"mxfp8_e4m3": "e4m3fn", "mxfp8_e5m2": "e5m2", "mxfp6_e2m3": "e2m3",
                                  "mxfp6_e3m2": "e3m2", "mxfp4": "e2m1"}
+
+
+def test_weight_only_pairs():
+    """fp16/bf16 activations x an MX weight: kind "wonly"; the mirrored order and other float dtypes are refused
+    with what to do instead."""
+    for act in ("bf16", "fp16", "bfloat16", "half"):
+        for w in ("mxfp4", "mxfp6", "mxfp6_e3m2", "mxfp8", "mxfp8_e5m2"):
+            mdt = dtypes.resolve((act, w))
+            assert mdt.kind == dtypes.WONLY_KIND and mdt.a.kind == "float" and mdt.b.kind == "mx"
+            assert mdt.name == f"{mdt.a.name},{mdt.b.name}"
+    with pytest.raises(UnsupportedError, match=r"must be B .*b\.T @ a\.T"):
+        dtypes.resolve(("mxfp4", "bf16"))
+    with pytest.raises(UnsupportedError, match="fp16 or bf16 activations"):
+        dtypes.resolve(("fp32", "mxfp4"))
+    with pytest.raises(UnsupportedError, match="scaling kinds"):
+        dtypes.resolve(("bf16", "fp8"))
+    from mxcore.backends.hip.backend import supports_on
+
+    assert "cuda or reference" in supports_on(dtypes.resolve(("bf16", "mxfp4")), "gfx950")

@@ -18,6 +18,9 @@ fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales appli
 MX             mxfp8/mxfp6/mxfp4 and mixed pairs: each element decoded with its block scale folded in,
                value·2^(scale - smax), to bf16 (exact while a tensor's block scales span ≤ ~117-133 binades;
                blocks further below the largest are rounded once), bf16 mma, epilogue times 2^(smax - 127).
+weight-only   fp16/bf16 activations x an MX weight (``("bf16", "mxfp4")``): wonly.py — the packed weight decoded
+               in registers by ``gemm_wonly.cu`` (small M, and fp16 at any M), or decoded once to bf16 and run
+               through the bf16 GEMM (``wonly_path="staged"``, bf16 with M > 32).
 =============  ===============================================================================================
 
 Accuracy (tested): |out - ref| ≤ (K + 2)·2^-23·(|A|@|B|) (+ the output rounding); on exactly representable
@@ -41,12 +44,13 @@ the output and relaunch it through ``cuLaunchKernel`` with the new addresses (pl
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
 slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in the kernel, or decoded to bf16;
-``families.mx_path``).
+``families.mx_path``), ``wonly_path`` ("registers" | "staged": how an fp16/bf16 x MX-weight pair runs; wonly.py).
 """
 
 from __future__ import annotations
 
 from mxcore.arrays import array_kind
+from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 
 from .._contract import Backend, Target
@@ -58,6 +62,8 @@ from .fastpath import _TORCH_OUT, fast_call, fast_quantized
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
+from .wonly import WonlyPlan, registers_prep, staged_prep
+from .wonly import wonly_path as _wonly_path
 
 __all__ = ["CudaBackend"]
 
@@ -69,7 +75,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     vendor = "nvidia"
-    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path")
+    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path", "wonly_path")
     batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
     device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
     # fp8 B codes K-major: the fp8 kernels read them in place (no staging transpose; fp8 8192^3 end to end 0.84 ->
@@ -170,7 +176,7 @@ class CudaBackend(Backend):
     def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
              tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
              split_k: int = 0, fp8_accumulate: str = "promote", mx_path: str | None = None,
-             _restage: bool = False) -> CudaPlan:
+             wonly_path: str | None = None, _restage: bool = False) -> CudaPlan:
         """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
         C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16)."""
         from mxcore import dtypes as _dt
@@ -187,8 +193,14 @@ class CudaBackend(Backend):
         batch = sa[0] if len(sa) == 3 else (sb[0] if len(sb) == 3 else None)
         m, k, n = sa[-2], sa[-1], sb[-1]
         mma_sync_only = tile in TILES or split_k or fp8_path is not None  # options of the mma.sync kernel
-        folds = batch is not None and len(sb) == 2 and mdt.kind == "float" and _foldable(a)
+        folds = batch is not None and len(sb) == 2 and mdt.kind in ("float", WONLY_KIND) and _foldable(a)
         shape = (1, batch * m, n, k) if folds else (batch or 1, m, n, k)  # the rule sees the folded problem
+        wpath = None
+        if mdt.kind == WONLY_KIND:  # fp16/bf16 x MX weight: wonly.py (registers kernel, or the staged bf16 GEMM)
+            wpath = _wonly_path(mdt, shape[1], wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None))
+            if wpath == "registers" and (tile or family or fp8_path):
+                raise UnsupportedError("tile=, family= and fp8_path= choose kernels of the staged path; the registers "
+                                       "path (wonly_path='registers') takes split_k only")
         fam = family_for(dev.arch, mdt, shape, family or ("mma_sync" if mma_sync_only else None))
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
         if path not in _FP8_PATHS:
@@ -205,8 +217,11 @@ class CudaBackend(Backend):
                 if batch is not None and mdt.kind != "float":
                     return self._batch_loop(a, b, mdt, batch, (m, n), out_dtype, scale_rounding, out, tile=tile,
                                             family=family, fp8_path=fp8_path, split_k=split_k,
-                                            fp8_accumulate=fp8_accumulate, mx_path=mx_path)
-                if mdt.kind == "float":
+                                            fp8_accumulate=fp8_accumulate, mx_path=mx_path, wonly_path=wonly_path)
+                if wpath is not None:
+                    prep = (registers_prep if wpath == "registers" else staged_prep)(
+                        self, stager, a, b, mdt, scale_rounding, cache=not _restage)
+                elif mdt.kind == "float":
                     def prep():
                         return stager.stage_float(a, "a", mdt.a), stager.stage_float(b, "b", mdt.b)
                 else:
@@ -221,6 +236,8 @@ class CudaBackend(Backend):
                     raise UnsupportedError(f"out must be a C-contiguous {shape} array of {STORE[out_dtype]}")
                 if fold:
                     out = out.reshape(m, n)
+        if wpath == "registers":
+            return WonlyPlan(self, cp, dev, stream, da, db, out, m, n, out_dtype, prep, like, fold, split_k)
         if fam == "wgmma":  # the sm_90a family (sm90.py): same staging and output, its own launch
             from .sm90 import Sm90Plan
 

@@ -26,6 +26,9 @@ def supports_on(mdt, arch: str) -> str | None:
         return f"{arch} is not a CDNA3/CDNA4 arch ({', '.join(ARCHS)})"
     if any(mdt.name in s.dtypes for s in kernel_specs(arch)):
         return None
+    if mdt.kind == "wonly":
+        return ("weight-only pairs (fp16/bf16 activations x an MX weight) have no MFMA kernel yet; run them on the "
+                "cuda or reference backend, or quantize the activations too (dtype=('mxfp8', 'mxfp4') on gfx950)")
     fnuz = any(x.name.endswith("fnuz") for x in (mdt.a, mdt.b))
     if mdt.kind == "fp8" and fnuz:
         return f"{arch} reads OCP fp8 (e4m3fn/e5m2), not FNUZ; use dtype='fp8' or fp8_convert=True"

@@ -1,0 +1,352 @@
+"""Weight-only MX products on NVIDIA: fp16/bf16 activations A (M x K) times an MX weight B (K x N, E8M0 scales per
+32 K), the ``"wonly"`` kind of :mod:`mxcore.dtypes`.  Two paths, chosen by :func:`wonly_path`:
+
+``registers`` (``kernels_cuda/gemm_wonly.cu``, every pair, any M; the default for fp16 and for M <= 32)
+    The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``: 4-bit codes two per byte,
+    fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk contiguous, K
+    permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16 consecutive
+    bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53 bytes per
+    element for mxfp4 (codes + scales), read once per launch.  The kernel streams the records and the activation
+    rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles), decodes codes to the activation's 16-bit type
+    in registers (exact: bit placement and one multiply by a power of two), multiplies with ``mma.sync``
+    m16n8k16 with the weight as the A operand (M is the mma's N: ceil(M/8) mma per 16 x 16 weight fragment) and
+    applies each 32-K block's scale in fp32 (t = the block's two mma from zero; acc = fma(t, 2^(scale - 127),
+    acc), explicit PTX so that CuPy's -ftz=true cannot flush the subnormal 2^-127).  Split K fills the GPU when
+    the tiles cannot; the last block of a tile sums the fp32 partials in split order (deterministic, one launch).
+``staged`` (bf16 only; the default for bf16 with M > 32)
+    The existing MX decode staging: B decoded once to bf16 with its block scale folded in (``stage.py``, cached on
+    the MXTensor: 2 bytes per element, 4x the packed mxfp4 weight, besides the MXTensor's own one-byte codes), then
+    the bf16 GEMM (wgmma on sm_90 for large problems, else mma.sync).  fp16 activations are refused there: a weight
+    decoded to f16 with its scales folded in is not exact (f16's range is 2^-24..2^16).
+
+Numerics (both paths): A is rounded once to its 16-bit format; products are exact; fp32 accumulation.  Bound on
+random inputs: |C - ref| <= (K + 2) * 2^-23 * (|A| @ |B|) (+ the output rounding; + ceil(K/32) * 2^-149 where a
+block partial times a scale below 2^-126 lands among fp32 subnormals on the registers path).  On exactly
+representable inputs (partial sums exact in fp32) the result is the reference's bit for bit.  A block with scale
+0xFF makes every output that reads it NaN.  The staged path's range limit is the MX decode's (stage.py): exact
+while the weight's block scales span at most ~117 binades.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mxcore.errors import UnsupportedError
+
+from .._contract import Plan
+from .plan import OUT_KIND, RawLaunch
+from .stage import DevOperand
+from .variants import sm_of
+
+__all__ = ["PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONLY_PATHS", "WonlyPlan", "WonlyVariant",
+           "all_wonly_variants", "pack_weight", "packed_bytes", "registers_prep", "staged_prep",
+           "wonly_path"]
+
+WONLY_FILE, PACK_FILE = "gemm_wonly.cu", "wonly_pack.cu"
+WONLY_PATHS = ("registers", "staged")
+#: bf16 activations with M up to this run on the registers path by default, larger M on the staged path (H200,
+#: bf16 x mxfp4, N = K = 8192, kernel time against cuBLAS bf16: registers 1.07 / 0.74 / 0.40 at M = 16 / 32 / 64,
+#: staged 0.75 / 0.73 / 0.68)
+REGISTERS_MAX_M = 32
+MT_CHOICES = (1, 2, 4, 8)  # m8 tiles per block (WO_MT)
+GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
+# warps per block, cp.async ring depth, blocks per SM that split K aims for: the best of a sweep on the H200
+# (warps 2/4/8, stages 4/6/8, 2/4/8 blocks per SM at M = 1, 16, 64 with N = K = 8192 and 1 x 28672 x 8192)
+WARPS, STAGES, CTAS_PER_SM = 4, 4, 4
+R = GROUP // WARPS  # n16 tiles per warp
+
+# The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
+# tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
+WONLY_FORMULAS = {
+    "WO_A_ROW": ("lane,j", "(lane >> 2) + ((j & 1) << 3)"),
+    "WO_A_K": ("lane,j,h", "((lane & 3) << 1) + ((j >> 1) << 3) + h"),
+    "WO_B_K": ("lane,j,h", "((lane & 3) << 1) + (j << 3) + h"),
+    "WO_B_N": ("lane", "lane >> 2"),
+    "WO_C_ROW": ("lane,i", "(lane >> 2) + ((i >> 1) << 3)"),
+    "WO_C_COL": ("lane,i", "((lane & 3) << 1) + (i & 1)"),
+    # the packed K order: k (0..15) of k16 step s of 32-K block b -> K offset in the chunk.  Lane t's B registers
+    # (k = 2t, 2t+1, 2t+8, 2t+9 of both steps of a block) become the 8 consecutive K at 32b + 8t: one 16-byte
+    # load of the activations per block (a permutation inside each 32-K block: the block scales are unchanged)
+    "WO_KPHYS": ("b,s,k", "(b << 5) + (((k & 7) >> 1) << 3) + (s << 2) + ((k >> 3) << 1) + (k & 1)"),
+}
+_RECORD = {"f16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+           "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"}
+_SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
+
+
+def eval_wonly(key: str, **names):
+    """Evaluate one of WONLY_FORMULAS in Python (ints or numpy arrays), as the C preprocessor expands it."""
+    import re
+
+    params, expr = WONLY_FORMULAS[key]
+    if set(names) != set(params.split(",")) or not re.fullmatch(r"[\sa-z0-9&>|<+()]*", expr):
+        raise ValueError(f"{key}({params}) evaluated with {sorted(names)}")
+    return eval(expr, {"__builtins__": {}}, names)
+
+
+def formula_options() -> list[str]:
+    """The formulas as -D function-like macros (every parameter parenthesised)."""
+    import re
+
+    out = []
+    for name, (params, expr) in WONLY_FORMULAS.items():
+        body = re.sub(r"\b(" + "|".join(params.split(",")) + r")\b", r"(\1)", expr)
+        out.append(f"-D{name}({params})=({body})")
+    return out
+
+
+@dataclass(frozen=True)
+class WonlyVariant:
+    """One compiled form of gemm_wonly.cu: the weight's element format, the activation type ("f16" | "bf16") and
+    the m8 tiles per block."""
+
+    element: str
+    act: str
+    mt: int
+
+    @property
+    def spec(self):
+        from mxcore import formats
+
+        return formats.get(self.element)
+
+    @property
+    def pack4(self) -> bool:
+        return self.spec.bits == 4
+
+    @property
+    def kc(self) -> int:
+        return 64 if self.pack4 else 32
+
+    @property
+    def record_bytes(self) -> int:
+        return 512 + 16 * (self.kc // 32)
+
+    @property
+    def stages(self) -> int:
+        """Depth of the cp.async ring (chunks in flight per block)."""
+        return STAGES
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (GROUP * self.record_bytes + self.mt * 8 * (192 if self.kc == 64 else 64))
+
+    @property
+    def name(self) -> str:
+        return f"wonly_{self.act}_{self.element}_m{self.mt * 8}"
+
+    def options(self) -> tuple:
+        from mxcore import layouts
+
+        sp = self.spec
+        tbias, tmant = (127, 7) if self.act == "bf16" else (15, 10)
+        mul = 2.0 ** (tbias - sp.bias)  # the exact multiply that turns placed bits into the value
+        bits = int(np.float32(mul).view(np.uint32) >> 16) if self.act == "bf16" else int(np.float16(mul).view(np.uint16))
+        if sp.ebits + sp.mbits + 1 != sp.bits or sp.mbits > tmant:
+            raise UnsupportedError(f"internal: {self.element} is not a sign-magnitude minifloat the decode places")
+        return ("-std=c++17", f"-DWO_EBITS={sp.ebits}", f"-DWO_MBITS={sp.mbits}",
+                f"-DWO_SPECIAL={_SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0}", f"-DWO_PACK4={int(self.pack4)}",
+                f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
+                f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}",
+                f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
+
+
+def all_wonly_variants() -> list[WonlyVariant]:
+    from mxcore import dtypes as _dt
+
+    return [WonlyVariant(e, act, mt) for e in dict.fromkeys(_dt.MX_ELEMENT.values()) for act in ("f16", "bf16")
+            for mt in MT_CHOICES]
+
+
+def wonly_path(mdt, m: int, option: str | None = None) -> str:
+    """"registers" or "staged" for ``mdt`` (a weight-only pair) with M = ``m``; ``option`` forces one."""
+    if option is not None:
+        if option not in WONLY_PATHS:
+            raise UnsupportedError(f"wonly_path={option!r}; choose one of {', '.join(WONLY_PATHS)} (or None: the rule)")
+        if option == "staged" and mdt.a.name != "bf16":
+            raise UnsupportedError(f"wonly_path='staged' decodes the weight to bf16 and multiplies bf16; "
+                                   f"{mdt.a.name} activations run on wonly_path='registers'")
+        return option
+    return "registers" if (mdt.a.name != "bf16" or m <= REGISTERS_MAX_M) else "staged"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# packing (staged once per weight: stage.py caches the DevOperand on the MXTensor)
+# ------------------------------------------------------------------------------------------------------------
+def _record_geometry(element: str, k: int, n: int) -> tuple[int, int, int]:
+    """(K chunks, tile groups, bytes per record) of the packed records of a (K, N) weight."""
+    from mxcore import formats
+
+    kc = 64 if formats.get(element).bits == 4 else 32
+    return -(-k // kc), -(-n // (16 * GROUP)), 512 + 16 * (kc // 32)
+
+
+def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOperand:
+    """The packed fragment records of a (K, N) MX weight (codes and scales: CuPy arrays, any strides) as a
+    :class:`DevOperand` (``buf``: uint8 records, ``elem``: the element format, ``k``: K, ``ld``: N)."""
+    from mxcore import formats
+
+    cp = stager.cp
+    nchunks, groups, rec = _record_geometry(element, k, n)
+    out = cp.empty(max(1, groups * GROUP * nchunks * rec), dtype=cp.uint8)
+    total = groups * GROUP * nchunks * 32
+    if total:
+        kern = stager.kernels.get(cp, stager.ordinal, ("wonly", "pack"), PACK_FILE, "mx_wonly_pack",
+                                  ("-std=c++17", *formula_options()))
+        c0, c1 = (s // codes.itemsize for s in codes.strides)
+        s0, s1 = (s // scales.itemsize for s in scales.strides)
+        grid = (max(1, min(-(-total // 256), 16 * stager.sms)),)
+        kern(grid, (256,), (codes, np.int64(c0), np.int64(c1), scales, np.int64(s0), np.int64(s1), np.int32(k),
+                            np.int32(n), np.int32(int(formats.get(element).bits == 4)), np.int32(nchunks),
+                            np.int32(GROUP), np.int64(total), out))
+    return DevOperand(out, n, True, element, 0, k)
+
+
+def packed_bytes(element: str, k: int, n: int) -> int:
+    """Bytes of the packed records of a (K, N) weight: what one launch reads of the weight (codes + scales, N
+    padded to whole tile groups of 128)."""
+    nchunks, groups, rec = _record_geometry(element, k, n)
+    return groups * GROUP * nchunks * rec
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the registers path's plan
+# ------------------------------------------------------------------------------------------------------------
+def _activations(stager, a, od) -> DevOperand:
+    """A as the kernel reads it: 16-bit, K contiguous, 16-byte aligned base and row pitch; read in place when it
+    already is, else rounded once into a padded K-major buffer (stage.py's float staging)."""
+    want = "f16" if od.name == "fp16" else "bf16"
+    arr, kind = stager.float_source(a, "a", od)
+    if kind == {"f16": "float16", "bf16": "bf16"}[want]:
+        d = stager._direct16(arr, "a")
+        if d is not None and d.kmajor:
+            d.elem = want
+            return d
+    buf, ld = stager._prep_float(arr, kind, "a", want)
+    return DevOperand(buf, ld, True, want, 0, int(arr.shape[-1]))
+
+
+def _splits(sms: int, base: int, nchunks: int, force: int = 0) -> tuple[int, int]:
+    """(splits, chunks per split): enough blocks for CTAS_PER_SM per SM when the tiles alone cannot give them."""
+    want = force or (1 if base >= 2 * sms else min(-(-CTAS_PER_SM * sms // max(base, 1)), 64, max(1, nchunks // 4)))
+    per = -(-nchunks // max(1, want))
+    return -(-nchunks // per), per
+
+
+class WonlyPlan(Plan):
+    """``a @ b`` on the registers path: ``gemm()`` launches mx_wonly_gemm alone, ``prep()`` re-stages the operands
+    (a cached packed weight costs nothing), ``result()`` gives the caller's kind of array."""
+
+    def __init__(self, backend, cp, dev, stream, da: DevOperand, db: DevOperand, out, m: int, n: int,
+                 out_dtype: str, prep, result_like, fold=None, split: int = 0):
+        self.backend, self.cp, self.dev, self.stream = backend, cp, dev, stream
+        self.da, self.db, self.out, self.m, self.n, self.out_dtype = da, db, out, m, n, out_dtype
+        self._prep, self._like, self._fold, self._split = prep, result_like, fold, split
+        if sm_of(dev.arch) < 80:
+            raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
+        self.batch = fold[0] if fold is not None else None
+        mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
+        self.variant_ = WonlyVariant(db.elem, da.elem, mt)
+        v = self.variant_
+        nt = -(-n // 16)
+        self._nchunks = -(-da.k // v.kc)
+        self._grid_xy = (-(-nt // (GROUP)), -(-m // (8 * mt)))
+        self._splits, self._per = _splits(dev.sms, self._grid_xy[0] * self._grid_xy[1], self._nchunks, split)
+        self.variant = f"{v.name} split {self._splits} (registers: packed weight decoded in registers, mma.sync)"
+        with cp.cuda.Device(dev.ordinal):
+            self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), WONLY_FILE, "mx_wonly_gemm",
+                                               v.options(), v.smem_bytes)
+            self._alloc()
+
+    def _alloc(self) -> None:
+        """Split-K workspace and tile counters, and the launch packed once (``RawLaunch``: cuLaunchKernel with a
+        prepared parameter block, a few microseconds of host time per call)."""
+        cp = self.cp
+        gx, gy = self._grid_xy
+        if self._splits > 1:
+            self._ws = cp.empty(self._splits * self.m * gx * GROUP * 16, dtype=cp.float32)
+            self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
+        else:
+            self._ws = self._counters = None
+        self._launch = None
+        out, a, b = self.out, self.da, self.db
+        if out is None or out.size == 0 or a.k == 0:
+            return
+        v = self.variant_
+        self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (32 * WARPS,), v.smem_bytes, (
+            b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
+            np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
+            np.int32(self._per)))
+
+    def gemm(self) -> None:
+        with self.cp.cuda.Device(self.dev.ordinal):
+            self._gemm()
+
+    def _gemm(self) -> None:
+        if self._launch is None:
+            if self.out.size and self.da.k == 0:  # the empty sum
+                with self.stream:
+                    self.out.fill(0)
+            return
+        self._launch(self.cp.cuda.driver, self.stream.ptr, ())
+
+    def prep(self) -> None:
+        with self.cp.cuda.Device(self.dev.ordinal), self.stream:
+            da, db = self._prep()
+            if (da.buf.data.ptr, db.buf.data.ptr) != (self.da.buf.data.ptr, self.db.buf.data.ptr):  # new buffers
+                self.da, self.db = da, db
+                self._alloc()
+
+    def result(self):
+        out = self.out if self._fold is None else self.out.reshape(self._fold)
+        return self._like(out)
+
+    def clone(self) -> "WonlyPlan":
+        import copy
+
+        other = copy.copy(self)
+        with self.cp.cuda.Device(self.dev.ordinal), self.stream:
+            other.da, other.db, other.out = self.da.copy(), self.db.copy(), self.out.copy()
+            other._alloc()
+        return other
+
+    def close(self) -> None:
+        self.da = self.db = self.out = self._ws = self._counters = self._launch = None
+        self._prep = self._like = None
+
+
+def registers_prep(backend, stager, a, b, mdt, scale_rounding: str, cache: bool = True):
+    """The registers path's staging callable: (A as the kernel reads it, B's packed records, cached on the MXTensor)."""
+    prep_b = quantized_b(backend, stager, b, mdt, scale_rounding, "wonly", cache)
+    return lambda: (_activations(stager, a, mdt.a), prep_b())
+
+
+def quantized_b(backend, stager, b, mdt, scale_rounding: str, path: str, cache: bool = True):
+    """The staging callable of the MX weight B: an MXTensor as it is (the staged form cached on it), device float
+    data quantized on its GPU along K, host data by mxcore.operands.  ``path``: stage.py's path ("wonly": the
+    packed records; "decode": bf16 with the scales folded in)."""
+    from mxcore.arrays import array_kind, to_numpy
+    from mxcore.operands import prepare_one, quantize_on_device
+
+    kind = array_kind(b)
+    on_gpu = kind == "cupy" or (kind == "torch" and b.device.type == "cuda")
+    host = b if kind in ("mx", "numpy") else (
+        quantize_on_device(b, mdt.b, "b", scale_rounding, b_order=backend.b_code_order) if on_gpu else to_numpy(b))
+    opb = prepare_one(host, mdt.b, "b", scale_rounding)
+    src = host if (cache and array_kind(host) == "mx") else None
+    up: dict = {}
+
+    def uploaded():
+        if "b" not in up:
+            up["b"] = stager.upload(opb)
+        return up["b"]
+
+    return lambda: stager.stage_quantized(opb, "b", path, src, uploaded)
+
+
+def staged_prep(backend, stager, a, b, mdt, scale_rounding: str, cache: bool = True):
+    """The staged path's staging callable: A as the bf16 GEMM reads it, B decoded to bf16 (cached on the MXTensor)."""
+    prep_b = quantized_b(backend, stager, b, mdt, scale_rounding, "decode", cache)
+    return lambda: (stager.stage_float(a, "a", mdt.a), prep_b())

@@ -1,0 +1,44 @@
+// mxcore weight-only GEMM: an MX weight W [K, N] (one uint8 code per element, any strides; E8M0 scales
+// [ceil(K/32), N], any strides) -> the packed fragment records gemm_wonly.cu streams (the layout is described
+// there; records in groups of `group` tiles).  One thread per (record, lane): the lane's 16 fragment bytes, and lanes < 16 * BPC one scale byte each.
+// Codes past K or N are 0 (+0 in every MX element format); scales of padding rows / blocks are 127 (2^0).
+// Runs once per weight (the backend caches the records on the MXTensor).  -D: the fragment formulas WO_A_ROW,
+// WO_A_K, WO_C_ROW (see gemm_wonly.cu).
+
+#include "mx_common.cuh"
+
+extern "C" __global__ void mx_wonly_pack(const u8* __restrict__ codes, i64 cs_k, i64 cs_n, const u8* __restrict__ scales,
+                                         i64 ss_k, i64 ss_n, int K, int N, int pack4, int nchunks, int group,
+                                         i64 total, u8* __restrict__ out) {
+    const int kc = pack4 ? 64 : 32, bpc = kc / 32, rec_bytes = 512 + 16 * bpc, nblocks = (K + 31) / 32;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        const int lane = (int)(idx & 31);
+        const i64 rec = idx >> 5;  // records [tile group][chunk][tile in the group]
+        const int tile = (int)(rec / ((i64)group * nchunks)) * group + (int)(rec % group);
+        const int chunk = (int)((rec / group) % nchunks);
+        u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (s >= kc / 16) continue;
+                const int n = tile * 16 + WO_A_ROW(lane, j);
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const int k = chunk * kc + WO_KPHYS(s >> 1, s & 1, WO_A_K(lane, j, p));
+                    const u32 code = (n < N && k < K) ? codes[(i64)k * cs_k + (i64)n * cs_n] : 0u;
+                    if (pack4)
+                        w[s] |= (code & 15u) << (4 * j + 16 * p);
+                    else
+                        w[(2 * s + (j >> 1)) & 3] |= code << (8 * (j & 1) + 16 * p);
+                }
+            }
+        u8* dst = out + rec * rec_bytes;
+        *reinterpret_cast<uint4*>(dst + lane * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+        if (lane < 16 * bpc) {  // scale byte `lane`: fragment row g, block blk, half h (accumulator row g + 8h)
+            const int g = lane / (2 * bpc), blk = (lane % (2 * bpc)) >> 1, h = lane & 1;
+            const int n = tile * 16 + WO_C_ROW(4 * g, 2 * h), kb = chunk * bpc + blk;
+            dst[512 + lane] = (n < N && kb < nblocks) ? scales[(i64)kb * ss_k + (i64)n * ss_n] : (u8)127;
+        }
+    }
+}

@@ -1,0 +1,150 @@
+"""Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly.py),
+against the float64 reference.  Every output is poisoned with NaN before the launch.
+
+* exactly representable inputs: bit-exact (the registers path for every pair, any scale codes per column:
+  0x00, 0x01, 0x7F, 0xFE; the staged path with scales spanning a few binades), NaN blocks (scale 0xFF) poison
+  exactly the columns that read them, K tails, M from 1 to 130 (one m8 tile to several m64 row blocks), split K;
+* random MX weights quantized from normal data: within (K + 2) 2^-23 (|A| @ |B|) (+ the output rounding);
+* the API: torch CUDA tensors and CuPy arrays, an MXTensor weight reused across calls (its packed form cached),
+  device float weights quantized on the GPU, a shared weight under a 3-D batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import output_values, poisoned_output
+
+import mxcore
+from mxcore import dtypes, formats
+from mxcore.mx import MXTensor
+
+pytestmark = pytest.mark.nvidia_gpu
+
+MX = ["mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2"]
+ACTS = ["bf16", "fp16"]
+SHAPES = [(1, 16, 32), (5, 33, 65), (8, 130, 200), (16, 128, 1000), (37, 200, 96), (64, 256, 512), (130, 72, 160)]
+
+
+def _act_values(rng, m, k, act, small=False):
+    """Exactly representable activations: integers in [-8, 8] times 2^-2 (times 2^-16 when ``small``: then a
+    column of 2^127 blocks cannot overflow and one of 2^-127 blocks stays a multiple of 2^-149)."""
+    a = rng.integers(-8, 9, (m, k)).astype(np.float64) / 4
+    return a * 2.0 ** -14 if small else a
+
+
+def _mx_weight(rng, k, n, fmt, scale_codes):
+    """A host MXTensor (blocks along K) with random codes of magnitude 0 or in [1/4, 8] (at most 4 significant
+    bits: with the activations above every partial sum is exact in fp32) and per-column scales drawn from
+    ``scale_codes`` (one code for all blocks of a column)."""
+    spec = formats.get(dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)])
+    codes = rng.integers(0, 1 << spec.bits, (k, n)).astype(np.uint8)
+    vals = np.abs(formats.decode(codes, spec.name).astype(np.float64))
+    codes[~((vals >= 0.25) & (vals <= 8))] = 0
+    nb = -(-k // 32)
+    col = rng.choice(np.asarray(scale_codes, np.uint8), n)
+    return MXTensor(codes, np.repeat(col[None, :], nb, axis=0), fmt, 0)
+
+
+def _plan_out(cuda_backend, a, b, pair, path, out_dtype="float32", **kw):
+    import cupy as cp
+
+    out = poisoned_output(cp, a.shape[0], b.shape[1], out_dtype)
+    p = cuda_backend.plan(a, b, dtypes.resolve(pair, "sm_90"), out_dtype=out_dtype, out=out, wonly_path=path, **kw)
+    p.gemm()
+    cp.cuda.get_current_stream().synchronize()
+    return output_values(cp, out, out_dtype), p
+
+
+def _ref(a, b, pair, out_dtype="float32"):
+    return mxcore.matmul(a, b, pair, out_dtype=out_dtype, backend="reference").astype(np.float64)
+
+
+def _device_act(a, act):
+    import torch
+
+    return torch.as_tensor(a, device="cuda").to(torch.float16 if act == "fp16" else torch.bfloat16)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("fmt", MX)
+@pytest.mark.parametrize("act", ACTS)
+def test_registers_exact(cuda_backend, rng, act, fmt, shape):
+    m, n, k = shape
+    a = _act_values(rng, m, k, act, small=True)
+    b = _mx_weight(rng, k, n, fmt, [0x00, 0x01, 0x7F, 0x80, 0xFE] if fmt == "mxfp4" else [0x70, 0x7F, 0x85])
+    got, p = _plan_out(cuda_backend, _device_act(a, act), b.to_device(_device_act(a[:1, :1], act)), (act, fmt),
+                       "registers")
+    assert "registers" in p.variant
+    want = _ref(a, b, (act, fmt))
+    assert np.array_equal(got, want, equal_nan=True), (np.nanmax(np.abs(got - want)), p.variant)
+
+
+@pytest.mark.parametrize("fmt", MX)
+def test_staged_exact_bf16(cuda_backend, rng, fmt):
+    for m, n, k in [(3, 40, 70), (200, 300, 257), (512, 1024, 384)]:
+        a = _act_values(rng, m, k, "bf16")
+        b = _mx_weight(rng, k, n, fmt, [0x78, 0x7F, 0x81])
+        got, p = _plan_out(cuda_backend, _device_act(a, "bf16"), b, ("bf16", fmt), "staged")
+        assert "registers" not in p.variant
+        want = _ref(a, b, ("bf16", fmt))
+        assert np.array_equal(got, want, equal_nan=True), (m, n, k, np.nanmax(np.abs(got - want)))
+
+
+@pytest.mark.parametrize("path", ["registers", "staged"])
+def test_nan_blocks_and_out_dtypes(cuda_backend, rng, path):
+    m, n, k = 9, 48, 130
+    a = _act_values(rng, m, k, "bf16", small=True)
+    b = _mx_weight(rng, k, n, "mxfp4", [0x7E, 0x7F])
+    scales = b.scales.copy()
+    scales[1, 5] = 0xFF  # one NaN block: column 5 is NaN for every row
+    scales[4, 17] = 0xFF  # the partial last block (K tail)
+    b = MXTensor(b.codes, scales, "mxfp4", 0)
+    for out_dtype in ("float32", "bfloat16", "float16"):
+        got, _ = _plan_out(cuda_backend, _device_act(a, "bf16"), b, ("bf16", "mxfp4"), path, out_dtype)
+        want = _ref(a, b, ("bf16", "mxfp4"), out_dtype)
+        assert np.isnan(got[:, [5, 17]]).all() and not np.isnan(np.delete(got, [5, 17], axis=1)).any()
+        assert np.array_equal(got, want, equal_nan=True), out_dtype
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e2m3", "mxfp8_e4m3"])
+@pytest.mark.parametrize("act", ACTS)
+def test_random_within_bound(cuda_backend, rng, act, fmt):
+    for (m, n, k), split in [((1, 4096, 4096), 0), ((16, 512, 2048), 3), ((64, 384, 1111), 0), ((300, 256, 512), 0)]:
+        a = rng.standard_normal((m, k))
+        w = rng.standard_normal((k, n))
+        b = mxcore.quantize_mx(w, fmt, axis=0)
+        got, p = _plan_out(cuda_backend, _device_act(a, act), b, (act, fmt), "registers", split_k=split)
+        a16 = np.asarray(_device_act(a, act).float().cpu(), np.float64)
+        bf = mxcore.dequantize(b, dtype=np.float64)
+        bound = (k + 2) * 2.0 ** -23 * (np.abs(a16) @ np.abs(bf)) + np.abs(a16 @ bf) * 2.0 ** -24
+        err = np.abs(got - a16 @ bf)
+        assert (err <= bound).all(), (m, n, k, p.variant, float((err / bound).max()))
+
+
+def test_api_paths_and_reuse(cuda_backend, rng):
+    import cupy as cp
+    import torch
+
+    k, n = 256, 192
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    wq = mxcore.quantize_mx(torch.as_tensor(w, device="cuda"), "mxfp4", axis=0)  # device MXTensor
+    for m in (1, 7, 64, 65, 300):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        y = mxcore.matmul(x, wq)  # dtype inferred: (bf16, mxfp4)
+        assert isinstance(y, torch.Tensor) and y.shape == (m, n) and y.dtype == torch.float32
+        ref = mxcore.matmul(x.float().cpu().numpy(), wq.to_host(), ("bf16", "mxfp4"), backend="reference")
+        bound = (k + 2) * 2.0 ** -23 * (np.abs(x.float().cpu().numpy()) @ np.abs(mxcore.dequantize(wq.to_host())))
+        assert (np.abs(y.cpu().numpy() - ref) <= bound + 1e-30).all(), m
+    # device float weight quantized on the GPU; fp16 activations; CuPy arrays
+    xa = cp.asarray(rng.standard_normal((5, k)).astype(np.float16))
+    y = mxcore.matmul(xa, cp.asarray(w), ("fp16", "mxfp8"))
+    ref = mxcore.matmul(cp.asnumpy(xa), w, ("fp16", "mxfp8"), backend="reference")
+    deq = mxcore.dequantize(mxcore.quantize_mx(w, "mxfp8", axis=0), dtype=np.float64)
+    bound = (k + 2) * 2.0 ** -23 * (np.abs(cp.asnumpy(xa).astype(np.float64)) @ np.abs(deq)) + np.abs(ref) * 2.0 ** -24
+    assert isinstance(y, cp.ndarray) and (np.abs(cp.asnumpy(y) - ref) <= bound).all()
+    # a shared weight under a 3-D batch (folded into M)
+    xb = torch.randn(3, 4, k, device="cuda", dtype=torch.bfloat16)
+    yb = mxcore.matmul(xb, wq)
+    y0 = mxcore.matmul(xb.reshape(12, k), wq).reshape(3, 4, n)
+    assert torch.equal(yb, y0)

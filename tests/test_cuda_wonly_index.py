@@ -1,0 +1,127 @@
+"""The weight-only kernel's index arithmetic and decode, checked on the CPU (no GPU needed).
+
+``backends/cuda/wonly.py::WONLY_FORMULAS`` (emitted as -D macros into gemm_wonly.cu and wonly_pack.cu) must give the
+m16n8k16 layout records' A, B and C coordinates; the kernel's bit-placement decode (mirrored here in numpy, with
+the same shifts, masks and multiply) must give every code's value of every MX element format, for both
+activation types, bit for bit; and the packed record geometry must be what the kernel streams.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxcore import dtypes, formats, layouts
+from mxcore.backends.cuda import variants, wonly
+
+RECORDS = {act: layouts.get(name) for act, name in wonly._RECORD.items()}
+
+
+def _f(key, **kw):
+    params, expr = wonly.WONLY_FORMULAS[key]
+    return variants.eval_formula(expr, **kw)
+
+
+def test_packed_k_order():
+    """WO_KPHYS permutes K inside each 32-K block (so the E8M0 block scales still apply to their own 32 K), is a
+    bijection on the chunk, pairs every A element with the B element of the same K (the mma sums k of one step,
+    so A and B must agree), and gives lane t of a block the 8 consecutive K at 32 b + 8 t in the order the kernel
+    reads them (word 2 s + j = register j of step s, low half = the even element)."""
+    seen = set()
+    for b in range(2):
+        for s in range(2):
+            for k in range(16):
+                p = wonly.eval_wonly("WO_KPHYS", b=b, s=s, k=k)
+                assert p // 32 == b and p not in seen
+                seen.add(p)
+    assert seen == set(range(64))
+    for lane in range(32):
+        t = lane & 3
+        for b in range(2):
+            for s in range(2):
+                for j in range(2):
+                    for h in range(2):
+                        kk = _f("WO_B_K", lane=lane, j=j, h=h)
+                        assert wonly.eval_wonly("WO_KPHYS", b=b, s=s, k=kk) == 32 * b + 8 * t + 2 * (2 * s + j) + h
+
+
+@pytest.mark.parametrize("act", sorted(RECORDS))
+def test_formulas_match_layout_records(act):
+    rec = RECORDS[act]
+    for lane in range(32):
+        for j in range(4):
+            for h in range(2):
+                assert tuple(rec.a.coords[lane, 2 * j + h]) == (_f("WO_A_ROW", lane=lane, j=j),
+                                                                _f("WO_A_K", lane=lane, j=j, h=h))
+        for j in range(2):
+            for h in range(2):
+                assert tuple(rec.b.coords[lane, 2 * j + h]) == (_f("WO_B_K", lane=lane, j=j, h=h),
+                                                                _f("WO_B_N", lane=lane))
+        for i in range(4):
+            assert tuple(rec.c.coords[lane, i]) == (_f("WO_C_ROW", lane=lane, i=i), _f("WO_C_COL", lane=lane, i=i))
+
+
+def _mul16(bits: np.ndarray, mul_bits: int, act: str) -> np.ndarray:
+    """16-bit values times the 16-bit constant, exactly (the kernel's HMUL2 / HFMA2 of an exact product)."""
+    import ml_dtypes
+
+    dt = np.float16 if act == "f16" else ml_dtypes.bfloat16
+    x = bits.astype(np.uint16).view(dt).astype(np.float64)
+    m = np.array([mul_bits], np.uint16).view(dt).astype(np.float64)[0]
+    return (x * m).astype(np.float32).astype(dt).view(np.uint16)
+
+
+def _decode_like_kernel(codes: np.ndarray, element: str, act: str) -> np.ndarray:
+    """The kernel's wo_decode2 / wo_reg<J> on one code per element (numpy mirror of the bit placement)."""
+    v = wonly.WonlyVariant(element, act, 1)
+    opts = dict(o[2:].split("=", 1) for o in v.options() if o.startswith("-DWO_") and "(" not in o.split("=")[0])
+    eb, mb, special = int(opts["WO_EBITS"]), int(opts["WO_MBITS"]), int(opts["WO_SPECIAL"])
+    mul = int(opts["WO_MUL"].rstrip("u"), 16) & 0xFFFF
+    tm = 7 if act == "bf16" else 10
+    c = codes.astype(np.uint32)
+    nb = eb + mb
+    mag = c & ((1 << nb) - 1)
+    r = (mag << (tm - mb)) | ((c >> nb) & 1) << 15
+    if mul not in (0x3C00, 0x3F80):
+        r = _mul16(r, mul, act).astype(np.uint32)
+    if special == 1:
+        r = np.where(mag == 0x7F, r | (0x7FC0 if act == "bf16" else 0x7E00), r)
+    elif special == 2 and act == "bf16":
+        r = np.where(mag >= 0x7C, (r & 0x8000) | 0x7F80 | np.where(mag > 0x7C, 0x40, 0), r)
+    return r.astype(np.uint16)
+
+
+@pytest.mark.parametrize("act", ["f16", "bf16"])
+@pytest.mark.parametrize("element", sorted(set(dtypes.MX_ELEMENT.values())))
+def test_decode_every_code(element, act):
+    import ml_dtypes
+
+    spec = formats.get(element)
+    codes = np.arange(1 << spec.bits, dtype=np.uint8)
+    got = _decode_like_kernel(codes, element, act).view(np.float16 if act == "f16" else ml_dtypes.bfloat16)
+    want = formats.decode(codes, element).astype(np.float64)
+    np.testing.assert_array_equal(got.astype(np.float64), want)  # NaN == NaN here; signed zeros by value
+    assert np.array_equal(np.signbit(got.astype(np.float64)), np.signbit(want))
+
+
+def test_packed_geometry():
+    # 4-bit codes: 64 K per 544-byte record (512 fragment bytes + 32 scale bytes); byte codes: 32 K per 528 bytes
+    assert wonly.packed_bytes("e2m1", 8192, 8192) == 8192 // 16 * 8192 // 64 * 544
+    assert wonly.packed_bytes("e4m3fn", 64, 128) == 8 * 2 * 528
+    assert wonly.packed_bytes("e2m1", 65, 1) == 8 * 2 * 544  # N padded to a tile group of 128, K to chunks
+    v = wonly.WonlyVariant("e2m1", "bf16", 8)
+    assert v.kc == 64 and v.record_bytes == 544 and 0 < v.smem_bytes <= 227 * 1024 and v.stages >= 2
+
+
+def test_path_rule():
+    bf, f16 = dtypes.resolve(("bf16", "mxfp4")), dtypes.resolve(("fp16", "mxfp4"))
+    assert wonly.wonly_path(bf, wonly.REGISTERS_MAX_M) == "registers"
+    assert wonly.wonly_path(bf, wonly.REGISTERS_MAX_M + 1) == "staged"
+    assert wonly.wonly_path(f16, 8192) == "registers"
+    assert wonly.wonly_path(bf, 4096, "registers") == "registers"
+    from mxcore.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="registers"):
+        wonly.wonly_path(f16, 8, "staged")
+    with pytest.raises(UnsupportedError, match="wonly_path"):
+        wonly.wonly_path(bf, 8, "shared")
