@@ -119,6 +119,11 @@ __device__ __forceinline__ u32 e4m3_shifted(u32 c, int ebits, int mbits, int bia
     return sign | (u32)(sig << (q + 9));  // subnormal: sig * 2^(q + 9) units of 2^-9
 }
 
+// One block per (32 rows, 128-K window): the codes tile is loaded coalesced in the source's own layout (16 bytes per
+// thread along whichever of K / rows is contiguous) into shared memory as [row][k]; then 8 lanes per row, one
+// 16-element run each, decide the window together (shuffles) and write its e4m3 codes as one 128-byte row segment.
+#define FOLD_ROWS 32
+#define FOLD_PITCH 144  // 128 bytes of K + 16 (bank spread for the transposing stores)
 extern "C" __global__ void __launch_bounds__(256)
 mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __restrict__ codes, i64 cs_r, i64 cs_k,
              int rows, int blocks, int K, int role, int rows_pad, int blocks_pad, int ebits, int mbits, int bias,
@@ -127,90 +132,87 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
              int* __restrict__ info) {
     // every (shift, code) pair's e4m3 code: lut[(d - lo) * ncodes + c] (at most 15 shifts x 64 codes)
     __shared__ u8 lut[15 * 64];
+    __shared__ __align__(16) u8 tile[FOLD_ROWS * FOLD_PITCH];
     const int ncodes = 1 << (1 + ebits + mbits);
     for (int i = threadIdx.x; i < (hi_shift - lo + 1) * ncodes; i += blockDim.x)
         lut[i] = (u8)e4m3_shifted(i % ncodes, ebits, mbits, bias, lo + i / ncodes);
+    const int r0 = blockIdx.x * FOLD_ROWS, w = blockIdx.y, k0 = 128 * w, t = threadIdx.x;
+    // load: rows-contiguous sources (B's [K][N] codes) 16 rows of one k per thread, else 16 k of one row
+    if (cs_r == 1 && cs_k != 1) {
+        const int k = k0 + t / 2, rr = r0 + 16 * (t % 2);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        const u8* src = codes + (i64)k * cs_k + rr;
+        if (k < K && rr + 16 <= rows && ((unsigned long long)src & 15) == 0) {
+            v = *(const uint4*)src;
+        } else if (k < K) {
+            u32 q4[4] = {0, 0, 0, 0};
+            for (int q = 0; q < 16; ++q)
+                if (rr + q < rows) q4[q / 4] |= (u32)src[q] << (8 * (q % 4));
+            v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
+        }
+        const u32 q4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int q = 0; q < 16; ++q) tile[(16 * (t % 2) + q) * FOLD_PITCH + t / 2] = (u8)(q4[q / 4] >> (8 * (q % 4)));
+    } else {
+        const int r = r0 + t / 8, k = k0 + 16 * (t % 8);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        const u8* src = codes + (i64)r * cs_r + (i64)k * cs_k;
+        if (r < rows && cs_k == 1 && k + 16 <= K && ((unsigned long long)src & 15) == 0) {
+            v = *(const uint4*)src;
+        } else if (r < rows) {
+            u32 q4[4] = {0, 0, 0, 0};
+            for (int q = 0; q < 16; ++q)
+                if (k + q < K) q4[q / 4] |= (u32)src[q * cs_k] << (8 * (q % 4));
+            v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
+        }
+        *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * (t % 8)) = v;
+    }
     __syncthreads();
-    // 16-byte code loads when K runs contiguously in 16-byte aligned rows (else bytes)
-    const bool vec = cs_k == 1 && cs_r % 16 == 0 && ((unsigned long long)codes & 15) == 0;
-    int not_whole = 0;
-    int lo_enc = 0, hi = 0, any_nan = 0;
-    const int windows = blocks_pad / 4;
+    // decide: lanes 8 g .. 8 g + 7 of a warp hold row t / 8's runs; runs 2b, 2b + 1 are block b of the window
+    const int r = r0 + t / 8, run = t % 8, b = run / 2, j = 4 * w + b;
+    const uint4 v = *(const uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run);
     const u32 mag4 = ((1u << (ebits + mbits)) - 1) * 0x01010101u;
-    const i64 total = (i64)rows_pad * windows;
-    for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
-        // A: windows fastest (its K runs along the row); B: rows fastest (codes [K][N]: coalesced over N)
-        const int r = role == 0 ? (int)(t / windows) : (int)(t % rows_pad);
-        const int w = role == 0 ? (int)(t % windows) : (int)(t / rows_pad);
-        const u8* row = codes + r * cs_r;
-        // the window's 128 codes, 16 per run (zeros past K and past the rows)
-        u32 wd[8][4];
+    const int sc = r < rows && j < blocks ? scales[r * ss_r + j * ss_j] : 127;
+    const bool nz = ((v.x | v.y | v.z | v.w) & mag4) != 0;
+    const bool live = (nz || __shfl_xor_sync(0xffffffffu, nz, 1)) && sc != 255 && r < rows && j < blocks;
+    if (run % 2 == 0 && r < rows && j < blocks && sc == 255) {
+        nan_rows[r] = 1;
+        atomicOr(&info[2], 1);
+    }
+    int emax = live ? sc - 127 : -1000, emin = live ? sc - 127 : 1000;
+    for (int o = 1; o < 8; o <<= 1) {
+        emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, o));
+        emin = min(emin, __shfl_xor_sync(0xffffffffu, emin, o));
+    }
+    const bool any = emax >= emin;
+    const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
+    const bool whole = re >= -127 && (!any || (emax - re <= hi_shift && emin - re >= lo));
+    const bool fold = whole || emax - emin <= hi_shift - lo;
+    const int E = whole ? re : any ? min(max(emax - hi_shift, -127), 127) : 0;
+    if (!fold && run == 0) folded[w] = 0;
+    const int not_whole = !whole && r < rows;
+    // elements: this lane's 16 codes (zeros in NaN / zero blocks)
+    if (r < rows && k0 + 16 * run < ldk) {
+        const u8* tab = lut + ((fold ? sc - 127 - E : 0) - lo) * ncodes;
+        const u32 in[4] = {v.x, v.y, v.z, v.w};
+        u32 o[4] = {0, 0, 0, 0};
+        if (live)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int k0 = 128 * w + 16 * i;
-            if (r < rows && vec && k0 + 16 <= K) {
-                const uint4 v = *(const uint4*)(row + k0);
-                wd[i][0] = v.x, wd[i][1] = v.y, wd[i][2] = v.z, wd[i][3] = v.w;
-            } else {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) wd[i][q] = 0;
-                if (r < rows)
-#pragma unroll
-                    for (int q = 0; q < 16; ++q)
-                        if (k0 + q < K) wd[i][q / 4] |= (u32)row[(k0 + q) * cs_k] << (8 * (q % 4));
-            }
+            for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(in[q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
+        *(uint4*)(elems + r * ldk + k0 + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    // factors (one lane per block): the window's 2^E on all 4 blocks (folded), else each live block's own code
+    int lo_enc = 0, hi = 0;
+    if (run % 2 == 0 && r < rows_pad) {
+        const int code = fold ? (any || whole ? E + 127 : 127) : (live ? sc : 127);
+        if (fold ? any : live) {
+            lo_enc = 255 - code;
+            hi = code;
         }
-        int sc[4], emax = -1000, emin = 1000;
-        bool live[4], any = false;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            const int j = 4 * w + b;
-            sc[b] = r < rows && j < blocks ? scales[r * ss_r + j * ss_j] : 127;
-            u32 nz = 0;
-#pragma unroll
-            for (int q = 0; q < 8; ++q) nz |= wd[2 * b + q / 4][q % 4] & mag4;
-            live[b] = nz != 0 && sc[b] != 255 && r < rows && j < blocks;
-            if (r < rows && j < blocks && sc[b] == 255) {
-                nan_rows[r] = 1;
-                any_nan = 1;
-            }
-            if (live[b]) {
-                any = true;
-                emax = max(emax, sc[b] - 127);
-                emin = min(emin, sc[b] - 127);
-            }
-        }
-        const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
-        const bool whole = re >= -127 && (!any || (emax - re <= hi_shift && emin - re >= lo));
-        const bool fold = whole || emax - emin <= hi_shift - lo;
-        const int E = whole ? re : any ? min(max(emax - hi_shift, -127), 127) : 0;
-        if (!fold) folded[w] = 0;
-        if (!whole && r < rows) not_whole = 1;
-        // elements: 8 runs of 16 bytes (zeros in NaN / zero blocks)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // run i lies in block i / 2 (static indices: the arrays stay in registers)
-            const int k0 = 128 * w + 16 * i, b = i / 2;
-            if (r >= rows || k0 >= ldk) continue;
-            const u8* tab = lut + ((fold ? sc[b] - 127 - E : 0) - lo) * ncodes;
-            u32 o[4] = {0, 0, 0, 0};
-            if (live[b])
-#pragma unroll
-                for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(wd[i][q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
-            *(uint4*)(elems + r * ldk + k0) = make_uint4(o[0], o[1], o[2], o[3]);
-        }
-        // factors: the window's 2^E on all 4 blocks (folded), else each live block's own code; neutral 127 elsewhere
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            const int code = fold ? (any || whole ? E + 127 : 127) : (live[b] ? sc[b] : 127);
-            if (fold ? any : live[b]) {
-                lo_enc = max(lo_enc, 255 - code);
-                hi = max(hi, code);
-            }
-            put_factor(out, ld, role, r, 4 * w + b, code);
-        }
+        put_factor(out, ld, role, r, j, code);
     }
     if (__syncthreads_or(not_whole) && threadIdx.x == 0) info[3] = 1;
-    reduce_info(lo_enc, hi, any_nan, info);
+    reduce_info(lo_enc, hi, 0, info);
 }
 
 // one exponent per row for mx_sm90_fold: row_e[r] = E + 127 with E = max(e) - hi (clamped to [-127, 127]) when the

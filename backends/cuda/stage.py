@@ -395,8 +395,8 @@ class Stager:
             launch(self._factor_kernel("mx_sm90_fold_rows"), (max(1, min(-(-rows // 8), 8 * self.sms)),), (256,), (
                 args[0], args[1], args[2], args[6], args[7], np.int32(lo), np.int32(hi), row_e, fac.folded,
                 np.int32(fac.blocks_pad // 4)))
-            grid = (max(1, min(-(-windows // 256), 4 * self.sms)),)
-            launch(self._factor_kernel("mx_sm90_fold"), grid, (256,), args + (
+            rows_pad = int(args[10])
+            launch(self._factor_kernel("mx_sm90_fold"), (-(-rows_pad // 32), fac.blocks_pad // 4), (256,), args + (
                 np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), row_e,
                 elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info))
         return elems, ldk, fac
