@@ -174,7 +174,8 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
     const u32 mag4 = ((1u << (ebits + mbits)) - 1) * 0x01010101u;
     const int sc = r < rows && j < blocks ? scales[r * ss_r + j * ss_j] : 127;
     const bool nz = ((v.x | v.y | v.z | v.w) & mag4) != 0;
-    const bool live = (nz || __shfl_xor_sync(0xffffffffu, nz, 1)) && sc != 255 && r < rows && j < blocks;
+    const int nz_pair = __shfl_xor_sync(0xffffffffu, (int)nz, 1);  // every lane (a short-circuited shuffle hangs)
+    const bool live = (nz || nz_pair) && sc != 255 && r < rows && j < blocks;
     if (run % 2 == 0 && r < rows && j < blocks && sc == 255) {
         nan_rows[r] = 1;
         atomicOr(&info[2], 1);
