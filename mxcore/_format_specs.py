@@ -7,6 +7,7 @@ codecs follow are described there.  The device codec kernels receive their const
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -212,6 +213,7 @@ def get(name, *, arch: str | None = None) -> FormatSpec:
 
 
 
+@functools.lru_cache(maxsize=None)
 def exact_shifts(src, dst) -> tuple[int, int] | None:
     """The shifts ``(lo, hi)``: every finite value ``x`` of ``src`` times ``2^d`` is exactly a finite value of
     ``dst`` for each integer ``d`` in ``[lo, hi]`` (and for no ``d`` outside it); None when there is no such ``d``.
@@ -219,7 +221,7 @@ def exact_shifts(src, dst) -> tuple[int, int] | None:
     value of ``dst`` when the grid is no finer than ``dst``'s (``d >= lo``), ``src.mbits <= dst.mbits`` and
     ``src.max_normal 2^d <= dst.max_normal`` (``d <= hi``).  E.g. into e4m3fn: e2m1 [-8, 6], e2m3 [-6, 5],
     e3m2 [-5, 4], e4m3fn [0, 0]: the widest spread of MX block exponents that one shared power of two can carry
-    (hi - lo binades: 14, 11, 9)."""
+    (hi - lo binades: 14, 11, 9).  Cached (the specs are immutable)."""
     s, d = get(src), get(dst)
     if s.mbits > d.mbits or (s.signed and not d.signed):
         return None

@@ -148,3 +148,34 @@ def test_staging_replays_only_when_it_covers_every_buffer():
         codec_runtime.taint("another")
     assert r.tainted == "a staging copy"
     codec_runtime.taint("outside a recording: nothing")
+
+
+@pytest.mark.parametrize("role", ["a", "b"])
+def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
+    """``Stager.mx_factors`` / ``mx_fold`` (numpy standing in for CuPy, launches captured): each launch passes as
+    many arguments as its kernel in ``gemm_sm90_mx.cu`` declares, and the grids cover every row and window."""
+    import re
+
+    import numpy as np
+
+    from mxcore.backends.cuda import sm90, stage
+    from mxcore.kernels import kernel_source
+
+    src = kernel_source("nvidia", sm90.SM90_MX_FILE)
+    params = {name: len(re.search(rf"{name}\(([^)]*)\)", src).group(1).split(","))
+              for name in sm90.SM90_MX_KERNELS}
+    calls = []
+    monkeypatch.setattr(stage, "launch", lambda fn, grid, block, args, shared_mem=0: calls.append((fn, grid, args)))
+    st = stage.Stager(np, 0, None, 132)
+    monkeypatch.setattr(st, "_factor_kernel", lambda name: name)
+    m, k = 70, 300  # 10 blocks of 32: 3 windows of 128
+    codes = np.zeros((m, k) if role == "a" else (k, m), np.uint8)
+    scales = np.full((m, 10) if role == "a" else (10, m), 127, np.uint8)
+    st.mx_factors(codes, scales, role, k)
+    elems, ldk, fac = st.mx_fold(codes, scales, role, k, "e2m1")
+    assert [c[0] for c in calls] == ["mx_sm90_block_factors", "mx_sm90_fold_rows", "mx_sm90_fold"]
+    for name, grid, args in calls:
+        assert len(args) == params[name], (name, len(args), params[name])
+    rows_pad = m if role == "a" else 80
+    assert calls[2][1] == (-(-rows_pad // 32), 3) and fac.blocks_pad == 12 and fac.folded.shape == (3,)
+    assert elems.shape == (m, ldk) and ldk == 304

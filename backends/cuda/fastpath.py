@@ -3,8 +3,9 @@
 * :func:`fast_call` — fp16/bf16 device operands the kernel reads in place: the plan is built once per layout and
   later calls only allocate the output and relaunch it (:class:`~.plan.Relaunch`) with the new addresses.
 * :func:`fast_quantized` — fp8/MX products of contiguous float device arrays: the first call of a layout runs the
-  codec under :func:`~mxcore.backends.codec.recording` and keeps the plan; later calls replay the recorded
-  quantization into the kept buffers, re-stage, :meth:`~.plan.CudaPlan.rebind` and launch into a new output.
+  codec and the plan's staging under :func:`~mxcore.backends.codec.recording` and keeps the plan; later calls replay
+  the recorded quantization (and the staging, where it covers every buffer the GEMM reads; else they stage again
+  and :meth:`~.plan.CudaPlan.rebind` the operands) and launch into a new output.
 
 Both keep their entries in the backend's ``_fast`` dict (False: the layout does not qualify).
 """

@@ -17,17 +17,18 @@ read on the host: a device MXTensor's smax (0-d uint8) and a device ScaledTensor
 to the kernels as pointers (:attr:`DevOperand.exp_at`; the decode kernels' ``exp_bias_at``), host ones as ints.
 The staged buffer is cached on the quantized object (quantize once, multiply many times).
 
-Exact MX fp8 (``path="mx_exact"``: the sm_90a wgmma family's block-scaled variant, chosen by ``families.mx_path``):
+Exact MX (``path="mx_exact"``: the sm_90a wgmma family's block-scaled variant, chosen by ``families.mx_path``):
 mxfp8 codes are staged as fp8 bytes exactly as the fp8 path stages them (K-major, in place when they already are),
 and the E8M0 scales go through ``gemm_sm90_mx.cu`` once into :class:`MXFactors` (int32 factor bits in the layout
-the kernel TMA-loads, the live range of scale codes, per-row NaN flags); nothing is read on the host.
+the kernel TMA-loads, the live range of scale codes, per-row NaN flags); MXFP4 / MXFP6 codes are re-encoded as e4m3
+with their block scales folded in (:meth:`Stager.mx_fold`, which also writes the factors and the fold flags).
+Nothing is read on the host.
 
 Batched operands (3-D) are staged into one buffer with a batch stride (0 for an operand shared by the batch).
 """
 
 from __future__ import annotations
 
-import functools
 import weakref
 from dataclasses import dataclass
 
@@ -51,8 +52,9 @@ MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
 class MXFactors:
     """An MX operand's block scales as the exact wgmma variant reads them (``gemm_sm90_mx.cu``): ``factors``
     int32 (A: [M][blocks_pad], B: [blocks_pad][ld] with columns permuted in 16s), ``ld`` its row pitch (elements),
-    ``blocks_pad`` = K/32 rounded up to whole 128-K stages, ``info`` int32 x 4 (live code range, any NaN block),
-    ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block)."""
+    ``blocks_pad`` = K/32 rounded up to whole 128-K stages, ``info`` int32 x 4 (live code range, any NaN block,
+    and for folded operands 1 when some row has no single factor over all of K), ``nan`` uint8 per row of A /
+    column of B (1: the row / column holds a NaN block)."""
 
     factors: object
     ld: int
@@ -333,8 +335,10 @@ class Stager:
         return self._prep_codes(codes, role, element, "byte")
 
     def _factor_args(self, codes, scales, role: str, k: int, fold: bool = False):
-        """What both factor kernels of ``gemm_sm90_mx.cu`` take: (the leading arguments, total rows x blocks,
-        MXFactors with the factor buffer allocated, info / nan zeroed, and with ``fold`` the window flags)."""
+        """What the factor kernels of ``gemm_sm90_mx.cu`` take: (the scales' arguments (scales, row stride, block
+        stride), the leading arguments of mx_sm90_block_factors / mx_sm90_fold (those, then the codes', the sizes
+        and the role), rows, rows_pad, MXFactors with the factor buffer allocated, info / nan zeroed, and with
+        ``fold`` the window flags)."""
         cp = self.cp
         blocks = -(-k // MX_BLOCK_KERNEL)
         blocks_pad = _round_up(max(blocks, 1), 4)
@@ -354,10 +358,10 @@ class Stager:
         aux = zeros(cp, 16 + max(rows, 1) + blocks_pad // 4, cp.uint8)
         fac = MXFactors(out, ld, blocks_pad, aux[:16].view(cp.int32), aux[16:16 + max(rows, 1)])
         fac.folded = aux[16 + max(rows, 1):] if fold else None
-        args = (scales, np.int64(ss_r), np.int64(ss_j), codes, np.int64(cs_r), np.int64(cs_k), np.int32(rows),
-                np.int32(blocks), np.int32(k), np.int32(0 if role == "a" else 1), np.int32(rows_pad),
-                np.int32(blocks_pad))
-        return args, rows_pad * blocks_pad, fac
+        scale_args = (scales, np.int64(ss_r), np.int64(ss_j))
+        args = scale_args + (codes, np.int64(cs_r), np.int64(cs_k), np.int32(rows), np.int32(blocks), np.int32(k),
+                             np.int32(0 if role == "a" else 1), np.int32(rows_pad), np.int32(blocks_pad))
+        return scale_args, args, rows, rows_pad, fac
 
     def _factor_kernel(self, name: str):
         from .sm90 import SM90_MX_FILE
@@ -367,7 +371,8 @@ class Stager:
     def mx_factors(self, codes, scales, role: str, k: int) -> MXFactors:
         """The exact wgmma variant's block factors of an MX fp8 operand (``gemm_sm90_mx.cu``): A (M, K) codes with
         (M, K/32) scales, or B (K, N) codes with (K/32, N) scales; any strides."""
-        args, total, fac = self._factor_args(codes, scales, role, k)
+        _, args, _, rows_pad, fac = self._factor_args(codes, scales, role, k)
+        total = rows_pad * fac.blocks_pad
         if total:
             grid = (max(1, min(-(-total // 256), 4 * self.sms)),)
             launch(self._factor_kernel("mx_sm90_block_factors"), grid, (256,), args + (
@@ -384,19 +389,17 @@ class Stager:
 
         cp = self.cp
         spec = formats.get(element)
-        lo, hi = _fold_shifts(element)
-        args, total, fac = self._factor_args(codes, scales, role, k, fold=True)
-        rows = codes.shape[0] if role == "a" else codes.shape[1]
+        lo, hi = formats.exact_shifts(element, "e4m3fn")
+        scale_args, args, rows, rows_pad, fac = self._factor_args(codes, scales, role, k, fold=True)
         ldk = _round_up(max(k, 1), 16)
         elems = cp.empty((rows, ldk), dtype=cp.uint8)
-        windows = total // 4
-        if windows:
+        windows = fac.blocks_pad // 4
+        if rows_pad:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
-            launch(self._factor_kernel("mx_sm90_fold_rows"), (max(1, min(-(-rows // 8), 8 * self.sms)),), (256,), (
-                args[0], args[1], args[2], args[6], args[7], np.int32(lo), np.int32(hi), row_e, fac.folded,
-                np.int32(fac.blocks_pad // 4)))
-            rows_pad = int(args[10])
-            launch(self._factor_kernel("mx_sm90_fold"), (-(-rows_pad // 32), fac.blocks_pad // 4), (256,), args + (
+            launch(self._factor_kernel("mx_sm90_fold_rows"), (max(1, min(-(-rows // 8), 8 * self.sms)),), (256,),
+                   scale_args + (np.int32(rows), np.int32(-(-k // MX_BLOCK_KERNEL)), np.int32(lo), np.int32(hi),
+                                 row_e, fac.folded, np.int32(windows)))
+            launch(self._factor_kernel("mx_sm90_fold"), (-(-rows_pad // 32), windows), (256,), args + (
                 np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), row_e,
                 elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info))
         return elems, ldk, fac
@@ -450,13 +453,6 @@ def _contiguous(cp, x):
     if not x.flags.c_contiguous:
         taint("a staging copy")
     return cp.ascontiguousarray(x)
-
-
-@functools.lru_cache(maxsize=None)
-def _fold_shifts(element: str) -> tuple:
-    from mxcore import formats
-
-    return formats.exact_shifts(element, "e4m3fn")
 
 
 def _ptr(x):
