@@ -47,6 +47,7 @@ __all__ = [
     "encode",
     "entry_points",
     "finite_amax",
+    "finite_amax_bits",
     "format_defines",
     "pack",
     "max_finite_scale",
@@ -307,15 +308,37 @@ def finite_amax(x):
         return bits.view(xb.dtype)[:1].view(x.dtype).reshape(())
 
 
-def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C"):
+def finite_amax_bits(xs, out) -> None:
+    """The finite amax of each device array ``xs[i]`` (float16/bfloat16/float32, on one device) into ``out[i]``
+    of the uint64 device array ``out`` (zeroed first), as the magnitude's bits in that array's own dtype widened to
+    64 bits — the form :func:`quantize_tensor` takes as ``amax_bits``.  Bits of non-negative floats order as their
+    values, so a MAX reduction of ``out`` over ranks (NCCL on int64) is the global amax.  Recorded under
+    :func:`recording` (the zeroing and the launches); no synchronisation."""
+    from .. import formats
+    from .codec_runtime import zero
+
+    with _on(xs[0]) as call:
+        o = call.cupy_view(out).view("uint64")
+        zero(call.cp, o)
+        for i, x in enumerate(xs):
+            xb, suf = call.float_bits(x)
+            if suf not in FAST_SUFFIXES:
+                raise InputTypeError(f"finite_amax_bits takes float16/bfloat16/float32 data, not {call.dtype_name(x)}")
+            if xb.size:
+                _amax_launch(call, formats.get("e4m3fn"), xb, suf, o[i:i + 1], _runs_fit(suf, xb))
+
+
+def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=None):
     """Device per-tensor power-of-two scaling: one amax reduction kernel and one encode kernel that reads the
     amax from device memory; returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d
     int32 ``k``) as the caller's kind of array.  ``amax``: a 0-d device array (any float dtype) holding the
     magnitude to scale by instead of ``x``'s own (exactly representable in ``x``'s dtype and at least ``x``'s finite
     amax, e.g. the global amax of a sharded tensor); the reduction is then skipped.  ``order="F"`` (2-D ``x``):
     the codes in column-major memory order (B [K, N] as the fp8 GEMMs read it: K contiguous), written by the
-    transposing kernel when both dimensions are multiples of 64 (else one copy, recorded like the launches).  No synchronisation (except NaN
-    in a format without NaN, which raises as the host does)."""
+    transposing kernel when both dimensions are multiples of 64 (else one copy, recorded like the launches).
+    ``amax_bits``: instead of ``amax``, a one-element uint64 device array as :func:`finite_amax_bits` writes it (read
+    by the encode kernel where it lies, so a replay reads its new contents).  No synchronisation (except NaN in a
+    format without NaN, which raises as the host does)."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)
         n = xb.size
@@ -329,7 +352,10 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C"):
         count = call.counter() if not spec.has_nan else None
         nan_arg = count if count is not None else _NULL
         fast = _runs_fit(suf, xb, codes)
-        if amax is None:
+        if amax_bits is not None:
+            bits = call.cupy_view(amax_bits).view("uint64")
+            grid = max(1, min(-(-max(n // 16 if fast else n, 1) // THREADS), 8 * call.sm_count()))
+        elif amax is None:
             bits = call.counter("uint64")
             grid = _amax_launch(call, spec, xb, suf, bits, fast)
         else:  # the given magnitude as x's bits, widened to the kernel's uint64

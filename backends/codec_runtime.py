@@ -103,6 +103,13 @@ def zeros(cp, shape, dtype):
     return a
 
 
+def zero(cp, a) -> None:
+    """Zero the device array ``a`` on the current stream, recorded under :func:`recording` (a replay zeroes it
+    again)."""
+    cp.cuda.runtime.memsetAsync(a.data.ptr, 0, a.nbytes, cp.cuda.get_current_stream().ptr)
+    _record(("zero", a))
+
+
 def taint(why: str) -> None:
     """Note device work made outside the recorded steps (e.g. a CuPy copy): a replay would leave its result stale."""
     rec = getattr(_RECORDING, "rec", None)

@@ -39,7 +39,8 @@ def _parser():
     p.add_argument("--dtypes", default="fp8,mxfp8,mxfp4")
     p.add_argument("--layout", choices=("column", "row"), default="column")
     p.add_argument("--reduce", choices=("all_reduce", "reduce_scatter"), default="all_reduce")
-    p.add_argument("--chunks", type=int, default=4)
+    p.add_argument("--chunks", type=int, default=1, help="row chunks per rank block (1: this rank's rows overlap "
+                   "the all-gather of the others')")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--backend", default="auto", help="mxcore backend (reference on the CPU)")
@@ -102,30 +103,42 @@ def _shards(a, b, layout, world, rank):
     return a[:, rank * k:(rank + 1) * k].contiguous(), b[rank * k:(rank + 1) * k].contiguous()
 
 
-def _check(torch, dist, args, a, b, world, rank):
-    """Both layouts (and both reductions) against one-process mxcore.matmul, bit for bit (exact inputs)."""
+def _check(torch, dist, args, dev, world, rank):
+    """Both layouts (and both reductions) against one-process mxcore.matmul, bit for bit (exact inputs), each on
+    three input sets in turn: the first call of a layout builds its per-call program, the later ones replay it
+    (the third with the first's data, after other data: a result left over from an earlier call cannot pass)."""
     import mxcore
     from mxcore import distributed
 
+    sets = [_global_problem(torch, args, dev, seed) for seed in (14, 15)]
     for dt in args.dtypes.split(","):
-        full = mxcore.matmul(a, b, dt, backend=args.backend)
         for layout, reduce in (("column", None), ("row", "all_reduce"), ("row", "reduce_scatter")):
-            al, bl = _shards(a, b, layout, world, rank)
-            got = distributed.matmul(al, bl, dt, layout=layout, reduce=reduce or "all_reduce", chunks=args.chunks,
-                                     backend=args.backend)
-            if layout == "column":
-                n = b.shape[1] // world
-                want = full[:, rank * n:(rank + 1) * n]
-            elif reduce == "reduce_scatter":
-                m = a.shape[0] // world
-                want = full[rank * m:(rank + 1) * m]
-            else:
-                want = full
-            if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
-                bad = int((got.view(torch.int32) != want.view(torch.int32)).sum())
-                raise AssertionError(f"rank {rank}: {dt} {layout} {reduce or ''}: {bad} of {got.numel()} outputs "
-                                     "differ from one-process mxcore.matmul")
+            paths = [_check_one(torch, distributed, mxcore.matmul(a, b, dt, backend=args.backend), args, a, b, dt,
+                                layout, reduce, world, rank) for a, b in sets + sets[:1]]
+            if rank == 0:
+                print(f"check {dt} {layout} {reduce or ''}: bit-exact on 3 calls (paths: {', '.join(paths)})")
     dist.barrier()
+
+
+def _check_one(torch, distributed, full, args, a, b, dt, layout, reduce, world, rank):
+    """One distributed call against the one-process result ``full``, bit for bit."""
+    al, bl = _shards(a, b, layout, world, rank)
+    stats = {}
+    got = distributed.matmul(al, bl, dt, layout=layout, reduce=reduce or "all_reduce", chunks=args.chunks,
+                             backend=args.backend, stats=stats)
+    if layout == "column":
+        n = b.shape[1] // world
+        want = full[:, rank * n:(rank + 1) * n]
+    elif reduce == "reduce_scatter":
+        m = a.shape[0] // world
+        want = full[rank * m:(rank + 1) * m]
+    else:
+        want = full
+    if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
+        bad = int((got.view(torch.int32) != want.view(torch.int32)).sum())
+        raise AssertionError(f"rank {rank}: {dt} {layout} {reduce or ''}: {bad} of {got.numel()} outputs "
+                             f"differ from one-process mxcore.matmul (path: {stats['path']})")
+    return stats["path"]
 
 
 def run(args, torch, dist) -> list[dict]:
@@ -136,9 +149,9 @@ def run(args, torch, dist) -> list[dict]:
     device = args.device
     world, rank = dist.get_world_size(), dist.get_rank()
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
-    a, b = _global_problem(torch, args, dev)
     if args.check:
-        _check(torch, dist, args, a, b, world, rank)
+        _check(torch, dist, args, dev, world, rank)
+    a, b = _global_problem(torch, args, dev)
     al, bl = _shards(a, b, args.layout, world, rank)
     n_local = bl.shape[1]
     flops = 2.0 * al.shape[0] * n_local * al.shape[1] * (world if args.layout == "column" else 1)
@@ -168,7 +181,8 @@ def run(args, torch, dist) -> list[dict]:
                      "k": args.k, "chunks": args.chunks, "time_s": t_dist, "tflops_rank": flops / t_dist / 1e12,
                      "payload_bytes": per_call, "bf16_bytes": stats["bf16_bytes"], "ratio_vs_bf16": stats["ratio"],
                      "comm_time_s": t_comm, "busbw_GBps": stats["wire_bytes"] / t_comm / 1e9 if t_comm else 0.0,
-                     "one_gpu_time_s": t_one, "scaling_efficiency": t_one / (world * t_dist)})
+                     "one_gpu_time_s": t_one, "scaling_efficiency": t_one / (world * t_dist),
+                     "path": stats.get("path", "")})
     if args.layout == "column":
         rows.append(_baseline(torch, dist, args, al, bl, dev, world, rank, gather, flops))
     return rows
@@ -188,17 +202,18 @@ def _baseline(torch, dist, args, al, bl, dev, world, rank, gather, flops):
     return {"dtype": "bf16 all-gather + torch.matmul", "layout": "column", "world": world, "rank": rank, "m": args.m,
             "n": args.n, "k": args.k, "chunks": 1, "time_s": t, "tflops_rank": flops / t / 1e12, "payload_bytes": n,
             "bf16_bytes": n, "ratio_vs_bf16": 1.0, "comm_time_s": None, "busbw_GBps": None, "one_gpu_time_s": None,
-            "scaling_efficiency": None}
+            "scaling_efficiency": None, "path": "torch"}
 
 
 def _table(rows) -> str:
-    head = f"{'dtype':>32} {'rank':>4} {'ms':>9} {'TFLOP/s':>8} {'MB sent':>9} {'vs bf16':>7} {'busbw GB/s':>10} {'eff':>6}"
+    head = (f"{'dtype':>32} {'rank':>4} {'ms':>9} {'TFLOP/s':>8} {'MB sent':>9} {'vs bf16':>7} {'busbw GB/s':>10} "
+            f"{'eff':>6} path")
     lines = [head]
     for r in rows:
         eff = "" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency']:.2f}"
         bw = "" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.1f}"
         lines.append(f"{r['dtype']:>32} {r['rank']:>4} {r['time_s'] * 1e3:9.3f} {r['tflops_rank']:8.2f} "
-                     f"{r['payload_bytes'] / 1e6:9.3f} {r['ratio_vs_bf16']:7.3f} {bw:>10} {eff:>6}")
+                     f"{r['payload_bytes'] / 1e6:9.3f} {r['ratio_vs_bf16']:7.3f} {bw:>10} {eff:>6} {r['path']}")
     return "\n".join(lines)
 
 

@@ -237,16 +237,30 @@ class _Comm:
         self.check_group = _host_twin(dist, group) if device.type != "cpu" else None
 
     def check(self, blob: bytes) -> list[dict]:
+        return self.check_finish(self.check_start(blob))
+
+    def check_start(self, blob: bytes):
+        """Post the call check; :meth:`check_finish` waits for it.  Over the gloo twin (host memory) the gather runs
+        in gloo's thread while this rank queues its local device work; on the group itself it completes here."""
         torch = self.torch
         buf = torch.zeros(_CHECK_BYTES, dtype=torch.uint8)
         buf[: len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
         if self.check_group is not None:
             parts = [torch.empty(_CHECK_BYTES, dtype=torch.uint8) for _ in range(self.world)]
-            work = self.dist.all_gather(parts, buf, group=self.check_group, async_op=True)
-            _wait(work, self.timeout, "shape check", self.world)
-            self.stats["check_bytes"] += _CHECK_BYTES
-            raw = torch.stack(parts).numpy()
-            return [json.loads(bytes(row).rstrip(b"\0").decode()) for row in raw]
+            return parts, self.dist.all_gather(parts, buf, group=self.check_group, async_op=True)
+        return self._check_on_group(buf), None
+
+    def check_finish(self, pending) -> list[dict]:
+        rows, work = pending
+        if work is None:
+            return rows
+        _wait(work, self.timeout, "shape check", self.world)
+        self.stats["check_bytes"] += _CHECK_BYTES
+        raw = self.torch.stack(rows).numpy()
+        return [json.loads(bytes(row).rstrip(b"\0").decode()) for row in raw]
+
+    def _check_on_group(self, buf) -> list[dict]:
+        torch = self.torch
         buf = buf.to(self.device)
         out = torch.empty(self.world * _CHECK_BYTES, dtype=torch.uint8, device=self.device)
         _wait(self._gather(out, buf, group=self.group, async_op=True), self.timeout, "shape check", self.world)
@@ -262,6 +276,19 @@ class _Comm:
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
         self.stats["check_bytes"] += t.numel() * t.element_size()
         return t
+
+    def all_reduce_max_(self, t) -> None:
+        """In-place element-wise max over the ranks (integer tensors: bits of non-negative floats, scale codes);
+        the current stream waits for it, the host does not."""
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
+        self.stats["check_bytes"] += t.numel() * t.element_size()
+
+    def all_gather_into(self, out, payload):
+        """Post the all-gather of ``payload`` into ``out`` (world × payload, rank order); returns the work."""
+        work = self._gather(out, payload, group=self.group, async_op=True)
+        n = payload.numel() * payload.element_size()
+        self._count(n, (self.world - 1) * n)
+        return work
 
     def all_gather_async(self, payload):
         out = self.torch.empty((self.world * payload.shape[0],) + tuple(payload.shape[1:]), dtype=payload.dtype,
@@ -476,12 +503,29 @@ def matmul(a_local, b_local, dtype=None, *, group=None, layout: str = "column", 
     if dev is None:  # the check still runs (so every rank raises), on the device the group's backend moves
         dev = torch.device("cuda", torch.cuda.current_device()) if "gloo" not in pg_backend else torch.device("cpu")
     comm = _Comm(torch, dist, group, world, rank, pg_backend, dev, timeout)
+    prog, tp = False, None
+    if err is None and layout == "column" and be.name == "cuda":  # the replayed per-call program (backends/cuda/tp.py)
+        from .backends.cuda import tp
+
+        prog = tp.lookup(torch, comm, a, b, mdt, out, scale_rounding, chunks)
     if check_call:
-        rows = comm.check(_describe(layout, mdt, out, chunks, reduce, reduce_dtype, backend, scale_rounding, a, b,
-                                    err))
-        _check_table(rows, world)
+        pending = comm.check_start(_describe(layout, mdt, out, chunks, reduce, reduce_dtype, backend, scale_rounding,
+                                             a, b, err))
+        if prog:  # its local launches (no collective) are queued while the check's gather runs
+            prog.local(a, b)
+        _check_table(comm.check_finish(pending), world)
     elif err is not None:  # unchecked: this rank's own error, raised here only
         raise getattr(_errors, err[0], MXCoreError)(err[1])
+    elif prog:
+        prog.local(a, b)
+    if prog is not False:
+        if prog:
+            result, path = prog.finish(comm), "replay"
+        else:
+            result, kept = tp.keep(be, comm, a, b, mdt, out, scale_rounding, chunks)
+            path = "recorded" if kept else "generic"
+        return _with_stats(stats, comm, world, rank, layout, mdt, a.shape[0] * a.shape[1] * _BF16_BYTES, result,
+                           path)
 
     from . import mx
 
@@ -500,10 +544,14 @@ def matmul(a_local, b_local, dtype=None, *, group=None, layout: str = "column", 
     else:
         result = _row(torch, comm, api, a, bq, mdt, pair, call, scale_rounding, amax, chunks, reduce, out)
         bf16 = result.numel() * _BF16_BYTES * (world if reduce == "reduce_scatter" else 1)
+    return _with_stats(stats, comm, world, rank, layout, mdt, bf16, result, "generic")
+
+
+def _with_stats(stats, comm, world, rank, layout, mdt, bf16, result, path: str):
     if stats is not None:
         stats.update(comm.stats)
         stats.update(world_size=world, rank=rank, layout=layout, dtype=mdt.name, bf16_bytes=bf16,
-                     ratio=comm.stats["payload_bytes"] / bf16 if bf16 else 0.0)
+                     ratio=comm.stats["payload_bytes"] / bf16 if bf16 else 0.0, path=path)
     return result
 
 

@@ -365,9 +365,14 @@ def test_two_gpus_nccl():
 
     if torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 GPUs, this machine has {torch.cuda.device_count()}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "mxcore.bench_distributed",
-           "--check", "--shape", "512x1024x512"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "check: all layouts match" in proc.stdout, proc.stdout
+    # a small problem (one chunk), then one on the wgmma kernels in two row chunks per rank block
+    for shape, chunks in (("512x1024x512", "1"), ("2048x2048x1024", "2")):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+               "mxcore.bench_distributed", "--check", "--shape", shape, "--chunks", chunks]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "check: all layouts match" in proc.stdout, proc.stdout
+        for dt in ("fp8", "mxfp8", "mxfp4"):  # the column layout's later calls replay its per-call program
+            assert f"check {dt} column : bit-exact on 3 calls (paths: recorded, replay, replay)" in proc.stdout, \
+                proc.stdout
 

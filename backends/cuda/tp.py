@@ -1,0 +1,287 @@
+"""Column-parallel GEMM on CUDA: the per-call program behind :func:`mxcore.distributed.matmul` (``layout="column"``).
+
+The first call of a layout (group, shapes, dtypes, stream, chunks) runs every step once and keeps what it made:
+
+1. local, before any collective: fp8 — the finite amax of both shards into one int64 pair (their magnitudes' bits,
+   :func:`~mxcore.backends.codec.finite_amax_bits`); MX — the shards quantized (A along K, B along K) and A's codes
+   packed for the wire (fp4 two per byte, fp6 four per three bytes);
+2. collectives: fp8 — MAX all-reduce of the amax pair, then both shards quantized with the global amax (one scale per
+   operand, the whole tensor's); MX — MAX all-reduce of both ``scale_max`` codes (the gathered A's and the whole B's,
+   as one-GPU ``mxcore.matmul`` places the decode range); then A's wire parts all-gathered in ``chunks`` row chunks
+   into buffers of the program;
+3. GEMMs per (rank block, chunk): this rank's own rows first (they need no collective: they overlap the all-gather),
+   then, as each chunk arrives, the other ranks' rows; each writes its row slice of the output in place, so the
+   result needs no copy.
+
+Every device step of 1 and of the GEMMs' staging runs under :func:`~mxcore.backends.codec.recording`.  When the
+recordings made no copy outside their steps and every buffer a GEMM reads was written by a recorded step or by the
+all-gather, later calls replay the recordings with the new input addresses, issue the same collectives, point each
+plan at the new output (:meth:`~.plan.CudaPlan.rebind`) and launch: no quantization objects, no plans, no staging
+decisions in Python.  Otherwise the program is not kept (:func:`build` says None) and the generic path runs.
+Per call the host does a few dozen launches and collectives; the GPU work is the same as the first call's.
+
+Numerics: the GEMMs see exactly the operands ``mxcore.matmul`` sees on the gathered A (the same codes, the same
+per-tensor scale or block scales, the same ``scale_max``), and every output element is computed by one GEMM over
+the whole K, so the result is one-GPU ``mxcore.matmul(A, B)[:, this rank's columns]``.
+"""
+
+from __future__ import annotations
+
+from mxcore import formats as _f
+from mxcore.dtypes import MX_BLOCK
+from mxcore.errors import UnsupportedError
+
+from .device import as_cupy
+from .fastpath import _covered, _plan_buffers
+from .plan import CudaPlan
+
+__all__ = ["ColumnProgram", "build"]
+
+_MAX_PROGRAMS = 4  # programs hold the gathered operand: a few layouts per process
+
+
+def _span(t) -> tuple:
+    p = int(t.data_ptr())
+    return (p, p + t.numel() * t.element_size())
+
+
+def qualifies(torch, a, b, mdt) -> bool:
+    """Float CUDA tensors, 2-D, contiguous, on one device, quantized per call (fp8 or MX)."""
+    if mdt.kind not in ("fp8", "mx"):
+        return False
+    for x in (a, b):
+        if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or x.dim() != 2 or not x.is_contiguous():
+            return False
+        if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.requires_grad:
+            return False
+    return a.device == b.device and a.data_ptr() != b.data_ptr()
+
+
+def key(torch, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int) -> tuple:
+    from .device import torch_stream
+
+    return (id(comm.group), comm.world, comm.rank, a.device.index, torch_stream(torch, a.device.index), str(a.dtype),
+            str(b.dtype), tuple(a.shape), tuple(b.shape), a.data_ptr() % 16, b.data_ptr() % 16, mdt.name, out_dtype,
+            scale_rounding, chunks)
+
+
+class ColumnProgram:
+    """One column-parallel layout, built by :func:`build`; ``local(a, b)`` then ``finish()`` per call."""
+
+    def __init__(self, be, comm, mdt, out_dtype: str, scale_rounding: str, chunks: int, a, b):
+        from .device import stream_for
+
+        self.be, self.mdt, self.out_dtype, self.scale_rounding = be, mdt, out_dtype, scale_rounding
+        self.torch = comm.torch
+        self.world, self.rank = comm.world, comm.rank
+        self.m_local, self.k = (int(s) for s in a.shape)
+        self.n_local = int(b.shape[1])
+        self.device = a.device
+        self.parts = _row_splits(self.m_local, chunks)
+        self.steps = None  # the per-call replays, once the first call shows they redo everything
+        with be.cp_module.cuda.Device(a.device.index):
+            self.stream = stream_for(be.cp_module, a, b)  # torch's current stream, where NCCL's work is ordered
+
+    # ---- the first call: run every step under recording --------------------------------------------------------
+    def first(self, comm, a, b):
+        from mxcore.backends import codec
+
+        torch, mdt = self.torch, self.mdt
+        cp = self.be.cp_module
+        fp8 = mdt.kind == "fp8"
+        with cp.cuda.Device(self.device.index), self.stream:
+            if fp8:
+                self.bits = torch.zeros(2, dtype=torch.int64, device=self.device)
+                with codec.recording() as rec:
+                    codec.finite_amax_bits([a, b], self.bits)
+                self._local = rec
+                comm.all_reduce_max_(self.bits)
+                with codec.recording() as rec_q:
+                    qa, qb = self._quantize_fp8(codec, a, b)
+                self._quant = rec_q
+                wire = [qa.codes]
+                self._smax = ()
+            else:
+                with codec.recording() as rec:
+                    qa, qb, wire = self._quantize_mx(a, b)
+                self._local, self._quant = rec, None
+                self._smax = tuple(x.scale_max.reshape(1) for x in (qa, qb))
+                for t in self._smax:
+                    comm.all_reduce_max_(t)
+            self.qa, self.qb, self.wire = qa, qb, wire
+            self.gathered = [[torch.empty((self.world, e - s) + tuple(p.shape[1:]), dtype=p.dtype, device=self.device)
+                              for p in wire] for s, e in self.parts]
+            works = self._post_gathers(comm)
+            out = torch.empty((self.world * self.m_local, self.n_local), dtype=getattr(torch, self.out_dtype),
+                              device=self.device)
+            self.plans = []  # (rank block, chunk index, recording of its staging or None, plan), in launch order
+            for c in range(len(self.parts)):
+                self._add_plan(codec, self.rank, c, out)
+            self.unpacks = []
+            for c in range(len(self.parts)):
+                for w in works[c]:
+                    self._wait(w)
+                with codec.recording() as rec_u:
+                    codes = self._received_codes(c)
+                self.unpacks.append(rec_u)
+                for k in range(self.world):
+                    if k != self.rank:
+                        self._add_plan(codec, k, c, out, codes)
+        self._decide(a, b)
+        return out
+
+    def _quantize_fp8(self, codec, a, b):
+        from mxcore.mx import ScaledTensor
+
+        mdt = self.mdt
+        sa, sb = _f.get(mdt.a.element), _f.get(mdt.b.element)
+        ca, sca, ea = codec.quantize_tensor(a, sa, amax_bits=self.bits[0:1])
+        cb, scb, eb = codec.quantize_tensor(b, sb, order=self.be.b_code_order, amax_bits=self.bits[1:2])
+        return ScaledTensor(ca, sca, sa.name, ea), ScaledTensor(cb, scb, sb.name, eb)
+
+    def _quantize_mx(self, a, b):
+        from mxcore import mx
+
+        mdt, rounding = self.mdt, self.scale_rounding
+        qa = mx.quantize_mx(a, mdt.a.name, axis=-1, scale_rounding=rounding)
+        qb = mx.quantize_mx(b, mdt.b.name, axis=0, scale_rounding=rounding)
+        bits = _f.get(qa.element).bits
+        codes = qa.codes if bits == 8 else (_f.pack_fp4(qa.codes) if bits == 4 else _f.pack_fp6(qa.codes))
+        return qa, qb, [codes, qa.scales]
+
+    def _received_codes(self, c):
+        """Chunk ``c``'s gathered A codes, unpacked where they travelled packed: (world, rows, K) uint8."""
+        g = self.gathered[c][0]
+        bits = _f.get(self.qa.element).bits if self.mdt.kind == "mx" else 8
+        if bits == 8:
+            return g
+        flat = g.reshape(-1, g.shape[-1])
+        codes = _f.unpack_fp4(flat, self.k) if bits == 4 else _f.unpack_fp6(flat, self.k)
+        return codes.reshape(self.world, -1, self.k)
+
+    def _operand(self, k: int, c: int, codes):
+        """A's rows of rank block ``k``, chunk ``c``, as the quantized object the GEMM takes."""
+        from mxcore.mx import MXTensor, ScaledTensor
+
+        s, e = self.parts[c]
+        qa = self.qa
+        if self.mdt.kind == "fp8":
+            rows = qa.codes[s:e] if k == self.rank else codes[k]
+            return ScaledTensor(rows, qa.scale, qa.fmt, qa.scale_exp)
+        if k == self.rank:
+            rows, scales = qa.codes[s:e], qa.scales[s:e]
+        else:
+            rows, scales = codes[k], self.gathered[c][1][k]
+        return MXTensor(rows, scales, qa.fmt, 1, MX_BLOCK, (e - s, self.k), qa.scale_max)
+
+    def _out_rows(self, out, k: int, c: int):
+        s, e = self.parts[c]
+        base = k * self.m_local
+        return out[base + s:base + e]
+
+    def _add_plan(self, codec, k: int, c: int, out, codes=None):
+        cp = self.be.cp_module
+        with codec.recording() as rec:
+            p = self.be.plan(self._operand(k, c, codes), self.qb, self.mdt, out_dtype=self.out_dtype,
+                             scale_rounding=self.scale_rounding, out=as_cupy(cp, self._out_rows(out, k, c)))
+        p.gemm()
+        self.plans.append((k, c, rec, p))
+
+    # ---- replayable? -------------------------------------------------------------------------------------------
+    def _decide(self, a, b) -> None:
+        recs = [self._local] + ([self._quant] if self._quant is not None else []) + self.unpacks
+        recs += [rec for _, _, rec, _ in self.plans]
+        spans = [sp for rec in recs for sp in rec.spans()] + [_span(g) for per in self.gathered for g in per]
+        ok = all(rec.tainted is None for rec in recs) and all(
+            isinstance(p, CudaPlan) and p.batch is None and p._fold is None for *_, p in self.plans)
+        ok = ok and all(_covered(_plan_buffers(p), spans) for *_, p in self.plans)
+        if not (ok and all(_covered([w], spans) for w in self.wire)):
+            return
+        inputs = [as_cupy(self.be.cp_module, x) for x in (a, b)]
+        try:
+            self.steps = {
+                "local": self._local.replay(inputs),
+                "quant": self._quant.replay(inputs) if self._quant is not None else None,
+                "unpack": [rec.replay(()) for rec in self.unpacks],
+                "stage": [rec.replay(()) for _, _, rec, _ in self.plans],
+            }
+        except UnsupportedError:  # an input was copied before it was read: nothing to replay into
+            self.steps = None
+
+    # ---- later calls -------------------------------------------------------------------------------------------
+    def local(self, a, b) -> None:
+        """The per-call work that needs no collective (fp8: the amax pair; MX: quantization and packing)."""
+        self._addr = (int(a.data_ptr()), int(b.data_ptr()))
+        with self.be.cp_module.cuda.Device(self.device.index), self.stream:
+            self.steps["local"](self._addr)
+
+    def finish(self, comm):
+        """The collectives (through ``comm``, this call's) and the GEMMs after :meth:`local`; returns the
+        (world · M_local, N_local) output."""
+        torch, steps = self.torch, self.steps
+        cp = self.be.cp_module
+        with cp.cuda.Device(self.device.index), self.stream:
+            if steps["quant"] is not None:
+                comm.all_reduce_max_(self.bits)
+                steps["quant"](self._addr)
+            for t in self._smax:
+                comm.all_reduce_max_(t)
+            works = self._post_gathers(comm)
+            out = torch.empty((self.world * self.m_local, self.n_local), dtype=getattr(torch, self.out_dtype),
+                              device=self.device)
+            waited = set()
+            for i, (k, c, _, p) in enumerate(self.plans):
+                if k != self.rank and c not in waited:
+                    for w in works[c]:
+                        self._wait(w)
+                    steps["unpack"][c]()
+                    waited.add(c)
+                steps["stage"][i]()
+                p.rebind(out=as_cupy(cp, self._out_rows(out, k, c)))
+                p.gemm()
+        return out
+
+    # ---- collectives -------------------------------------------------------------------------------------------
+    def _post_gathers(self, comm) -> list:
+        return [[comm.all_gather_into(g, p[s:e]) for g, p in zip(bufs, self.wire)]
+                for (s, e), bufs in zip(self.parts, self.gathered)]
+
+    def _wait(self, work) -> None:
+        from mxcore.distributed import _wait
+
+        _wait(work, None, "all-gather", self.world)
+
+
+def _row_splits(n: int, chunks: int) -> list:
+    chunks = max(1, min(chunks, n)) if n else 1
+    edges = [n * i // chunks for i in range(chunks + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def build(be, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int):
+    """(program or None, result) of the first call of a layout: the program when later calls can replay it."""
+    prog = ColumnProgram(be, comm, mdt, out_dtype, scale_rounding, chunks, a, b)
+    out = prog.first(comm, a, b)
+    return (prog if prog.steps is not None else None), out
+
+
+_PROGRAMS: dict = {}
+
+
+def lookup(torch, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int):
+    """The kept program of this call's layout; None: none yet (:func:`keep` builds one); False: this layout is
+    not replayed (inputs that do not qualify, or a first call whose recordings did not redo everything)."""
+    if not qualifies(torch, a, b, mdt):
+        return False
+    return _PROGRAMS.get(key(torch, comm, a, b, mdt, out_dtype, scale_rounding, chunks))
+
+
+def keep(be, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int):
+    """Run the first call of a layout through :func:`build` and keep the program (or False); returns (the result,
+    whether a program was kept)."""
+    k = key(comm.torch, comm, a, b, mdt, out_dtype, scale_rounding, chunks)
+    prog, out = build(be, comm, a, b, mdt, out_dtype, scale_rounding, chunks)
+    while len(_PROGRAMS) >= _MAX_PROGRAMS:
+        _PROGRAMS.pop(next(iter(_PROGRAMS)))
+    _PROGRAMS[k] = prog if prog is not None else False
+    return out, prog is not None
