@@ -246,11 +246,22 @@ _NULL = np.uint64(0)
 
 
 @functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=None)
 def _driver():
     try:
         return ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
         raise UnsupportedError(f"the wgmma family needs the CUDA driver library (libcuda.so.1): {exc}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _encode_tiled():
+    """``cuTensorMapEncodeTiled`` with its argument types set (once: a plan's rebind encodes maps per call)."""
+    fn = _driver().cuTensorMapEncodeTiled
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    return fn
 
 
 def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner: int, box_outer: int,
@@ -260,10 +271,7 @@ def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner:
     ``inner``/``outer``: the global extents (elements; inner contiguous), ``ld``: elements between outer rows."""
     if ptr % 16 or (ld * esize) % 16:
         raise UnsupportedError(f"TMA needs a 16-byte aligned base and row pitch (base {ptr:#x}, pitch {ld}x{esize} B)")
-    fn = _driver().cuTensorMapEncodeTiled
-    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    fn = _encode_tiled()
     raw = (ctypes.c_uint8 * 192)()
     addr = (ctypes.addressof(raw) + 63) & ~63  # the map must be 64-byte aligned
     err = fn(addr, _TMA_DTYPE[esize], 2, ptr, (ctypes.c_uint64 * 2)(inner, outer), (ctypes.c_uint64 * 1)(ld * esize),

@@ -197,6 +197,7 @@ class ColumnProgram:
         ok = ok and all(_covered(_plan_buffers(p), spans) for *_, p in self.plans)
         if not (ok and all(_covered([w], spans) for w in self.wire)):
             return
+        self._bound = [int(p.out.data.ptr) for *_, p in self.plans]  # the output rows each plan writes now
         inputs = [as_cupy(self.be.cp_module, x) for x in (a, b)]
         try:
             self.steps = {
@@ -237,7 +238,10 @@ class ColumnProgram:
                     steps["unpack"][c]()
                     waited.add(c)
                 steps["stage"][i]()
-                p.rebind(out=as_cupy(cp, self._out_rows(out, k, c)))
+                rows = self._out_rows(out, k, c)
+                if rows.data_ptr() != self._bound[i]:  # torch's allocator often hands back the last call's output
+                    p.rebind(out=as_cupy(cp, rows))
+                    self._bound[i] = rows.data_ptr()
                 p.gemm()
         return out
 
