@@ -143,10 +143,26 @@ def pack(codes, nbits: int):
         per = (-(-n // 2), 1) if nbits == 4 else (-(-n // 4), 3)
         out, result = call.empty(c.shape[:-1] + (per[0] * per[1],), "uint8")
         bad = call.counter()
-        call.launch(None, f"mx_pack_fp{nbits}", rows * per[0], (c, out, _i64(rows), _i64(n), bad))
+        if nbits == 4 and _flat_fp4(c, out, n):
+            units, grid = _fp4_units(call, c.size // 32)
+            call.launch(None, "mx_pack_fp4_fast", units, (c, out, _i64(units), _i64(grid * THREADS), bad), grid=grid)
+        else:
+            call.launch(None, f"mx_pack_fp{nbits}", rows * per[0], (c, out, _i64(rows), _i64(n), bad))
         if int(bad.get()[0]):  # one synchronisation: the host raises on codes wider than the field
             raise FormatError(f"pack_fp{nbits}: codes must be {nbits}-bit (0..{(1 << nbits) - 1})")
         return result
+
+
+def _flat_fp4(codes, packed, n: int) -> bool:
+    """The 16-byte fp4 packing kernels apply: contiguous rows of an even length (row boundaries on whole bytes),
+    a multiple of 32 codes in all, both arrays 16-byte aligned."""
+    return (n % 2 == 0 and codes.size and codes.size % 32 == 0 and codes.flags.c_contiguous
+            and packed.flags.c_contiguous and codes.data.ptr % 16 == 0 and packed.data.ptr % 16 == 0)
+
+
+def _fp4_units(call, units: int) -> tuple[int, int]:
+    """(units, grid) of a grid-stride fp4 packing launch: at most 8 blocks per SM."""
+    return units, max(1, min(-(-units // THREADS), 8 * call.sm_count()))
 
 
 def unpack(packed, nbits: int, count=None):
@@ -162,7 +178,11 @@ def unpack(packed, nbits: int, count=None):
         n_out = 2 * nb if nbits == 4 else 4 * (nb // 3)
         out, result = call.empty(p.shape[:-1] + (n_out,), "uint8")
         units = nb if nbits == 4 else nb // 3
-        call.launch(None, f"mx_unpack_fp{nbits}", rows * units, (p, out, _i64(rows), _i64(units)))
+        if nbits == 4 and _flat_fp4(out, p, n_out):
+            units, grid = _fp4_units(call, p.size // 16)
+            call.launch(None, "mx_unpack_fp4_fast", units, (p, out, _i64(units), _i64(grid * THREADS)), grid=grid)
+        else:
+            call.launch(None, f"mx_unpack_fp{nbits}", rows * units, (p, out, _i64(rows), _i64(units)))
         if count is None:
             return result
         if not 0 <= count <= n_out:

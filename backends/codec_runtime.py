@@ -62,7 +62,7 @@ def compile_inputs(spec: FormatSpec | None, vendor: str = "nvidia") -> tuple[str
 
 def entry_points(with_format: bool = True) -> list[str]:
     """The ``extern "C"`` kernels a module holds (with a format: all; without: the packing kernels)."""
-    pack = ["mx_pack_fp4", "mx_unpack_fp4", "mx_pack_fp6", "mx_unpack_fp6"]
+    pack = ["mx_pack_fp4", "mx_unpack_fp4", "mx_pack_fp4_fast", "mx_unpack_fp4_fast", "mx_pack_fp6", "mx_unpack_fp6"]
     if not with_format:
         return pack
     per_input = [f"mx_{op}_{suf}" for op in ("encode", "quantize_mx", "amax", "quantize_tensor")

@@ -1194,6 +1194,49 @@ extern "C" __global__ void __launch_bounds__(MXC_THREADS)
     out[2 * t] = (mxc_u8)(p & 0xFu);
     out[2 * t + 1] = (mxc_u8)(p >> 4);
 }
+// fp4, flat fast path (the caller checks: an even n, so that row boundaries fall on whole bytes; rows * n a
+// multiple of 32; both arrays 16-byte aligned): every 32 codes (two 16-byte loads) become 16 packed bytes (one
+// 16-byte store), grid-stride over those units.  Same bytes as mx_pack_fp4 / mx_unpack_fp4.
+__device__ __forceinline__ mxc_u32 mxc_pack4_word(mxc_u32 w) {  // codes c0..c3 (bytes) -> c0|c1<<4|c2<<8|c3<<12
+    const mxc_u32 x = w & 0x0F0F0F0Fu, y = x | (x >> 4);         // bytes 0 and 2 hold the two packed bytes
+    return (y & 0xFFu) | ((y >> 8) & 0xFF00u);
+}
+__device__ __forceinline__ mxc_u32 mxc_unpack4_half(mxc_u32 h) {  // packed bytes b0, b1 -> four code bytes
+    const mxc_u32 t = (h & 0xFFu) | ((h & 0xFF00u) << 8);          // b0 in byte 0, b1 in byte 2
+    return (t & 0x000F000Fu) | ((t & 0x00F000F0u) << 4);
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_pack_fp4_fast(const mxc_v16* codes, mxc_v16* out, mxc_i64 units, mxc_i64 stride, mxc_u32* bad) {
+    mxc_u32 wide = 0u;
+    for (mxc_i64 u = mxc_thread_index(); u < units; u += stride) {
+        const mxc_v16 lo = codes[2 * u], hi = codes[2 * u + 1];
+        mxc_v16 o;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            o.w[i] = mxc_pack4_word(lo.w[2 * i]) | (mxc_pack4_word(lo.w[2 * i + 1]) << 16);
+            o.w[i + 2] = mxc_pack4_word(hi.w[2 * i]) | (mxc_pack4_word(hi.w[2 * i + 1]) << 16);
+            wide |= (lo.w[2 * i] | lo.w[2 * i + 1] | hi.w[2 * i] | hi.w[2 * i + 1]) & 0xF0F0F0F0u;
+        }
+        out[u] = o;
+    }
+    if (wide) mxc_atomic_add(bad, 1u);
+}
+extern "C" __global__ void __launch_bounds__(MXC_THREADS)
+    mx_unpack_fp4_fast(const mxc_v16* packed, mxc_v16* out, mxc_i64 units, mxc_i64 stride) {
+    for (mxc_i64 u = mxc_thread_index(); u < units; u += stride) {
+        const mxc_v16 p = packed[u];
+        mxc_v16 lo, hi;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            lo.w[2 * i] = mxc_unpack4_half(p.w[i]);
+            lo.w[2 * i + 1] = mxc_unpack4_half(p.w[i] >> 16);
+            hi.w[2 * i] = mxc_unpack4_half(p.w[i + 2]);
+            hi.w[2 * i + 1] = mxc_unpack4_half(p.w[i + 2] >> 16);
+        }
+        out[2 * u] = lo;
+        out[2 * u + 1] = hi;
+    }
+}
 extern "C" __global__ void __launch_bounds__(MXC_THREADS)
     mx_pack_fp6(const mxc_u8* codes, mxc_u8* out, mxc_i64 rows, mxc_i64 n, mxc_u32* bad) {
     const mxc_i64 groups = (n + 3) / 4;

@@ -177,7 +177,7 @@ def test_encode_keeps_shape_and_handles_views(lib, rng):
 
 # ---- packing ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lib", LIBS)
-@pytest.mark.parametrize("n", [1, 2, 5, 8, 33])
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 33, 64, 4096])  # 64, 4096: 3 rows fill whole 32-code units (fast fp4)
 def test_pack_unpack(lib, n, rng):
     c4 = rng.integers(0, 16, (3, n), dtype=np.uint8)
     c6 = rng.integers(0, 64, (3, n), dtype=np.uint8)

@@ -368,6 +368,7 @@ class Sm90Plan(CudaPlan):
 
     def _maps(self) -> None:
         v = self.variant_
+        self._args_for = None  # the packed launch arguments hold the maps: packed again by the next gemm()
         if self.da.k == 0 or self.out.size == 0:
             self._map_a = self._map_b = self._map_c = None
             return
@@ -400,8 +401,23 @@ class Sm90Plan(CudaPlan):
         if operands:
             self._maps()
         elif out is not None and out.size and v.tma_store and self.da.k:
+            self._args_for = None
             self._map_c = tensor_map(out.data.ptr, v.tma_store, self.n, self.m, out.shape[-1],
                                      STAGE_K_BYTES // v.tma_store, 64)
+
+    def leave_sms(self, n: int) -> None:
+        """Launch the persistent grid on ``n`` fewer SMs (whole clusters; tiles stride over the blocks there are):
+        for a GEMM that runs beside a collective whose kernel holds about that many SMs (backends/cuda/tp.py), so
+        that no block waits for an SM the collective holds while the others finish their tiles."""
+        v = self.variant_
+        self._grid = (max(v.cluster, (self._grid[0] - max(0, int(n))) // v.cluster * v.cluster),)
+
+    def _launch_args(self, dst, scale, kind: int) -> tuple:
+        ldc, (km, kn) = self.out.shape[-1], self._kmn
+        pair_ok = int(ldc % 2 == 0 and dst.data.ptr % 8 == 0)
+        return (self._map_a, self._map_b, self._map_c, dst, np.int32(km), np.int32(kn), np.int32(self.da.k),
+                np.int64(ldc), *scale, np.int32(kind), np.int32(pair_ok), np.int32(self._k_split),
+                np.int64(self.m * self.n), *self._mx_args)
 
     def gemm(self) -> None:
         cp, out, v = self.cp, self.out, self.variant_
@@ -411,21 +427,20 @@ class Sm90Plan(CudaPlan):
             if self.da.k == 0:  # the empty sum
                 out.fill(0)
                 return
-            ldc, (km, kn) = out.shape[-1], self._kmn
-            dst, scale, kind = out, self._scale, _OUT_KIND[self.out_dtype]
             if self._splits > 1:  # fp32 slices (scale 1), summed in split order into out
-                dst, scale, kind = cp.empty((self._splits, self.m, self.n), dtype=cp.float32), UNIT_SCALE, 0
-            pair_ok = int(ldc % 2 == 0 and dst.data.ptr % 8 == 0)
-            self._kernel(self._grid, (THREADS,), (
-                self._map_a, self._map_b, self._map_c, dst, np.int32(km), np.int32(kn), np.int32(self.da.k),
-                np.int64(ldc), *scale, np.int32(kind), np.int32(pair_ok), np.int32(self._k_split),
-                np.int64(self.m * self.n), *self._mx_args), shared_mem=v.smem_bytes)
+                dst = cp.empty((self._splits, self.m, self.n), dtype=cp.float32)
+                args = self._launch_args(dst, UNIT_SCALE, 0)
+            else:  # the arguments are packed once per output (rebind)
+                if self._args_for is not out:
+                    self._args, self._args_for = self._launch_args(out, self._scale, _OUT_KIND[self.out_dtype]), out
+                args = self._args
+            self._kernel(self._grid, (THREADS,), args, shared_mem=v.smem_bytes)
             if self._splits > 1:
                 red = self.backend.kernels.get(cp, self.dev.ordinal, ("sm90", "reduce"), SM90_REDUCE_FILE,
                                                SM90_REDUCE_KERNEL, ("-std=c++17",))
                 grid = (max(1, min(-(-self.m * self.n // 256), 4 * self.dev.sms)),)
                 red(grid, (256,), (dst, np.int32(self._splits), np.int64(self.m * self.n), out, np.int32(self.m),
-                                   np.int32(self.n), np.int64(ldc), *self._scale,
+                                   np.int32(self.n), np.int64(out.shape[-1]), *self._scale,
                                    np.int32(_OUT_KIND[self.out_dtype])))
 
     def clone(self) -> "Sm90Plan":
