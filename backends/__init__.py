@@ -93,9 +93,13 @@ def select(name: str | None = "auto"):
             except (UnknownNameError, BackendUnavailableError) as exc:
                 raise type(exc)(f"MXCORE_BACKEND={env!r} (environment variable) chose this backend: {exc}. "
                                 "Unset MXCORE_BACKEND or set it to a usable backend") from exc
-        for status in available():
-            if status.usable:
-                return get(status.name)
+        for key in _REGISTRY:  # the first usable one, in registry order (as available() lists them)
+            try:
+                backend = get(key)
+            except Exception:  # noqa: BLE001 (a broken install: available() reports it; try the next)
+                continue
+            if backend.is_available() is None:
+                return backend
         raise BackendUnavailableError("no usable backend (even the reference failed to load)")
     backend = get(key)
     reason = backend.is_available()

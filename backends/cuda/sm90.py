@@ -350,8 +350,9 @@ class Sm90Plan(CudaPlan):
         self._kmn = (n, m) if self._swap else (m, n)  # the kernel's M and N
         self.diagnostics = ()
         self._scale = scale_args(a, b)  # host exponents by value, device ones (exp_at) as pointers
+        self._smem = v.smem_bytes
         self._kernel = self.backend.kernels.get(self.cp, self.dev.ordinal, ("sm90", v), SM90_FILE, SM90_KERNEL,
-                                                v.options(), v.smem_bytes)
+                                                v.options(), self._smem)
         self._maps()
         key = (self.dev.ordinal, v)
         if key not in _CLUSTERS:
@@ -420,7 +421,7 @@ class Sm90Plan(CudaPlan):
                 np.int64(self.m * self.n), *self._mx_args)
 
     def gemm(self) -> None:
-        cp, out, v = self.cp, self.out, self.variant_
+        cp, out = self.cp, self.out
         with cp.cuda.Device(self.dev.ordinal), self.stream:
             if out.size == 0:
                 return
@@ -434,7 +435,7 @@ class Sm90Plan(CudaPlan):
                 if self._args_for is not out:
                     self._args, self._args_for = self._launch_args(out, self._scale, _OUT_KIND[self.out_dtype]), out
                 args = self._args
-            self._kernel(self._grid, (THREADS,), args, shared_mem=v.smem_bytes)
+            self._kernel(self._grid, (THREADS,), args, shared_mem=self._smem)
             if self._splits > 1:
                 red = self.backend.kernels.get(cp, self.dev.ordinal, ("sm90", "reduce"), SM90_REDUCE_FILE,
                                                SM90_REDUCE_KERNEL, ("-std=c++17",))
