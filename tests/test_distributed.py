@@ -331,6 +331,104 @@ def test_column_chunks_overlap_order(monkeypatch):
     np.testing.assert_array_equal(out.numpy(), np.full((12, 3), 64.0, np.float32))
 
 
+def test_column_program_call_order():
+    """backends/cuda/tp.py's per-call order, with fakes for the device pieces: the collectives first (scale codes,
+    every chunk's all-gather posted), this rank's rows multiplied before anything is waited on, then per chunk: wait,
+    unpack, the other ranks' rows; a plan is re-pointed only when its output rows moved."""
+    _require_torch()
+    import contextlib
+
+    import torch
+
+    from mxcore.backends.cuda import tp
+
+    events = []
+
+    class Work:
+        def __init__(self, name):
+            self.name = name
+
+        def wait(self, timeout=None):
+            events.append("wait " + self.name)
+
+    class Comm:
+        def all_reduce_max_(self, t):
+            events.append("all-reduce")
+
+        def all_gather_into(self, out, payload):
+            events.append(f"gather {payload.shape[0]} rows")
+            return Work(f"{payload.shape[0]} rows")
+
+    class Plan:
+        def __init__(self, name):
+            self.name = name
+
+        def rebind(self, out=None):
+            events.append("rebind " + self.name)
+
+        def gemm(self):
+            events.append("gemm " + self.name)
+
+    class Cuda:
+        @staticmethod
+        def Device(i):
+            return contextlib.nullcontext()
+
+    class Cp:
+        cuda = Cuda
+
+        @staticmethod
+        def asarray(x):
+            return x
+
+    prog = tp.ColumnProgram.__new__(tp.ColumnProgram)
+    prog.torch, prog.world, prog.rank, prog.m_local, prog.n_local = torch, 2, 1, 4, 3
+    prog.device, prog.stream, prog.out_dtype = torch.device("cpu"), contextlib.nullcontext(), "float32"
+    prog.be = type("Be", (), {"cp_module": Cp})()
+    prog.mdt = type("Mdt", (), {"kind": "mx"})()
+    prog.parts = tp._row_splits(4, 2)
+    prog.wire = [torch.zeros(4, 8, dtype=torch.uint8), torch.zeros(4, 1, dtype=torch.uint8)]
+    prog.gathered = [[torch.zeros(2, 2, 8, dtype=torch.uint8), torch.zeros(2, 2, 1, dtype=torch.uint8)]
+                     for _ in prog.parts]
+    prog._smax_src = (torch.tensor(3, dtype=torch.uint8), torch.tensor(5, dtype=torch.uint8))
+    prog.smax2 = torch.zeros(2, dtype=torch.uint8)
+    prog.plans = [(k, c, None, Plan(f"r{k}c{c}")) for k, c in ((1, 0), (1, 1), (0, 0), (0, 1))]
+    prog._bound = [0] * 4
+    prog.steps = {"local": None, "quant": None,
+                  "unpack": [lambda c=c: events.append(f"unpack c{c}") for c in range(2)],
+                  "stage": [lambda i=i: events.append(f"stage {i}") for i in range(4)]}
+    out = prog.finish(Comm())
+    assert out.shape == (8, 3)
+    assert prog.smax2.tolist() == [3, 5]  # the pair the all-reduce reduces, gathered from both scale codes
+    assert events[:3] == ["all-reduce", "gather 2 rows", "gather 2 rows"] and events[3:5] == ["gather 2 rows"] * 2
+    assert events[5:] == ["stage 0", "rebind r1c0", "gemm r1c0", "stage 1", "rebind r1c1", "gemm r1c1",
+                          "wait 2 rows", "wait 2 rows", "unpack c0", "stage 2", "rebind r0c0", "gemm r0c0",
+                          "wait 2 rows", "wait 2 rows", "unpack c1", "stage 3", "rebind r0c1", "gemm r0c1"]
+    prog._bound = [int(prog._out_rows(out, k, c).data_ptr()) for k, c, _, _ in prog.plans]
+    events.clear()
+    real_empty = torch.empty
+    try:  # the same output memory again: no plan is re-pointed
+        torch.empty = lambda *a, **kw: out
+        prog.finish(Comm())
+    finally:
+        torch.empty = real_empty
+    assert not [e for e in events if e.startswith("rebind")], events
+
+
+def test_gather_sms_rule(monkeypatch):
+    """The own rows' GEMM leaves SMs to a long all-gather only (the two measured cases), and the override."""
+    from mxcore.backends.cuda import tp
+
+    monkeypatch.delenv("MXCORE_TP_COMM_SMS", raising=False)
+    flops = 2.0 * 4096 * 8192 * 8192
+    assert tp.leave_for_gather(33.5e6, flops, 132) == tp.COMM_SMS  # fp8 codes of 4096 x 8192
+    assert tp.leave_for_gather(17.8e6, flops, 132) == 0            # mxfp4: half the bytes
+    assert tp.leave_for_gather(0, flops, 132) == 0
+    monkeypatch.setenv("MXCORE_TP_COMM_SMS", "8")
+    assert tp.leave_for_gather(17.8e6, flops, 132) == 8
+    assert tp._row_splits(5, 2) == [(0, 2), (2, 5)] and tp._row_splits(3, 8) == [(0, 1), (1, 2), (2, 3)]
+
+
 def test_no_torch_import_from_core():
     import subprocess
     import sys

@@ -131,6 +131,11 @@ class ColumnProgram:
         self._decide(a, b)
         return out
 
+    def _sms_for_gather(self, p) -> int:
+        """SMs the own rows' persistent GEMM leaves to the concurrent all-gather (:func:`leave_for_gather`)."""
+        wire = (self.world - 1) * sum(w.numel() * w.element_size() for w in self.wire)
+        return leave_for_gather(wire, 2.0 * self.m_local * self.n_local * self.k, p.dev.sms)
+
     def _reduce_smax(self, comm) -> None:
         self.torch.stack(self._smax_src, out=self.smax2)
         comm.all_reduce_max_(self.smax2)
@@ -191,8 +196,8 @@ class ColumnProgram:
         with codec.recording() as rec:
             p = self.be.plan(self._operand(k, c, codes), self.qb, self.mdt, out_dtype=self.out_dtype,
                              scale_rounding=self.scale_rounding, out=as_cupy(cp, self._out_rows(out, k, c)))
-        if k == self.rank and self.world > 1 and isinstance(p, Sm90Plan):  # beside the all-gather's kernel
-            p.leave_sms(comm_sms())
+        if k == self.rank and isinstance(p, Sm90Plan):  # it runs beside the all-gather's kernel
+            p.leave_sms(self._sms_for_gather(p))
         p.gemm()
         self.plans.append((k, c, rec, p))
 
@@ -266,13 +271,26 @@ class ColumnProgram:
         _wait(work, None, "all-gather", self.world)
 
 
-def comm_sms() -> int:
-    """SMs the own rows' persistent GEMM leaves to the concurrent all-gather: ``$MXCORE_TP_COMM_SMS``, else 24
-    (2 x H200, NCCL's defaults: 0 / 8 / 16 / 24 / 32 left measured 1.13 / 1.16 / 1.14 / 1.05 / 1.07 ms per fp8
-    call of 8192 x 16384 x 8192; README "More than one GPU")."""
+COMM_SMS = 24          # SMs NCCL's all-gather kernel held here (2 x H200, NCCL defaults; README "More than one GPU")
+GATHER_BYTES_S = 200e9  # its bus bandwidth measured beside the GEMM (bench_distributed: 180-215 GB/s)
+GEMM_FLOPS_S = 1.3e15   # the fp8 wgmma GEMM's rate (NOTES_SM90.md: 1300-1400 TFLOP/s at 8192^3)
+
+
+def leave_for_gather(wire_bytes: float, flops: float, sms: int) -> int:
+    """SMs the own rows' persistent GEMM leaves to the all-gather running beside it: a block placed on an SM that
+    NCCL's kernel holds starts only when the gather ends, so either the GEMM waits about the gather's time, or it
+    runs on ``COMM_SMS`` fewer SMs throughout (time x sms / (sms - COMM_SMS)); whichever is predicted shorter.
+    ``$MXCORE_TP_COMM_SMS`` overrides (0: never).  Measured (8192 x 16384 x 8192, 2 x H200, wall ms per call with
+    8 / 24 / 0 SMs left): fp8 1.16 / 1.12 / 1.22 (the 34 MB gather: leave); mxfp4 1.41 (24) / 1.35 (0) (18 MB: keep)."""
     import os
 
-    return int(os.environ.get("MXCORE_TP_COMM_SMS", "24"))
+    env = os.environ.get("MXCORE_TP_COMM_SMS")
+    if env is not None:
+        return max(0, int(env))
+    if wire_bytes <= 0 or sms <= 2 * COMM_SMS:
+        return 0
+    gather_s, gemm_s = wire_bytes / GATHER_BYTES_S, flops / GEMM_FLOPS_S
+    return COMM_SMS if gather_s > gemm_s * COMM_SMS / (sms - COMM_SMS) else 0
 
 
 def _with_scale_max(q, smax):
