@@ -7,7 +7,9 @@
   packed two fp4 per byte / four fp6 per three bytes, plus E8M0 scales; fp16/bf16: the 16-bit values) and the
   bytes are all-gathered in ``chunks`` row chunks: chunk i+1 is in flight while chunk i is multiplied (torch's
   async work handles: NCCL runs them on its own stream).  Each rank returns its output columns, (M × N_r) with
-  M = world · M_local, rows in rank order.  MX blocks run along K, so gathering rows moves whole blocks.
+  M = world · M_local, rows in rank order.  MX blocks run along K, so gathering rows moves whole blocks.  On CUDA
+  with float torch inputs the per-call program of :mod:`mxcore.backends.cuda.tp` runs it instead (this rank's rows
+  first, beside the all-gather; recorded on the first call of a layout and replayed after; ``stats["path"]``).
 * ``layout="row"`` (row-parallel): K is sharded, A_r (M × K_r), B_r (K_r × N).  Each rank computes its partial
   product in ``reduce_dtype`` (float32, or bfloat16 to halve the traffic) chunk by chunk over the output rows and
   reduces it while the next chunk is computed: ``reduce="all_reduce"`` returns the full (M × N) on every rank,
