@@ -386,7 +386,7 @@ def test_column_program_call_order():
     prog.device, prog.stream, prog.out_dtype = torch.device("cpu"), contextlib.nullcontext(), "float32"
     prog.be = type("Be", (), {"cp_module": Cp})()
     prog.mdt = type("Mdt", (), {"kind": "mx"})()
-    prog.parts = tp._row_splits(4, 2)
+    prog.parts = tp.splits(4, 2)
     prog.wire = [torch.zeros(4, 8, dtype=torch.uint8), torch.zeros(4, 1, dtype=torch.uint8)]
     prog.gathered = [[torch.zeros(2, 2, 8, dtype=torch.uint8), torch.zeros(2, 2, 1, dtype=torch.uint8)]
                      for _ in prog.parts]
@@ -426,7 +426,7 @@ def test_gather_sms_rule(monkeypatch):
     assert tp.leave_for_gather(0, flops, 132) == 0
     monkeypatch.setenv("MXCORE_TP_COMM_SMS", "8")
     assert tp.leave_for_gather(17.8e6, flops, 132) == 8
-    assert tp._row_splits(5, 2) == [(0, 2), (2, 5)] and tp._row_splits(3, 8) == [(0, 1), (1, 2), (2, 3)]
+    assert tp.splits(5, 2) == [(0, 2), (2, 5)] and tp.splits(3, 8) == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_no_torch_import_from_core():

@@ -28,6 +28,7 @@ the whole K, so the result is one-GPU ``mxcore.matmul(A, B)[:, this rank's colum
 from __future__ import annotations
 
 from mxcore import formats as _f
+from mxcore._dist_comm import _wait, splits
 from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
@@ -77,7 +78,7 @@ class ColumnProgram:
         self.m_local, self.k = (int(s) for s in a.shape)
         self.n_local = int(b.shape[1])
         self.device = a.device
-        self.parts = _row_splits(self.m_local, chunks)
+        self.parts = splits(self.m_local, chunks)
         self.steps = None  # the per-call replays, once the first call shows they redo everything
         with be.cp_module.cuda.Device(a.device.index):
             self.stream = stream_for(be.cp_module, a, b)  # torch's current stream, where NCCL's work is ordered
@@ -266,8 +267,6 @@ class ColumnProgram:
                 for (s, e), bufs in zip(self.parts, self.gathered)]
 
     def _wait(self, work) -> None:
-        from mxcore.distributed import _wait
-
         _wait(work, None, "all-gather", self.world)
 
 
@@ -298,12 +297,6 @@ def _with_scale_max(q, smax):
     from mxcore.mx import MXTensor
 
     return MXTensor(q.codes, q.scales, q.fmt, q.axis, q.block, q.shape, smax)
-
-
-def _row_splits(n: int, chunks: int) -> list:
-    chunks = max(1, min(chunks, n)) if n else 1
-    edges = [n * i // chunks for i in range(chunks + 1)]
-    return list(zip(edges[:-1], edges[1:]))
 
 
 def build(be, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int):
