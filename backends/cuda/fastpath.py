@@ -59,16 +59,18 @@ def _plan_buffers(p) -> list:
     return [x for x in out if x is not None]
 
 
-def _replayable(arrays, *recs) -> bool:
-    """A replay of the recordings ``recs`` remakes every one of ``arrays``: no recording noted device work made
-    outside its steps (``tainted``, e.g. a CuPy copy), and each array's first byte lies in an array of a recorded
-    step (:meth:`~mxcore.backends.codec.Recording.spans`: a launch argument or a zeroed buffer; views into one
-    allocation count).  A buffer made by a copy outside the recording is its own allocation, in no span."""
-    if any(r.tainted is not None for r in recs):
-        return False
-    spans = [s for r in recs for s in r.spans()]
+def _covered(arrays, spans) -> bool:
+    """Every array's first byte lies in one of ``spans`` (device address ranges of recorded arrays)."""
     ptrs = [int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr) for x in arrays]  # torch / CuPy
     return all(any(lo <= q < hi for lo, hi in spans) for q in ptrs)
+
+
+def _replayable(arrays, *recs) -> bool:
+    """A replay of the recordings ``recs`` remakes every one of ``arrays``: no recording noted device work made
+    outside its steps (``tainted``, e.g. a CuPy copy), and each array is :func:`_covered` by the arrays of the
+    recorded steps (:meth:`~mxcore.backends.codec.Recording.spans`: launch arguments, zeroed buffers, copies; views
+    into one allocation count).  A buffer made by a copy outside the recording is its own allocation, in no span."""
+    return all(r.tainted is None for r in recs) and _covered(arrays, [s for r in recs for s in r.spans()])
 
 
 def _device_views(cp, *xs):
