@@ -129,13 +129,9 @@ class Recording:
         self.steps: list = []
         self.tainted: str | None = None
 
-    def addresses(self) -> set:
-        """Device addresses of every array a recorded step wrote or read (launch arguments, zeroed counters)."""
-        return {int(a.data.ptr) for step in self.steps for a in _arrays(step)
-                if hasattr(a, "data") and hasattr(a.data, "ptr")}
-
     def spans(self) -> list:
-        """(start, end) device address ranges of those arrays."""
+        """(start, end) device address ranges of every array a recorded step wrote or read (launch arguments,
+        zeroed counters, copies)."""
         return [(int(a.data.ptr), int(a.data.ptr) + int(a.nbytes)) for step in self.steps for a in _arrays(step)
                 if hasattr(a, "data") and hasattr(a.data, "ptr")]
 

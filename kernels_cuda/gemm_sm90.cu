@@ -378,6 +378,25 @@ __device__ __forceinline__ int4 ld_shared_v4(u32 addr) {  // volatile: stays aft
     return v;
 }
 
+// This thread's accumulators walked against the column factors: per 16-column group g, one 16-byte load col4(g)
+// (the group's 4 column factors of this thread, in the permuted order above), then op(i, ra, cf) for each of the
+// group's accumulators i (2 n8 blocks x 2 row halves x 2 columns): ra = ra0 / ra1 (the row half's factor), cf the
+// column's.  The promotions (factors from the stage's shared memory) and the whole-K epilogue (from global) share it.
+template <class Col4, class Op>
+__device__ __forceinline__ void mx_for_each_factor(int ra0, int ra1, Col4 col4, Op op) {
+#pragma unroll
+    for (int g = 0; g < SM90_BN / 16; ++g) {
+        const int4 c4 = col4(g);
+        const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) op(4 * (2 * g + bb) + 2 * h + e, h ? ra1 : ra0, cc[2 * bb + e]);
+    }
+}
+
 __device__ __forceinline__ void mx_promote_fast(float (&acc)[SM90_ACC], const float (&part)[SM90_ACC], int ra0,
                                                 int ra1, u32 cb) {
 #if SM90_MX_DIAG == 1  // benchmark diagnostic (wrong results): one FFMA per element, no factor loads or adds
@@ -389,29 +408,17 @@ __device__ __forceinline__ void mx_promote_fast(float (&acc)[SM90_ACC], const fl
 #endif
 #if SM90_MX_DIAG == 3  // diagnostic: the integer add and FMA without the per-group factor loads
     const int4 c4 = ld_shared_v4(cb);
-#endif
-#pragma unroll
-    for (int g = 0; g < SM90_BN / 16; ++g) {
-#if SM90_MX_DIAG != 3
-        const int4 c4 = ld_shared_v4(cb + 64 * g);
-#endif
-        const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
-#pragma unroll
-        for (int bb = 0; bb < 2; ++bb) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int i = 4 * (2 * g + bb) + 2 * h + e;
-#if SM90_MX_DIAG == 4  // diagnostic: the factor as an fp32 product (FMUL) instead of an integer add
-                    acc[i] = fmaf(__int_as_float(h ? ra1 : ra0) * __int_as_float(cc[2 * bb + e]), part[i], acc[i]);
+    const auto col4 = [c4](int) { return c4; };
 #else
-                    acc[i] = fmaf(__int_as_float((h ? ra1 : ra0) + cc[2 * bb + e]), part[i], acc[i]);
+    const auto col4 = [cb](int g) { return ld_shared_v4(cb + 64 * g); };
 #endif
-                }
-            }
-        }
-    }
+    mx_for_each_factor(ra0, ra1, col4, [&](int i, int ra, int cf) {
+#if SM90_MX_DIAG == 4  // diagnostic: the factor as an fp32 product (FMUL) instead of an integer add
+        acc[i] = fmaf(__int_as_float(ra) * __int_as_float(cf), part[i], acc[i]);
+#else
+        acc[i] = fmaf(__int_as_float(ra + cf), part[i], acc[i]);
+#endif
+    });
 }
 
 // 2^E * s added to acc with two normal factors (s * 2^e1) * 2^e2: exact whenever the term is a normal number
@@ -434,22 +441,8 @@ __device__ __forceinline__ float mx_add_exact(float acc, float s, int ra, int cb
 
 __device__ __forceinline__ void mx_promote_exact(float (&acc)[SM90_ACC], const float (&part)[SM90_ACC], int ra0,
                                                  int ra1, u32 cb) {
-#pragma unroll
-    for (int g = 0; g < SM90_BN / 16; ++g) {
-        const int4 c4 = ld_shared_v4(cb + 64 * g);
-        const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
-#pragma unroll
-        for (int bb = 0; bb < 2; ++bb) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int i = 4 * (2 * g + bb) + 2 * h + e;
-                    acc[i] = mx_add_exact(acc[i], part[i], h ? ra1 : ra0, cc[2 * bb + e]);
-                }
-            }
-        }
-    }
+    mx_for_each_factor(ra0, ra1, [cb](int g) { return ld_shared_v4(cb + 64 * g); },
+                       [&](int i, int ra, int cf) { acc[i] = mx_add_exact(acc[i], part[i], ra, cf); });
 }
 #endif
 
@@ -779,22 +772,15 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 int ra[2];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) ra[h] = row0 + 8 * h < M ? fac_a[(i64)(row0 + 8 * h) * ld_fa] : 127 << 23;
-#pragma unroll
-                for (int g = 0; g < SM90_BN / 16; ++g) {
-                    const int col16 = tn * SM90_BN + 16 * g;  // the 16-column group (fac_b: ld_fb columns, permuted)
-                    const int4 c4 = col16 < ld_fb ? *(const int4*)(fac_b + col16 + 4 * (lane % 4)) : make_int4(0, 0, 0, 0);
-                    const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
-#pragma unroll
-                    for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h)
-#pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const int i = 4 * (2 * g + bb) + 2 * h + e;
-                                acc[i] = mx_fast ? acc[i] * __int_as_float(ra[h] + cc[2 * bb + e])
-                                                 : mx_add_exact(0.f, acc[i], ra[h], cc[2 * bb + e]);
-                            }
-                }
+                mx_for_each_factor(
+                    ra[0], ra[1],
+                    [&](int g) {
+                        const int col16 = tn * SM90_BN + 16 * g;  // the 16-column group (fac_b: ld_fb columns, permuted)
+                        return col16 < ld_fb ? *(const int4*)(fac_b + col16 + 4 * (lane % 4)) : make_int4(0, 0, 0, 0);
+                    },
+                    [&](int i, int r, int cf) {
+                        acc[i] = mx_fast ? acc[i] * __int_as_float(r + cf) : mx_add_exact(0.f, acc[i], r, cf);
+                    });
             }
 #endif
 #if SM90_MX

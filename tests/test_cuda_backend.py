@@ -89,34 +89,45 @@ def test_unknown_option_is_a_typed_error():
 
 
 def test_replay_needs_every_quantized_buffer_recorded():
-    """fast_matmul keeps a replay only when every device buffer of the quantized operands is an argument of a
-    recorded codec step (codec.Recording.addresses): a buffer made by a copy outside the codec's launches would be
-    left stale by a replay (what happened with column-major fp8 B codes of shapes without 64 x 64 tiles)."""
+    """fast_matmul keeps a replay only when every device buffer of the quantized operands lies in an array of a
+    recorded codec step (codec.Recording.spans, the one rule it also applies to the staging): a buffer made by a
+    copy outside the codec's launches would be left stale by a replay (what happened with column-major fp8 B codes
+    of shapes without 64 x 64 tiles).  Host arrays are not device buffers; a tainted recording never replays."""
     from types import SimpleNamespace
+
+    import numpy as np
 
     from mxcore.backends import codec
     from mxcore.backends.cuda import fastpath
 
-    def arr(ptr):
+    def arr(ptr, nbytes=16):
         x = type("ndarray", (), {"__module__": "cupy._core.core"})()
-        x.data = SimpleNamespace(ptr=ptr)
+        x.data, x.nbytes = SimpleNamespace(ptr=ptr), nbytes
         return x
 
-    def tensor(ptr):
+    def tensor(ptr, device="cuda"):
         x = type("Tensor", (), {"__module__": "torch"})()
-        x.device = _Dev("cuda", 0)
+        x.device = _Dev(device, 0)
         x.data_ptr = lambda: ptr
         return x
 
     rec = codec.Recording()
-    rec.steps += [("zero", arr(8)), ("launch", None, (1,), (arr(100), arr(200), 7, arr(8), arr(300), arr(400)))]
-    assert rec.addresses() == {8, 100, 200, 300, 400}
+    rec.steps += [("zero", arr(8, 4)), ("launch", None, (1,), (arr(100), arr(200, 64), 7, arr(8, 4), arr(300),
+                                                             arr(400)))]
+    assert sorted(rec.spans()) == [(8, 12), (8, 12), (100, 116), (200, 264), (300, 316), (400, 416)]
     written = SimpleNamespace(codes=tensor(200), scale=tensor(300), scale_exp=tensor(400))
     copied = SimpleNamespace(codes=tensor(900), scale=tensor(300), scale_exp=tensor(400))  # codes from a copy
     mx_like = SimpleNamespace(codes=arr(200), scales=arr(300), scale_max=arr(8))
-    assert fastpath._device_addresses(written, mx_like) == {200, 300, 400, 8}
-    assert fastpath._device_addresses(written) <= rec.addresses()
-    assert not fastpath._device_addresses(written, copied) <= rec.addresses()
+    view = SimpleNamespace(codes=tensor(232), scale=tensor(300))  # codes: a view inside the recorded 200..264
+    on_host = SimpleNamespace(codes=tensor(200), scale=tensor(5000, "cpu"), scale_exp=np.zeros(1))
+    got = fastpath._quantized_buffers(written, mx_like, on_host)
+    assert [int(x.data_ptr()) if hasattr(x, "data_ptr") else x.data.ptr for x in got] == [200, 300, 400, 200, 300,
+                                                                                          8, 200]
+    assert fastpath._replayable(fastpath._quantized_buffers(written, mx_like, view, on_host), rec)
+    assert not fastpath._replayable(fastpath._quantized_buffers(written, copied), rec)
+    assert not fastpath._replayable(fastpath._quantized_buffers(SimpleNamespace(codes=tensor(264))), rec)  # one past
+    rec.tainted = "a copy"
+    assert not fastpath._replayable(fastpath._quantized_buffers(written), rec)
 
 
 def test_staging_replays_only_when_it_covers_every_buffer():
@@ -131,16 +142,18 @@ def test_staging_replays_only_when_it_covers_every_buffer():
     def arr(ptr, nbytes=64):
         return SimpleNamespace(data=SimpleNamespace(ptr=ptr), nbytes=nbytes)
 
-    rec = codec.Recording()
+    quant, rec = codec.Recording(), codec.Recording()
+    quant.steps += [("launch", None, (1,), (arr(100),), (256,), 0)]  # the codes (the quantization's recording)
     aux = arr(1000, 64)  # info at +0, NaN flags at +16, window flags at +40: views into one zeroed allocation
-    rec.steps += [("zero", aux), ("launch", None, (1,), (arr(100), arr(200), 7), (256,), 0)]
-    spans = rec.spans()
+    rec.steps += [("zero", aux), ("launch", None, (1,), (arr(200), 7), (256,), 0)]
     mx = SimpleNamespace(factors=arr(200), info=arr(1000), nan=arr(1016), folded=arr(1040))
     staged = SimpleNamespace(da=SimpleNamespace(buf=arr(100), exp_at=None, mx=mx),
                              db=SimpleNamespace(buf=arr(100), exp_at=None, mx=None))
-    assert fastpath._covered(fastpath._plan_buffers(staged), spans)
+    assert fastpath._replayable(fastpath._plan_buffers(staged), quant, rec)
+    assert not fastpath._replayable(fastpath._plan_buffers(staged), rec)  # the codes: in the other recording
     staged.db.buf = arr(5000)  # a buffer no recorded step touched
-    assert not fastpath._covered(fastpath._plan_buffers(staged), spans)
+    assert not fastpath._replayable(fastpath._plan_buffers(staged), quant, rec)
+    staged.db.buf = arr(100)
     from mxcore.backends import codec_runtime
 
     with codec.recording() as r:
@@ -148,6 +161,7 @@ def test_staging_replays_only_when_it_covers_every_buffer():
         codec_runtime.taint("another")
     assert r.tainted == "a staging copy"
     codec_runtime.taint("outside a recording: nothing")
+    assert not fastpath._replayable(fastpath._plan_buffers(staged), quant, rec, r)  # a staging copy: no replay
 
 
 @pytest.mark.parametrize("role", ["a", "b"])

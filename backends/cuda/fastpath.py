@@ -35,18 +35,16 @@ class _TorchOut(dict):
 _TORCH_OUT = _TorchOut()
 
 
-def _device_addresses(*objs) -> set:
-    """Device addresses of the arrays inside quantized objects (MXTensor: codes, scales, scale_max; ScaledTensor:
-    codes, scale, scale_exp)."""
-    out = set()
+def _quantized_buffers(*objs) -> list:
+    """The device arrays inside quantized objects (MXTensor: codes, scales, scale_max; ScaledTensor: codes, scale,
+    scale_exp); host arrays are left out (a replay does not touch them)."""
+    out = []
     for o in objs:
         for name in ("codes", "scales", "scale_max", "scale", "scale_exp"):
             x = getattr(o, name, None)
             kind = array_kind(x) if x is not None else None
-            if kind == "torch" and x.device.type == "cuda":
-                out.add(int(x.data_ptr()))
-            elif kind == "cupy":
-                out.add(int(x.data.ptr))
+            if (kind == "torch" and x.device.type == "cuda") or kind == "cupy":
+                out.append(x)
     return out
 
 
@@ -67,6 +65,14 @@ def _covered(arrays, spans) -> bool:
     return all(any(lo <= q < hi for lo, hi in spans) for q in ptrs)
 
 
+def _replayable(arrays, *recs) -> bool:
+    """A replay of the recordings ``recs`` remakes every one of ``arrays``: no recording noted device work made
+    outside its steps (``tainted``, e.g. a CuPy copy), and each array is :func:`_covered` by the arrays of the
+    recorded steps (:meth:`~mxcore.backends.codec.Recording.spans`: launch arguments, zeroed buffers, copies; views
+    into one allocation count).  A buffer made by a copy outside the recording is its own allocation, in no span."""
+    return all(r.tainted is None for r in recs) and _covered(arrays, [s for r in recs for s in r.spans()])
+
+
 def _device_views(cp, *xs):
     """CuPy views of device arrays (the addresses a recording read)."""
     return [as_cupy(cp, x) for x in xs]
@@ -77,7 +83,7 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     Once per (device, stream, dtypes, shapes, alignment, dtype, out_dtype, scale_rounding): quantize with
     :func:`~mxcore.backends.codec.recording` on, build the plan over the quantized objects (staging re-run
     by ``prep()``), keep both.  Later calls replay the quantization into the same buffers with the new input
-    addresses, re-stage (by replaying the staging's recorded launches where :func:`_covered` shows they make every
+    addresses, re-stage (by replaying the staging's recorded launches where :func:`_replayable` shows they make every
     buffer the GEMM reads, else through ``prep()``), and launch the GEMM into a new output: no Python-side
     quantization objects, no plan.
     The kept buffers are reused in stream order (the key holds the stream)."""
@@ -121,10 +127,9 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             p.gemm()
             result = p.result()
             entry = False
-            # replayable only if every device buffer of the quantized operands is written by a recorded launch
+            # replayable only if every device buffer of the quantized operands lies in an array of a recorded step
             # (a copy made outside the codec's launches would be left stale by a replay)
-            recorded = _device_addresses(qa, qb) <= rec.addresses()
-            if (recorded and isinstance(p, CudaPlan) and p.batch is None
+            if (_replayable(_quantized_buffers(qa, qb), rec) and isinstance(p, CudaPlan) and p.batch is None
                     and p._fold is None and pa != pb):
                 try:
                     entry = (rec.replay(_device_views(cp, a, b)), p, None)
@@ -132,7 +137,7 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                     entry = False
             # the staging replays too when it made no copy of its own and every buffer the GEMM reads was written
             # (or zeroed) by a recorded step: then later calls stage nothing in Python and keep the plan's buffers
-            if entry and rec_stage.tainted is None and _covered(_plan_buffers(p), rec.spans() + rec_stage.spans()):
+            if entry and _replayable(_plan_buffers(p), rec, rec_stage):
                 entry = (entry[0], p, rec_stage.replay(()))
             be._fast[key] = entry
         return result
