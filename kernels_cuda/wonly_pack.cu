@@ -1,9 +1,9 @@
 // mxcore weight-only GEMM: an MX weight W [K, N] (one uint8 code per element, any strides; E8M0 scales
-// [ceil(K/32), N], any strides) -> the packed fragment records gemm_wonly.cu streams (the layout is described
-// there; records in groups of `group` tiles).  One thread per (record, lane): the lane's 16 fragment bytes, and lanes < 16 * BPC one scale byte each.
+// [ceil(K/32), N], any strides) -> the packed fragment records gemm_wonly.cu and gemm_wonly_gemv.cu stream (the layout is described
+// in wonly_common.cuh; records in groups of `group` tiles).  One thread per (record, lane): the lane's 16 fragment bytes, and lanes < 16 * BPC one scale byte each.
 // Codes past K or N are 0 (+0 in every MX element format); scales of padding rows / blocks are 127 (2^0).
 // Runs once per weight (the backend caches the records on the MXTensor).  -D: the fragment formulas WO_A_ROW,
-// WO_A_K, WO_C_ROW (see gemm_wonly.cu).
+// WO_A_K, WO_C_ROW, WO_KPHYS and the 4-bit placement WO4_T, WO4_POS (see wonly_common.cuh).
 
 #include "mx_common.cuh"
 
@@ -27,9 +27,11 @@ extern "C" __global__ void mx_wonly_pack(const u8* __restrict__ codes, i64 cs_k,
                 for (int p = 0; p < 2; ++p) {
                     const int k = chunk * kc + WO_KPHYS(s >> 1, s & 1, WO_A_K(lane, j, p));
                     const u32 code = (n < N && k < K) ? codes[(i64)k * cs_k + (i64)n * cs_n] : 0u;
-                    if (pack4)
-                        w[s] |= (code & 15u) << (4 * j + 16 * p);
-                    else
+                    if (pack4) {  // code bit b to WO4_POS (wonly_common.cuh)
+#pragma unroll
+                        for (int b = 0; b < 4; ++b)
+                            w[s] |= ((code >> b) & 1u) << WO4_POS(j, WO4_T(p, b), b);
+                    } else
                         w[(2 * s + (j >> 1)) & 3] |= code << (8 * (j & 1) + 16 * p);
                 }
             }

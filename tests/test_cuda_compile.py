@@ -21,7 +21,7 @@ import pytest
 from conftest import require_tool
 
 from mxcore.backends import cuda, nvrtc_tools
-from mxcore.backends.cuda.wonly import PACK_FILE, WONLY_FILE
+from mxcore.backends.cuda.wonly import GEMV_FILE, PACK_FILE, WONLY_FILE
 from mxcore.errors import KernelCompileError
 
 ARCHS = ["sm_80", "sm_89", "sm_90"]
@@ -169,8 +169,12 @@ def test_variant_machine_code(arch, stem):
     elif job["file"] == cuda.CEILING_FILE:
         assert c["HMMA"] + c["QMMA"] > 0, "the ceiling loop has no mma"
         assert c["LDG"] == c["LDS"] == 0, "the ceiling loop must not read memory in its loop"
-    elif job["file"] == WONLY_FILE:  # weight-only: mma.sync on decoded registers, cp.async ring, fp32 without FTZ
-        assert c["HMMA"] > 0 and c["QMMA"] == 0 and c["LDGSTS"] > 0 and c["LDSM"] == 0, dict(c)
+    elif job["file"] in (WONLY_FILE, GEMV_FILE):  # weight-only: mma.sync on decoded registers, fp32 without FTZ
+        assert c["HMMA"] > 0 and c["QMMA"] == 0 and c["LDSM"] == 0, dict(c)
+        if job["file"] == WONLY_FILE:  # the cp.async ring
+            assert c["LDGSTS"] > 0, dict(c)
+        else:  # direct loads into registers: no shared memory, no barrier in the loop (one in the split-K finish)
+            assert c["LDGSTS"] == 0 and c["LDS"] <= 1 and c["STS"] <= 1 and c["LDG"] > 0, dict(c)  # `last`
         ftz = re.findall(r"\bF(?:FMA|ADD|MUL)\.FTZ\b", binary.sass)  # compiled with -ftz=true, as CuPy does
         assert c["FFMA"] > 0 and not ftz, f"block scales must keep fp32 subnormals: {ftz[:3]}"
         assert job["smem"] + res["shared_bytes"] <= SMEM_PER_BLOCK, "more shared memory than a block may have"

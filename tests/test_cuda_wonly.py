@@ -1,5 +1,6 @@
-"""Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly.py),
-against the float64 reference.  Every output is poisoned with NaN before the launch.
+"""Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly.py) and
+both kernels of the registers path (direct loads, "gemv"; cp.async ring, "ring"; each forced at every M), against
+the float64 reference.  Every output is poisoned with NaN before the launch.
 
 * exactly representable inputs: bit-exact (the registers path for every pair, any scale codes per column:
   0x00, 0x01, 0x7F, 0xFE; the staged path with scales spanning a few binades), NaN blocks (scale 0xFF) poison
@@ -66,16 +67,25 @@ def _device_act(a, act):
     return torch.as_tensor(a, device="cuda").to(torch.float16 if act == "fp16" else torch.bfloat16)
 
 
+def _force_kernel(monkeypatch, kernel: str) -> None:
+    """Run the registers path on one kernel whatever M is: "gemv" (direct loads) or "ring" (cp.async ring)."""
+    from mxcore.backends.cuda import wonly
+
+    monkeypatch.setattr(wonly, "GEMV_MAX_M", 1 << 30 if kernel == "gemv" else 0)
+
+
+@pytest.mark.parametrize("kernel", ["gemv", "ring"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("fmt", MX)
 @pytest.mark.parametrize("act", ACTS)
-def test_registers_exact(cuda_backend, rng, act, fmt, shape):
+def test_registers_exact(cuda_backend, rng, monkeypatch, act, fmt, shape, kernel):
+    _force_kernel(monkeypatch, kernel)
     m, n, k = shape
     a = _act_values(rng, m, k, act, small=True)
     b = _mx_weight(rng, k, n, fmt, [0x00, 0x01, 0x7F, 0x80, 0xFE] if fmt == "mxfp4" else [0x70, 0x7F, 0x85])
     got, p = _plan_out(cuda_backend, _device_act(a, act), b.to_device(_device_act(a[:1, :1], act)), (act, fmt),
                        "registers")
-    assert "registers" in p.variant
+    assert "registers" in p.variant and ("gemv" in p.variant) == (kernel == "gemv")
     want = _ref(a, b, (act, fmt))
     assert np.array_equal(got, want, equal_nan=True), (np.nanmax(np.abs(got - want)), p.variant)
 
@@ -91,8 +101,11 @@ def test_staged_exact_bf16(cuda_backend, rng, fmt):
         assert np.array_equal(got, want, equal_nan=True), (m, n, k, np.nanmax(np.abs(got - want)))
 
 
-@pytest.mark.parametrize("path", ["registers", "staged"])
-def test_nan_blocks_and_out_dtypes(cuda_backend, rng, path):
+@pytest.mark.parametrize("path", ["registers-gemv", "registers-ring", "staged"])
+def test_nan_blocks_and_out_dtypes(cuda_backend, rng, monkeypatch, path):
+    path, _, kernel = path.partition("-")
+    if kernel:
+        _force_kernel(monkeypatch, kernel)
     m, n, k = 9, 48, 130
     a = _act_values(rng, m, k, "bf16", small=True)
     b = _mx_weight(rng, k, n, "mxfp4", [0x7E, 0x7F])
@@ -107,9 +120,11 @@ def test_nan_blocks_and_out_dtypes(cuda_backend, rng, path):
         assert np.array_equal(got, want, equal_nan=True), out_dtype
 
 
+@pytest.mark.parametrize("kernel", ["gemv", "ring"])
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e2m3", "mxfp8_e4m3"])
 @pytest.mark.parametrize("act", ACTS)
-def test_random_within_bound(cuda_backend, rng, act, fmt):
+def test_random_within_bound(cuda_backend, rng, monkeypatch, act, fmt, kernel):
+    _force_kernel(monkeypatch, kernel)
     for (m, n, k), split in [((1, 4096, 4096), 0), ((16, 512, 2048), 3), ((64, 384, 1111), 0), ((300, 256, 512), 0)]:
         a = rng.standard_normal((m, k))
         w = rng.standard_normal((k, n))

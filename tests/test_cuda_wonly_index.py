@@ -71,6 +71,13 @@ def _mul16(bits: np.ndarray, mul_bits: int, act: str) -> np.ndarray:
     return (x * m).astype(np.float32).astype(dt).view(np.uint16)
 
 
+def _decode_mul(element: str, act: str) -> int:
+    """The 16-bit multiplier of the decode (WO_MUL's low half)."""
+    v = wonly.WonlyVariant(element, act, 1)
+    opts = dict(o[2:].split("=", 1) for o in v.options() if o.startswith("-DWO_") and "(" not in o.split("=")[0])
+    return int(opts["WO_MUL"].rstrip("u"), 16) & 0xFFFF
+
+
 def _decode_like_kernel(codes: np.ndarray, element: str, act: str) -> np.ndarray:
     """The kernel's wo_decode2 / wo_reg<J> on one code per element (numpy mirror of the bit placement)."""
     v = wonly.WonlyVariant(element, act, 1)
@@ -91,6 +98,55 @@ def _decode_like_kernel(codes: np.ndarray, element: str, act: str) -> np.ndarray
     return r.astype(np.uint16)
 
 
+def _pos4(j: int, p: int, b: int) -> int:
+    return wonly.eval_wonly("WO4_POS", j=j, t=wonly.eval_wonly("WO4_T", p=p, b=b), b=b)
+
+
+def _pack4_word(codes: np.ndarray) -> np.ndarray:
+    """codes [..., 4 registers, 2 halves] (4-bit) -> the packed u32 words (wonly_pack.cu's placement)."""
+    w = np.zeros(codes.shape[:-2], np.uint64)
+    for j in range(4):
+        for p in range(2):
+            for b in range(4):
+                w |= ((codes[..., j, p].astype(np.uint64) >> b) & 1) << _pos4(j, p, b)
+    return w.astype(np.uint32)
+
+
+def _wo4_reg_like_kernel(w: np.ndarray, j: int, act: str) -> np.ndarray:
+    """numpy mirror of wonly_common.cuh's wo4_reg<J> before the multiply (same shifts, rotates and masks)."""
+    w = w.astype(np.uint64)
+    m32 = np.uint64(0xFFFFFFFF)
+    shl = lambda x, n: (x << np.uint64(n)) & m32  # noqa: E731
+    shr = lambda x, n: x >> np.uint64(n)  # noqa: E731
+    rotl = lambda x, n: shl(x, n) | shr(x, 32 - n)  # noqa: E731
+    if act == "bf16":
+        k = 0x81C081C0
+        r = [shl(w, 6) & k, rotl(w, 12) & k, shl(w, 2) & k, (shr(w, 8) & 0x00400040) | (w & 0x81808180)][j]
+    else:
+        mag, sgn = 0x0E000E00, 0x80008000
+        r = [(shl(w, 9) & mag) | (shl(w, 6) & sgn), (rotl(w, 15) & mag) | (rotl(w, 12) & sgn),
+             (shl(w, 5) & mag) | (shl(w, 2) & sgn),
+             (shr(w, 5) & 0x02000200) | (shl(w, 3) & 0x0C000C00) | (w & sgn)][j]
+    return r.astype(np.uint32)
+
+
+def test_pack4_placement_and_decode(rng):
+    """The 4-bit placement fills the word exactly once, and the kernel's register decode (wo4_reg, mirrored) puts
+    every code of every register and half in the place wo_decode2 would (magnitude under the target exponent, sign
+    at bit 15 of its half), whatever the other seven codes of the word are."""
+    assert sorted(_pos4(j, p, b) for j in range(4) for p in range(2) for b in range(4)) == list(range(32))
+    for act in ("bf16", "f16"):
+        tm = 7 if act == "bf16" else 10
+        for j in range(4):
+            for p in range(2):
+                codes = rng.integers(0, 16, (4096, 4, 2))
+                codes[:16, j, p] = np.arange(16)
+                half = (_wo4_reg_like_kernel(_pack4_word(codes), j, act) >> (16 * p)) & 0xFFFF
+                c = codes[:, j, p]
+                want = ((c & 7) << (tm - 1)) | ((c >> 3) << 15)
+                assert np.array_equal(half, want), (act, j, p)
+
+
 @pytest.mark.parametrize("act", ["f16", "bf16"])
 @pytest.mark.parametrize("element", sorted(set(dtypes.MX_ELEMENT.values())))
 def test_decode_every_code(element, act):
@@ -102,6 +158,17 @@ def test_decode_every_code(element, act):
     want = formats.decode(codes, element).astype(np.float64)
     np.testing.assert_array_equal(got.astype(np.float64), want)  # NaN == NaN here; signed zeros by value
     assert np.array_equal(np.signbit(got.astype(np.float64)), np.signbit(want))
+    if spec.bits == 4:  # the packed 4-bit path: placement, wo4_reg and the multiply, every register and half
+        for j in range(4):
+            for p in range(2):
+                cw = np.zeros((len(codes), 4, 2), np.int64)
+                cw[:, j, p] = codes
+                bits = (_wo4_reg_like_kernel(_pack4_word(cw), j, act) >> (16 * p)) & 0xFFFF
+                mul = _decode_mul(element, act)
+                got4 = (bits if mul in (0x3C00, 0x3F80) else _mul16(bits, mul, act)).astype(np.uint16)
+                got4 = got4.view(np.float16 if act == "f16" else ml_dtypes.bfloat16).astype(np.float64)
+                np.testing.assert_array_equal(got4, want)
+                assert np.array_equal(np.signbit(got4), np.signbit(want))
 
 
 def test_packed_geometry():

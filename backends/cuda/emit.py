@@ -35,13 +35,13 @@ def compile_jobs(arch: str) -> list[dict]:
     for kname in PREP_KERNELS:
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
-    from .wonly import PACK_FILE, WONLY_FILE, all_wonly_variants, formula_options
+    from .wonly import PACK_FILE, all_wonly_variants, formula_options
 
-    for w in all_wonly_variants():  # the weight-only kernel (wonly.py): every element x activation x M tile
-        jobs.append({"file": WONLY_FILE, "kernel": "mx_wonly_gemm", "stem": w.name, "family": "wonly",
-                     "dtype": f"{w.act} x mx {w.element} (weight-only, registers)",
+    for w in all_wonly_variants():  # the weight-only kernels (wonly.py): every kernel x element x activation x M tile
+        jobs.append({"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly",
+                     "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel})",
                      "options": [*w.options(), "-ftz=true"],  # CuPy compiles with it: the SASS checks see the same
-                     "smem": w.smem_bytes, "threads": 128, "mma": "HMMA", "cp_async": True})
+                     "smem": w.smem_bytes, "threads": w.threads, "mma": "HMMA", "cp_async": w.kernel == "ring"})
     jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",
                  "dtype": "weight-only packing", "options": ["-std=c++17", *formula_options()], "smem": 0,
                  "threads": 256})

@@ -40,11 +40,12 @@ from .plan import OUT_KIND, RawLaunch
 from .stage import DevOperand
 from .variants import sm_of
 
-__all__ = ["PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONLY_PATHS", "WonlyPlan", "WonlyVariant",
+__all__ = ["GEMV_FILE", "PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONLY_PATHS", "WonlyPlan", "WonlyVariant",
            "all_wonly_variants", "pack_weight", "packed_bytes", "registers_prep", "staged_prep",
            "wonly_path"]
 
-WONLY_FILE, PACK_FILE = "gemm_wonly.cu", "wonly_pack.cu"
+WONLY_FILE, GEMV_FILE, PACK_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "wonly_pack.cu"
+KERNELS = {"ring": (WONLY_FILE, "mx_wonly_gemm"), "gemv": (GEMV_FILE, "mx_wonly_gemv")}
 WONLY_PATHS = ("registers", "staged")
 #: bf16 activations with M up to this run on the registers path by default, larger M on the staged path (H200,
 #: bf16 x mxfp4, N = K = 8192, kernel time against cuBLAS bf16: registers 1.07 / 0.74 / 0.40 at M = 16 / 32 / 64,
@@ -56,6 +57,11 @@ GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
 # (warps 2/4/8, stages 4/6/8, 2/4/8 blocks per SM at M = 1, 16, 64 with N = K = 8192 and 1 x 28672 x 8192)
 WARPS, STAGES, CTAS_PER_SM = 4, 4, 4
 R = GROUP // WARPS  # n16 tiles per warp
+#: M up to this runs the direct-load kernel (gemm_wonly_gemv.cu), larger M the cp.async ring (gemm_wonly.cu)
+GEMV_MAX_M = 16
+GEMV_MT = (1, 2)  # m8 tiles per block of the direct-load kernel
+# its n16 tiles per warp, warps per block, chunks in flight per warp and the blocks per SM that split K aims for
+GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 8
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
 # tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
@@ -70,6 +76,12 @@ WONLY_FORMULAS = {
     # (k = 2t, 2t+1, 2t+8, 2t+9 of both steps of a block) become the 8 consecutive K at 32b + 8t: one 16-byte
     # load of the activations per block (a permutation inside each 32-K block: the block scales are unchanged)
     "WO_KPHYS": ("b,s,k", "(b << 5) + (((k & 7) >> 1) << 3) + (s << 2) + ((k >> 3) << 1) + (k & 1)"),
+    # the 4-bit code placement in a k16 step's word (wonly_common.cuh): bit b (0 m, 1 e0, 2 e1, 3 sign) of the code
+    # in half p of register j sits at WO4_POS(j, WO4_T(p, b), b), where WO4_T is the bit the decode moves it to
+    # (bf16 placement: magnitude at 6..8, sign at 15, per half); j = 0 is shifted left 6, j = 1 rotated left 12,
+    # j = 2 shifted left 2, j = 3 keeps e0 e1 and the sign in place and shifts m right 8
+    "WO4_T": ("p,b", "(p << 4) + 6 + b + 6 * (b == 3)"),
+    "WO4_POS": ("j,t,b", "t - 6 * (j == 0) + (20 - 32 * (t >= 12)) * (j == 1) - 2 * (j == 2) + 8 * (j == 3) * (b == 0)"),
 }
 _RECORD = {"f16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
            "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"}
@@ -81,7 +93,7 @@ def eval_wonly(key: str, **names):
     import re
 
     params, expr = WONLY_FORMULAS[key]
-    if set(names) != set(params.split(",")) or not re.fullmatch(r"[\sa-z0-9&>|<+()]*", expr):
+    if set(names) != set(params.split(",")) or not re.fullmatch(r"[\sa-z0-9&>|<+()*=-]*", expr):
         raise ValueError(f"{key}({params}) evaluated with {sorted(names)}")
     return eval(expr, {"__builtins__": {}}, names)
 
@@ -99,12 +111,38 @@ def formula_options() -> list[str]:
 
 @dataclass(frozen=True)
 class WonlyVariant:
-    """One compiled form of gemm_wonly.cu: the weight's element format, the activation type ("f16" | "bf16") and
-    the m8 tiles per block."""
+    """One compiled form of a weight-only kernel: the weight's element format, the activation type ("f16" |
+    "bf16"), the m8 tiles per block and the kernel ("ring": gemm_wonly.cu, "gemv": gemm_wonly_gemv.cu, with its
+    tiles per warp, warps per block and chunks in flight)."""
 
     element: str
     act: str
     mt: int
+    kernel: str = "ring"
+    r: int = 0
+    warps: int = 0
+    pf: int = 0
+
+    @classmethod
+    def gemv(cls, element: str, act: str, mt: int) -> "WonlyVariant":
+        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF)
+
+    @property
+    def file(self) -> str:
+        return KERNELS[self.kernel][0]
+
+    @property
+    def entry(self) -> str:
+        return KERNELS[self.kernel][1]
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.warps if self.kernel == "gemv" else WARPS)
+
+    @property
+    def tiles(self) -> int:
+        """n16 tiles per block."""
+        return self.r * self.warps if self.kernel == "gemv" else GROUP
 
     @property
     def spec(self):
@@ -131,10 +169,14 @@ class WonlyVariant:
 
     @property
     def smem_bytes(self) -> int:
+        if self.kernel == "gemv":
+            return 0
         return self.stages * (GROUP * self.record_bytes + self.mt * 8 * (192 if self.kc == 64 else 64))
 
     @property
     def name(self) -> str:
+        if self.kernel == "gemv":
+            return f"wonly_gemv_{self.act}_{self.element}_m{self.mt * 8}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}"
 
     def options(self) -> tuple:
@@ -149,15 +191,17 @@ class WonlyVariant:
         return ("-std=c++17", f"-DWO_EBITS={sp.ebits}", f"-DWO_MBITS={sp.mbits}",
                 f"-DWO_SPECIAL={_SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0}", f"-DWO_PACK4={int(self.pack4)}",
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
-                f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}",
+                *((f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}") if self.kernel == "gemv" else
+                  (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")),
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
 
 def all_wonly_variants() -> list[WonlyVariant]:
     from mxcore import dtypes as _dt
 
-    return [WonlyVariant(e, act, mt) for e in dict.fromkeys(_dt.MX_ELEMENT.values()) for act in ("f16", "bf16")
-            for mt in MT_CHOICES]
+    elements = list(dict.fromkeys(_dt.MX_ELEMENT.values()))
+    return ([WonlyVariant(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in MT_CHOICES]
+            + [WonlyVariant.gemv(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in GEMV_MT])
 
 
 def wonly_path(mdt, m: int, option: str | None = None) -> str:
@@ -228,11 +272,21 @@ def _activations(stager, a, od) -> DevOperand:
     return DevOperand(buf, ld, True, want, 0, int(arr.shape[-1]))
 
 
-def _splits(sms: int, base: int, nchunks: int, force: int = 0) -> tuple[int, int]:
-    """(splits, chunks per split): enough blocks for CTAS_PER_SM per SM when the tiles alone cannot give them."""
-    want = force or (1 if base >= 2 * sms else min(-(-CTAS_PER_SM * sms // max(base, 1)), 64, max(1, nchunks // 4)))
+def _splits(sms: int, base: int, nchunks: int, force: int = 0, per_sm: int = CTAS_PER_SM,
+            one_wave: bool = False) -> tuple[int, int]:
+    """(splits, chunks per split): enough blocks for ``per_sm`` per SM when the tiles alone cannot give them
+    (``one_wave``: at most ``per_sm`` per SM)."""
+    fill = (per_sm * sms // max(base, 1)) if one_wave else -(-per_sm * sms // max(base, 1))
+    want = force or (1 if base >= 2 * sms else max(1, min(fill, 64, max(1, nchunks // 4))))
     per = -(-nchunks // max(1, want))
     return -(-nchunks // per), per
+
+
+def _resident(props: dict, regs: int, threads: int) -> int:
+    """Blocks of ``threads`` threads using ``regs`` registers each that one SM holds at once (no shared memory)."""
+    warps = -(-threads // 32)
+    by_regs = props.get("regsPerMultiprocessor", 65536) // (-(-regs * 32 // 256) * 256 * warps)
+    return max(1, min(by_regs, props.get("maxThreadsPerMultiProcessor", 2048) // threads, 32))
 
 
 class WonlyPlan(Plan):
@@ -247,17 +301,26 @@ class WonlyPlan(Plan):
         if sm_of(dev.arch) < 80:
             raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
-        mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
-        self.variant_ = WonlyVariant(db.elem, da.elem, mt)
+        if m <= GEMV_MAX_M:
+            mt = next((x for x in GEMV_MT if 8 * x >= m), GEMV_MT[-1])
+            self.variant_ = WonlyVariant.gemv(db.elem, da.elem, mt)
+        else:
+            mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
+            self.variant_ = WonlyVariant(db.elem, da.elem, mt)
         v = self.variant_
-        nt = -(-n // 16)
+        groups = -(-n // (16 * GROUP))
         self._nchunks = -(-da.k // v.kc)
-        self._grid_xy = (-(-nt // (GROUP)), -(-m // (8 * mt)))
-        self._splits, self._per = _splits(dev.sms, self._grid_xy[0] * self._grid_xy[1], self._nchunks, split)
-        self.variant = f"{v.name} split {self._splits} (registers: packed weight decoded in registers, mma.sync)"
+        self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * mt)))
         with cp.cuda.Device(dev.ordinal):
-            self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), WONLY_FILE, "mx_wonly_gemm",
-                                               v.options(), v.smem_bytes)
+            self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
+                                               v.smem_bytes)
+            per_sm = CTAS_PER_SM
+            if v.kernel == "gemv":  # one wave: no more blocks per SM than can be resident (registers, threads)
+                per_sm = min(GEMV_CTAS_PER_SM, _resident(dev.props, int(self._kernel.attributes["num_regs"]), v.threads))
+            self._splits, self._per = _splits(dev.sms, self._grid_xy[0] * self._grid_xy[1], self._nchunks, split, per_sm,
+                                              v.kernel == "gemv")
+            how = "direct loads" if v.kernel == "gemv" else "cp.async ring"
+            self.variant = f"{v.name} split {self._splits} (registers: packed weight decoded in registers, {how}, mma.sync)"
             self._alloc()
 
     def _alloc(self) -> None:
@@ -265,8 +328,9 @@ class WonlyPlan(Plan):
         prepared parameter block, a few microseconds of host time per call)."""
         cp = self.cp
         gx, gy = self._grid_xy
+        v = self.variant_
         if self._splits > 1:
-            self._ws = cp.empty(self._splits * self.m * gx * GROUP * 16, dtype=cp.float32)
+            self._ws = cp.empty(self._splits * self.m * gx * v.tiles * 16, dtype=cp.float32)
             self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
         else:
             self._ws = self._counters = None
@@ -274,8 +338,7 @@ class WonlyPlan(Plan):
         out, a, b = self.out, self.da, self.db
         if out is None or out.size == 0 or a.k == 0:
             return
-        v = self.variant_
-        self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (32 * WARPS,), v.smem_bytes, (
+        self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (v.threads,), v.smem_bytes, (
             b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
             np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
             np.int32(self._per)))

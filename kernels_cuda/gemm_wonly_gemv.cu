@@ -1,0 +1,190 @@
+// mxcore weight-only GEMM for small M (decode, M <= 8 * WO_MT): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16
+// activations and W an MX weight, the packed fragment records of wonly_common.cuh read straight into registers.
+//
+// Same records, decode, block factors and split K as gemm_wonly.cu (the weight is the mma's A operand, X^T the B
+// operand, every 32-K block's two mma run into a zeroed accumulator scaled into acc in fp32), but no shared memory
+// and no barrier in the loop: each warp owns WG_R n16 tiles of one record group and walks the block's K chunks on
+// its own, loading every lane's 16 code bytes and scale word with 16-byte / 4-byte non-coherent loads (L1 not
+// allocated) WG_PF chunks ahead of the chunk it decodes, and its activation fragments (lane (g, t): row g, the 8
+// consecutive K that WO_KPHYS gives it) with 16-byte loads that stay in L1 (every warp of the block reads them).
+// The decode costs 13 operations per 4 registers of bf16 (wo4_reg); the block factors take a slower path only in
+// chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
+//
+// -D: those of wonly_common.cuh, and WG_R (n16 tiles per warp: 1, 2, 4 or 8) WG_WARPS (warps per block; WG_R *
+// WG_WARPS a multiple of 8) WG_PF (chunks in flight per warp).
+
+#include "mx_common.cuh"
+#include "wonly_common.cuh"
+
+#define WG_THREADS (32 * WG_WARPS)
+#define WG_NT (WG_WARPS * WG_R)  // n16 tiles per block
+
+__device__ __forceinline__ uint4 wg_ld_w(const u8* p) {  // streamed once: no L1 allocation
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ u32 wg_ld_s(const u8* p) {
+    u32 v;
+#if WO_BPC == 2
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+#else
+    u16 h;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    v = h;
+#endif
+    return v;
+}
+// 8 activations from k on (row pointer xr, K elements): one 16-byte load inside K, zeros past it
+__device__ __forceinline__ uint4 wg_ld_x(const u16* xr, int k, int K) {
+    if (k + 8 <= K) {
+        uint4 v;
+        asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(xr + k));
+        return v;
+    }
+    u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 lo = k + 2 * i < K ? xr[k + 2 * i] : 0u, hi = k + 2 * i + 1 < K ? xr[k + 2 * i + 1] : 0u;
+        w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+struct WgChunk {  // what a warp loads of one K chunk
+    uint4 q[WG_R];
+    u32 sc[WG_R];
+    uint4 x[WO_BPC][WO_MT];
+};
+
+// Decode and multiply the chunk in `ch`, loading chunk `next` into it as its parts are used (record r as soon as
+// it is decoded, the activations at the end): WG_PF chunks stay in flight with WG_PF chunk buffers of registers.
+template <bool SPECIAL, typename Load>
+__device__ __forceinline__ void wg_chunk(WgChunk& ch, float (&acc)[WG_R][WO_MT][4], int lane, bool more,
+                                         const Load& load) {
+#pragma unroll
+    for (int r = 0; r < WG_R; ++r) {
+        const uint4 q = ch.q[r];
+        const u32 sc = wo_scale_word(ch.sc[r]);
+        if (more) load.record(ch, r);
+#pragma unroll
+        for (int blk = 0; blk < WO_BPC; ++blk) {
+            float t[WO_MT][4] = {};
+#pragma unroll
+            for (int s2 = 0; s2 < 2; ++s2) {
+                u32 a[4];
+                a[0] = wo_reg<0>(q, blk * 2 + s2);
+                a[1] = wo_reg<1>(q, blk * 2 + s2);
+                a[2] = wo_reg<2>(q, blk * 2 + s2);
+                a[3] = wo_reg<3>(q, blk * 2 + s2);
+#pragma unroll
+                for (int mt = 0; mt < WO_MT; ++mt)
+                    wo_mma(t[mt], a, s2 ? ch.x[blk][mt].z : ch.x[blk][mt].x, s2 ? ch.x[blk][mt].w : ch.x[blk][mt].y);
+            }
+            const float f0 = wo_factor(sc, 16 * blk, SPECIAL);      // W^T row g
+            const float f1 = wo_factor(sc, 16 * blk + 8, SPECIAL);  // row g + 8
+#pragma unroll
+            for (int mt = 0; mt < WO_MT; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    acc[r][mt][i] = wo_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[r][mt][i]);
+        }
+    }
+    if (more) load.acts(ch);
+}
+
+struct WgLoad {  // the loads of one chunk of a warp (chunk index set before use)
+    const u8* wq;     // the lane's code bytes of the warp's first tile, chunk 0
+    const u8* wsc;    // its scale word
+    const u16* xr[WO_MT];
+    bool xlive[WO_MT];
+    int xk, K, chunk;
+    __device__ __forceinline__ void record(WgChunk& ch, int r) const {
+        constexpr i64 CSTRIDE = (i64)WO_GROUP * WO_REC;  // bytes from one chunk's record of a tile to the next
+        ch.q[r] = wg_ld_w(wq + chunk * CSTRIDE + r * WO_REC);
+        ch.sc[r] = wg_ld_s(wsc + chunk * CSTRIDE + r * WO_REC);
+    }
+    __device__ __forceinline__ void acts(WgChunk& ch) const {
+#pragma unroll
+        for (int blk = 0; blk < WO_BPC; ++blk)
+#pragma unroll
+            for (int mt = 0; mt < WO_MT; ++mt)
+                ch.x[blk][mt] = xlive[mt] ? wg_ld_x(xr[mt], chunk * WO_KC + 32 * blk + xk, K) : make_uint4(0u, 0u, 0u, 0u);
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS)
+mx_wonly_gemv(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
+              u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int nt0 = blockIdx.x * WG_NT, wt0 = nt0 + warp * WG_R;  // first n16 tile of the block, of the warp
+    const int m0 = blockIdx.y * (WO_MT * 8);
+    const int c_begin = blockIdx.z * per, c_end = min(nchunks, c_begin + per);
+    const int groups = (N + 16 * WO_GROUP - 1) / (16 * WO_GROUP);
+    const bool live = wt0 < groups * WO_GROUP;  // warp-uniform: the warp's tiles have records
+
+    // this lane's records of chunk 0: tile group wt0 / 8, tile wt0 % 8 (the warp's WG_R tiles are consecutive);
+    // its activation rows (rows past M read nothing: zeros) and K offset in a block (WO_KPHYS)
+    WgLoad ld;
+    const i64 rec0 = ((i64)(wt0 / WO_GROUP) * nchunks * WO_GROUP + wt0 % WO_GROUP) * WO_REC;
+    ld.wq = W + rec0 + lane * 16;
+    ld.wsc = W + rec0 + 512 + g * 2 * WO_BPC;
+#pragma unroll
+    for (int mt = 0; mt < WO_MT; ++mt) {
+        const int m = m0 + mt * 8 + WO_B_N(lane);
+        ld.xlive[mt] = m < M;
+        ld.xr[mt] = reinterpret_cast<const u16*>(X) + (i64)min(m, M - 1) * lda;
+    }
+    ld.xk = WO_KPHYS(0, 0, WO_B_K(lane, 0, 0));
+    ld.K = K;
+
+    float acc[WG_R][WO_MT][4] = {};
+    if (live) {
+        WgChunk ring[WG_PF];
+#pragma unroll
+        for (int p = 0; p < WG_PF; ++p)
+            if (c_begin + p < c_end) {
+                ld.chunk = c_begin + p;
+#pragma unroll
+                for (int r = 0; r < WG_R; ++r) ld.record(ring[p], r);
+                ld.acts(ring[p]);
+            }
+        for (int c = c_begin; c < c_end; c += WG_PF) {
+#pragma unroll
+            for (int p = 0; p < WG_PF; ++p) {
+                if (c + p >= c_end) break;
+                ld.chunk = c + p + WG_PF;
+                const bool more = ld.chunk < c_end;
+                u32 any = 0;
+#pragma unroll
+                for (int r = 0; r < WG_R; ++r) any |= wo_special(wo_scale_word(ring[p].sc[r]));
+                if (__any_sync(0xffffffffu, any != 0))
+                    wg_chunk<true>(ring[p], acc, lane, more, ld);
+                else
+                    wg_chunk<false>(ring[p], acc, lane, more, ld);
+            }
+        }
+    }
+
+    // epilogue: accumulator (row, col) = (n within the tile, m within the m8 tile); C directly, or (split K) the
+    // fp32 partial products [z][M][ldw] (rows past M are not stored)
+    const bool direct = gridDim.z == 1;
+    const int ldw = gridDim.x * WG_NT * 16;
+    float* part = ws + (i64)blockIdx.z * M * ldw;
+#pragma unroll
+    for (int r = 0; r < WG_R; ++r)
+#pragma unroll
+        for (int mt = 0; mt < WO_MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int n = (wt0 + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
+                if (direct && n < N && m < M)
+                    wo_store(C, (i64)m * ldc + n, acc[r][mt][i], out_kind);
+                else if (!direct && m < M)
+                    part[(i64)m * ldw + n] = acc[r][mt][i];
+            }
+    if (direct) return;
+    wo_splitk_finish(C, ws, counters, M, N, ldc, ldw, out_kind, m0, nt0 * 16, WO_MT * 8, WG_NT * 16);
+}
