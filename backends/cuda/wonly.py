@@ -62,6 +62,7 @@ GEMV_MAX_M = 16
 GEMV_MT = (1, 2)  # m8 tiles per block of the direct-load kernel
 # its n16 tiles per warp, warps per block, chunks in flight per warp and the blocks per SM that split K aims for
 GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 8
+GEMV_L2 = 0  # chunks ahead that the records are prefetched into L2 (0: none)
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
 # tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
@@ -122,10 +123,11 @@ class WonlyVariant:
     r: int = 0
     warps: int = 0
     pf: int = 0
+    l2: int = 0
 
     @classmethod
     def gemv(cls, element: str, act: str, mt: int) -> "WonlyVariant":
-        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF)
+        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_L2)
 
     @property
     def file(self) -> str:
@@ -191,7 +193,8 @@ class WonlyVariant:
         return ("-std=c++17", f"-DWO_EBITS={sp.ebits}", f"-DWO_MBITS={sp.mbits}",
                 f"-DWO_SPECIAL={_SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0}", f"-DWO_PACK4={int(self.pack4)}",
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
-                *((f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}") if self.kernel == "gemv" else
+                *((f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}", f"-DWG_L2={self.l2}")
+                  if self.kernel == "gemv" else
                   (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")),
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
