@@ -11,21 +11,11 @@
 // chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
 //
 // -D: those of wonly_common.cuh, and WG_R (n16 tiles per warp: 1, 2, 4 or 8) WG_WARPS (warps per block; WG_R *
-// WG_WARPS a multiple of 8) WG_PF (chunks in flight per warp) WG_L2 (chunks ahead of the loop that the records are
-// prefetched into L2; 0: none).
+// WG_WARPS a multiple of 8) WG_PF (chunks in flight per warp).
 
 #include "mx_common.cuh"
 #include "wonly_common.cuh"
 
-#ifndef WG_L2
-#define WG_L2 0      // chunks ahead that the L2 prefetch runs (0 or <= WG_PF: none)
-#endif
-#ifndef WG_L2BULK
-#define WG_L2BULK 0  // sm_90: one bulk L2 prefetch per warp and chunk instead of per-lane sector prefetches
-#endif
-#ifndef WG_DIAG
-#define WG_DIAG 0    // benchmark diagnostics only (1: loads alone, 2: compute alone); 0 in every product build
-#endif
 #define WG_THREADS (32 * WG_WARPS)
 #define WG_NT (WG_WARPS * WG_R)  // n16 tiles per block
 
@@ -116,20 +106,6 @@ struct WgLoad {  // the loads of one chunk of a warp (chunk index set before use
         ch.q[r] = wg_ld_w(wq + chunk * CSTRIDE + r * WO_REC);
         ch.sc[r] = wg_ld_s(wsc + chunk * CSTRIDE + r * WO_REC);
     }
-    // chunk c's records of the warp's tiles into L2, ahead of the loads (no registers held): 17 lanes one 32-byte
-    // sector each per record, or on sm_90 (WG_L2BULK) one bulk prefetch of the warp's WG_R records from lane 0
-    __device__ __forceinline__ void prefetch(int c, int lane) const {
-        constexpr i64 CSTRIDE = (i64)WO_GROUP * WO_REC;
-        const u8* rec = wq - lane * 16 + c * CSTRIDE;
-#if WG_L2BULK && __CUDA_ARCH__ >= 900
-        if (lane == 0)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rec), "r"((u32)(WG_R * WO_REC)) : "memory");
-#else
-#pragma unroll
-        for (int r = 0; r < WG_R; ++r)
-            if (lane * 32 < WO_REC) asm volatile("prefetch.global.L2 [%0];" ::"l"(rec + r * WO_REC + lane * 32));
-#endif
-    }
     __device__ __forceinline__ void acts(WgChunk& ch) const {
 #pragma unroll
         for (int blk = 0; blk < WO_BPC; ++blk)
@@ -175,34 +151,15 @@ mx_wonly_gemv(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
                 for (int r = 0; r < WG_R; ++r) ld.record(ring[p], r);
                 ld.acts(ring[p]);
             }
-#if WG_L2 > WG_PF
-        for (int c = c_begin + WG_PF; c < min(c_end, c_begin + WG_L2); ++c) ld.prefetch(c, lane);
-#endif
         for (int c = c_begin; c < c_end; c += WG_PF) {
 #pragma unroll
             for (int p = 0; p < WG_PF; ++p) {
                 if (c + p >= c_end) break;
-#if WG_L2 > WG_PF
-                if (c + p + WG_L2 < c_end) ld.prefetch(c + p + WG_L2, lane);
-#endif
                 ld.chunk = c + p + WG_PF;
                 const bool more = ld.chunk < c_end;
                 u32 any = 0;
 #pragma unroll
                 for (int r = 0; r < WG_R; ++r) any |= wo_special(wo_scale_word(ring[p].sc[r]));
-#if WG_DIAG == 1  // loads alone (benchmark diagnostic): fold the loaded words into acc, no decode, no mma
-                for (int r = 0; r < WG_R; ++r) {
-                    acc[r][0][0] += __uint_as_float((ring[p].q[r].x ^ ring[p].q[r].y ^ ring[p].q[r].z ^ ring[p].q[r].w ^
-                                                     ring[p].sc[r] ^ ring[p].x[0][0].x) & 0x3fffffffu);
-                    if (more) ld.record(ring[p], r);
-                }
-                if (more) ld.acts(ring[p]);
-                continue;
-#elif WG_DIAG == 2  // compute alone: the prologue's chunks decoded again and again, no loads in the loop
-                any = 0;
-                wg_chunk<false>(ring[p], acc, lane, false, ld);
-                continue;
-#endif
                 if (__any_sync(0xffffffffu, any != 0))
                     wg_chunk<true>(ring[p], acc, lane, more, ld);
                 else

@@ -1,18 +1,22 @@
 """Weight-only MX products on NVIDIA: fp16/bf16 activations A (M x K) times an MX weight B (K x N, E8M0 scales per
 32 K), the ``"wonly"`` kind of :mod:`mxcore.dtypes`.  Two paths, chosen by :func:`wonly_path`:
 
-``registers`` (``kernels_cuda/gemm_wonly.cu``, every pair, any M; the default for fp16 and for M <= 32)
+``registers`` (every pair, any M; the default for fp16 and for M <= 32)
     The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``: 4-bit codes two per byte,
-    fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk contiguous, K
-    permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16 consecutive
-    bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53 bytes per
-    element for mxfp4 (codes + scales), read once per launch.  The kernel streams the records and the activation
-    rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles), decodes codes to the activation's 16-bit type
-    in registers (exact: bit placement and one multiply by a power of two), multiplies with ``mma.sync``
-    m16n8k16 with the weight as the A operand (M is the mma's N: ceil(M/8) mma per 16 x 16 weight fragment) and
-    applies each 32-K block's scale in fp32 (t = the block's two mma from zero; acc = fma(t, 2^(scale - 127),
-    acc), explicit PTX so that CuPy's -ftz=true cannot flush the subnormal 2^-127).  Split K fills the GPU when
-    the tiles cannot; the last block of a tile sums the fp32 partials in split order (deterministic, one launch).
+    placed so that a register of two bf16 values comes out of its word with 2.25 integer operations on average
+    (``WO4_POS``), fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk
+    contiguous, K permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16
+    consecutive bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53
+    bytes per element for mxfp4 (codes + scales), read once per launch.  Two kernels read the records
+    (``wonly_common.cuh`` holds what they share): ``gemm_wonly_gemv.cu`` (M <= GEMV_MAX_M) loads them straight
+    into registers, each warp on its own two tiles a few chunks ahead, no shared memory and no barrier;
+    ``gemm_wonly.cu`` (larger M) streams the records and the activation rows through a cp.async ring (blocks of
+    4 warps x 2 n16 tiles).  Both decode codes to the activation's 16-bit type in registers (exact: bit
+    placement and one multiply by a power of two), multiply with ``mma.sync`` m16n8k16 with the weight as the A
+    operand (M is the mma's N: ceil(M/8) mma per 16 x 16 weight fragment) and apply each 32-K block's scale in
+    fp32 (t = the block's two mma from zero; acc = fma(t, 2^(scale - 127), acc), explicit PTX so that CuPy's
+    -ftz=true cannot flush the subnormal 2^-127).  Split K fills the GPU when the tiles cannot; the last block of
+    a tile sums the fp32 partials in split order (deterministic, one launch).
 ``staged`` (bf16 only; the default for bf16 with M > 32)
     The existing MX decode staging: B decoded once to bf16 with its block scale folded in (``stage.py``, cached on
     the MXTensor: 2 bytes per element, 4x the packed mxfp4 weight, besides the MXTensor's own one-byte codes), then
@@ -40,8 +44,8 @@ from .plan import OUT_KIND, RawLaunch
 from .stage import DevOperand
 from .variants import sm_of
 
-__all__ = ["GEMV_FILE", "PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONLY_PATHS", "WonlyPlan", "WonlyVariant",
-           "all_wonly_variants", "pack_weight", "packed_bytes", "registers_prep", "staged_prep",
+__all__ = ["GEMV_FILE", "PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONLY_PATHS", "WonlyPlan",
+           "WonlyVariant", "all_wonly_variants", "pack_weight", "packed_bytes", "registers_prep", "staged_prep",
            "wonly_path"]
 
 WONLY_FILE, GEMV_FILE, PACK_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "wonly_pack.cu"
@@ -57,12 +61,15 @@ GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
 # (warps 2/4/8, stages 4/6/8, 2/4/8 blocks per SM at M = 1, 16, 64 with N = K = 8192 and 1 x 28672 x 8192)
 WARPS, STAGES, CTAS_PER_SM = 4, 4, 4
 R = GROUP // WARPS  # n16 tiles per warp
-#: M up to this runs the direct-load kernel (gemm_wonly_gemv.cu), larger M the cp.async ring (gemm_wonly.cu)
-GEMV_MAX_M = 16
-GEMV_MT = (1, 2)  # m8 tiles per block of the direct-load kernel
-# its n16 tiles per warp, warps per block, chunks in flight per warp and the blocks per SM that split K aims for
-GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 8
-GEMV_L2 = 0  # chunks ahead that the records are prefetched into L2 (0: none)
+#: M up to this runs the direct-load kernel (gemm_wonly_gemv.cu), larger M the cp.async ring (gemm_wonly.cu).  H200,
+#: bf16 x mxfp4, N = K = 8192, kernel time: direct loads 19.4 / 25.5 / 39.1 us at M = 1 / 8 / 16, the ring 20.3 /
+#: 24.1 / 30.8 us; 1 x 28672 x 8192: 55.8 against 60.0 us
+GEMV_MAX_M = 4
+GEMV_MT = (1,)  # m8 tiles per block of the direct-load kernel (any M runs: grid.y covers it)
+# its n16 tiles per warp, warps per block, chunks in flight per warp, and the most blocks per SM that split K aims
+# for (fewer when the registers allow fewer: one wave).  The best of a sweep on the H200 (tiles per warp 2 / 4 / 8,
+# warps 1 / 2 / 4 / 8, 1 to 4 chunks in flight, with and without L2 prefetches of the records 4 / 8 chunks ahead)
+GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 32
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
 # tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
@@ -123,11 +130,10 @@ class WonlyVariant:
     r: int = 0
     warps: int = 0
     pf: int = 0
-    l2: int = 0
 
     @classmethod
     def gemv(cls, element: str, act: str, mt: int) -> "WonlyVariant":
-        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_L2)
+        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF)
 
     @property
     def file(self) -> str:
@@ -193,8 +199,7 @@ class WonlyVariant:
         return ("-std=c++17", f"-DWO_EBITS={sp.ebits}", f"-DWO_MBITS={sp.mbits}",
                 f"-DWO_SPECIAL={_SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0}", f"-DWO_PACK4={int(self.pack4)}",
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
-                *((f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}", f"-DWG_L2={self.l2}")
-                  if self.kernel == "gemv" else
+                *((f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}") if self.kernel == "gemv" else
                   (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")),
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
@@ -317,13 +322,16 @@ class WonlyPlan(Plan):
         with cp.cuda.Device(dev.ordinal):
             self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
                                                v.smem_bytes)
+            gemv = v.kernel == "gemv"
             per_sm = CTAS_PER_SM
-            if v.kernel == "gemv":  # one wave: no more blocks per SM than can be resident (registers, threads)
-                per_sm = min(GEMV_CTAS_PER_SM, _resident(dev.props, int(self._kernel.attributes["num_regs"]), v.threads))
-            self._splits, self._per = _splits(dev.sms, self._grid_xy[0] * self._grid_xy[1], self._nchunks, split, per_sm,
-                                              v.kernel == "gemv")
-            how = "direct loads" if v.kernel == "gemv" else "cp.async ring"
-            self.variant = f"{v.name} split {self._splits} (registers: packed weight decoded in registers, {how}, mma.sync)"
+            if gemv:  # one wave: no more blocks per SM than can be resident (registers, threads)
+                regs = int(self._kernel.attributes["num_regs"])
+                per_sm = min(GEMV_CTAS_PER_SM, _resident(dev.props, regs, v.threads))
+            base = self._grid_xy[0] * self._grid_xy[1]
+            self._splits, self._per = _splits(dev.sms, base, self._nchunks, split, per_sm, gemv)
+            how = "direct loads" if gemv else "cp.async ring"
+            self.variant = (f"{v.name} split {self._splits} (registers: packed weight decoded in registers, {how}, "
+                            "mma.sync)")
             self._alloc()
 
     def _alloc(self) -> None:
