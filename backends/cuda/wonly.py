@@ -62,9 +62,9 @@ GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
 WARPS, STAGES, CTAS_PER_SM = 4, 4, 4
 R = GROUP // WARPS  # n16 tiles per warp
 #: M up to this runs the direct-load kernel (gemm_wonly_gemv.cu), larger M the cp.async ring (gemm_wonly.cu).  H200,
-#: bf16 x mxfp4, N = K = 8192, kernel time: direct loads 19.4 / 25.5 / 39.1 us at M = 1 / 8 / 16, the ring 20.3 /
-#: 24.1 / 30.8 us; 1 x 28672 x 8192: 55.8 against 60.0 us
-GEMV_MAX_M = 4
+#: bf16 x mxfp4, N = K = 8192, kernel time: direct loads 19.4 / 20.5 / 22.4 / 25.8 us at M = 1 / 2 / 4 / 8, the ring
+#: 20.5 / 21.1 / 22.0 / 24.5 us; 1 x 28672 x 8192: 56.0 against 61.0 us
+GEMV_MAX_M = 2
 GEMV_MT = (1,)  # m8 tiles per block of the direct-load kernel (any M runs: grid.y covers it)
 # its n16 tiles per warp, warps per block, chunks in flight per warp, and the most blocks per SM that split K aims
 # for (fewer when the registers allow fewer: one wave).  The best of a sweep on the H200 (tiles per warp 2 / 4 / 8,
