@@ -1,6 +1,7 @@
 // mxcore weight-only GEMM (mma.sync family): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16 activations and W an MX
-// weight (E8M0 scale per 32 K), streamed from packed fragment records and decoded in registers.  Small M (decode)
-// is the design point; any M runs (grid.y covers M in steps of 8 * WO_MT).
+// weight (E8M0 scale per 32 K), streamed from packed fragment records through a cp.async ring and decoded in
+// registers.  Small M is the design point (the smallest M runs gemm_wonly_gemv.cu); any M runs (grid.y covers M
+// in steps of 8 * WO_MT).
 //
 // The weight is the mma's A operand (swapped: W^T is M-like, N rows), X^T the B operand, so the decode work is
 // per weight element whatever M is, and M costs ceil(M / 8) mma per 16x16 weight fragment.

@@ -1,5 +1,6 @@
-// mxcore weight-only GEMM for small M (decode, M <= 8 * WO_MT): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16
-// activations and W an MX weight, the packed fragment records of wonly_common.cuh read straight into registers.
+// mxcore weight-only GEMM for the smallest M (decode; backends/cuda/wonly.py runs it for M <= GEMV_MAX_M, any M
+// runs: grid.y covers M in steps of 8 * WO_MT): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16 activations and W an MX
+// weight, the packed fragment records of wonly_common.cuh read straight into registers.
 //
 // Same records, decode, block factors and split K as gemm_wonly.cu (the weight is the mma's A operand, X^T the B
 // operand, every 32-K block's two mma run into a zeroed accumulator scaled into acc in fp32), but no shared memory
