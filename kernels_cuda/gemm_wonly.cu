@@ -113,46 +113,10 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
                 xv[mt] = *reinterpret_cast<const uint4*>(xs + (mt * 8 + WO_B_N(lane)) * WO_XS +
                                                          WO_KPHYS(blk, 0, WO_B_K(lane, 0, 0)) * 2);
 #pragma unroll
-            for (int r = 0; r < WO_R; ++r) {
-                float t[WO_MT][4] = {};
-#pragma unroll
-                for (int s2 = 0; s2 < 2; ++s2) {
-                    u32 a[4];
-                    a[0] = wo_reg<0>(q[r], blk * 2 + s2);
-                    a[1] = wo_reg<1>(q[r], blk * 2 + s2);
-                    a[2] = wo_reg<2>(q[r], blk * 2 + s2);
-                    a[3] = wo_reg<3>(q[r], blk * 2 + s2);
-#pragma unroll
-                    for (int mt = 0; mt < WO_MT; ++mt) wo_mma(t[mt], a, s2 ? xv[mt].z : xv[mt].x, s2 ? xv[mt].w : xv[mt].y);
-                }
-                const float f0 = wo_factor(sc[r], 16 * blk, special);      // W^T row g
-                const float f1 = wo_factor(sc[r], 16 * blk + 8, special);  // row g + 8
-#pragma unroll
-                for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) acc[r][mt][i] = wo_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[r][mt][i]);
-            }
+            for (int r = 0; r < WO_R; ++r) wo_block<WO_MT>(acc[r], q[r], xv, sc[r], blk, special, lane);
         }
     }
     cp_async_wait<0>();
 
-    // epilogue: accumulator (row, col) = (n within the tile, m within the m8 tile); C directly, or (split K) the
-    // fp32 partial products [z][M][ldw] (rows past M are not stored)
-    const bool direct = gridDim.z == 1;
-    const int ldw = gridDim.x * WO_NT * 16;
-    float* part = ws + (i64)blockIdx.z * M * ldw;
-#pragma unroll
-    for (int r = 0; r < WO_R; ++r)
-#pragma unroll
-        for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int n = (nt0 + warp * WO_R + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
-                if (direct && n < N && m < M)
-                    wo_store(C, (i64)m * ldc + n, acc[r][mt][i], out_kind);
-                else if (!direct && m < M)
-                    part[(i64)m * ldw + n] = acc[r][mt][i];
-            }
-    if (direct) return;
-    wo_splitk_finish(C, ws, counters, M, N, ldc, ldw, out_kind, m0, nt0 * 16, WO_MT * 8, WO_NT * 16);
+    wo_epilogue<WO_R>(acc, C, ws, counters, M, N, ldc, out_kind, m0, nt0 + warp * WO_R, WO_NT, lane);
 }

@@ -71,27 +71,7 @@ __device__ __forceinline__ void wg_chunk(WgChunk& ch, float (&acc)[WG_R][WO_MT][
         const u32 sc = wo_scale_word(ch.sc[r]);
         if (more) load.record(ch, r);
 #pragma unroll
-        for (int blk = 0; blk < WO_BPC; ++blk) {
-            float t[WO_MT][4] = {};
-#pragma unroll
-            for (int s2 = 0; s2 < 2; ++s2) {
-                u32 a[4];
-                a[0] = wo_reg<0>(q, blk * 2 + s2);
-                a[1] = wo_reg<1>(q, blk * 2 + s2);
-                a[2] = wo_reg<2>(q, blk * 2 + s2);
-                a[3] = wo_reg<3>(q, blk * 2 + s2);
-#pragma unroll
-                for (int mt = 0; mt < WO_MT; ++mt)
-                    wo_mma(t[mt], a, s2 ? ch.x[blk][mt].z : ch.x[blk][mt].x, s2 ? ch.x[blk][mt].w : ch.x[blk][mt].y);
-            }
-            const float f0 = wo_factor(sc, 16 * blk, SPECIAL);      // W^T row g
-            const float f1 = wo_factor(sc, 16 * blk + 8, SPECIAL);  // row g + 8
-#pragma unroll
-            for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    acc[r][mt][i] = wo_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[r][mt][i]);
-        }
+        for (int blk = 0; blk < WO_BPC; ++blk) wo_block<WO_MT>(acc[r], q, ch.x[blk], sc, blk, SPECIAL, lane);
     }
     if (more) load.acts(ch);
 }
@@ -169,23 +149,5 @@ mx_wonly_gemv(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
         }
     }
 
-    // epilogue: accumulator (row, col) = (n within the tile, m within the m8 tile); C directly, or (split K) the
-    // fp32 partial products [z][M][ldw] (rows past M are not stored)
-    const bool direct = gridDim.z == 1;
-    const int ldw = gridDim.x * WG_NT * 16;
-    float* part = ws + (i64)blockIdx.z * M * ldw;
-#pragma unroll
-    for (int r = 0; r < WG_R; ++r)
-#pragma unroll
-        for (int mt = 0; mt < WO_MT; ++mt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int n = (wt0 + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
-                if (direct && n < N && m < M)
-                    wo_store(C, (i64)m * ldc + n, acc[r][mt][i], out_kind);
-                else if (!direct && m < M)
-                    part[(i64)m * ldw + n] = acc[r][mt][i];
-            }
-    if (direct) return;
-    wo_splitk_finish(C, ws, counters, M, N, ldc, ldw, out_kind, m0, nt0 * 16, WO_MT * 8, WG_NT * 16);
+    wo_epilogue<WG_R>(acc, C, ws, counters, M, N, ldc, out_kind, m0, wt0, WG_NT, lane);
 }

@@ -138,6 +138,31 @@ __device__ __forceinline__ void wo_store(void* C, i64 idx, float v, int out_kind
         reinterpret_cast<u16*>(C)[idx] = out_kind == 1 ? f32_to_f16(v) : f32_to_bf16(v);
 }
 
+// One n16 tile's 32-K block blk: t = the block's two k16 steps of mma from zero (the lane's 16 code bytes q, the
+// activation fragments x of the block, one per m8 tile), then acc += 2^(scale - 127) * t in fp32 (rows g and g + 8
+// of the fragment take their own scale byte of the word sc).
+template <int MT>
+__device__ __forceinline__ void wo_block(float (&acc)[MT][4], const uint4& q, const uint4 (&x)[MT], u32 sc, int blk,
+                                         bool special, int lane) {
+    float t[MT][4] = {};
+#pragma unroll
+    for (int s2 = 0; s2 < 2; ++s2) {
+        u32 a[4];
+        a[0] = wo_reg<0>(q, blk * 2 + s2);
+        a[1] = wo_reg<1>(q, blk * 2 + s2);
+        a[2] = wo_reg<2>(q, blk * 2 + s2);
+        a[3] = wo_reg<3>(q, blk * 2 + s2);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) wo_mma(t[mt], a, s2 ? x[mt].z : x[mt].x, s2 ? x[mt].w : x[mt].y);
+    }
+    const float f0 = wo_factor(sc, 16 * blk, special);      // W^T row g
+    const float f1 = wo_factor(sc, 16 * blk + 8, special);  // row g + 8
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][i] = wo_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[mt][i]);
+}
+
 // Split K, after every block stored its fp32 partial tile (rows m0 .. m0 + tm, columns n0 .. n0 + tn) to
 // ws[blockIdx.z][M][ldw]: the last block of the tile to arrive (a counter per tile, reset afterwards) sums the
 // partials in z order (deterministic) and writes C.
@@ -160,4 +185,29 @@ __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* 
         wo_store(C, (i64)m * ldc + n, v, out_kind);
     }
     if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
+}
+
+// The epilogue of a block of `tiles` n16 tiles (a warp's R of them from tile0) and WO_MT m8 tiles from row m0:
+// accumulator (row, col) = (n within the tile, m within the m8 tile); C directly, or (split K) the fp32 partial
+// products [z][M][ldw] (rows past M are not stored) and the ordered finish.
+template <int R>
+__device__ __forceinline__ void wo_epilogue(const float (&acc)[R][WO_MT][4], void* C, float* ws, u32* counters, int M,
+                                            int N, i64 ldc, int out_kind, int m0, int tile0, int tiles, int lane) {
+    const bool direct = gridDim.z == 1;
+    const int ldw = gridDim.x * tiles * 16;
+    float* part = ws + (i64)blockIdx.z * M * ldw;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int mt = 0; mt < WO_MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int n = (tile0 + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
+                if (direct && n < N && m < M)
+                    wo_store(C, (i64)m * ldc + n, acc[r][mt][i], out_kind);
+                else if (!direct && m < M)
+                    part[(i64)m * ldw + n] = acc[r][mt][i];
+            }
+    if (direct) return;
+    wo_splitk_finish(C, ws, counters, M, N, ldc, ldw, out_kind, m0, blockIdx.x * tiles * 16, WO_MT * 8, tiles * 16);
 }
