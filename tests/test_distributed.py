@@ -423,6 +423,7 @@ def test_gather_sms_rule(monkeypatch):
     flops = 2.0 * 4096 * 8192 * 8192
     assert tp.leave_for_gather(33.5e6, flops, 132) == tp.COMM_SMS  # fp8 codes of 4096 x 8192
     assert tp.leave_for_gather(17.8e6, flops, 132) == 0            # mxfp4: half the bytes
+    assert tp.leave_for_gather(34.6e6, flops, 132, tp.GEMM_FLOPS_S["16-bit"]) == 0  # mxfp8: a longer bf16 GEMM
     assert tp.leave_for_gather(0, flops, 132) == 0
     monkeypatch.setenv("MXCORE_TP_COMM_SMS", "8")
     assert tp.leave_for_gather(17.8e6, flops, 132) == 8

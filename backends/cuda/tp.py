@@ -135,7 +135,8 @@ class ColumnProgram:
     def _sms_for_gather(self, p) -> int:
         """SMs the own rows' persistent GEMM leaves to the concurrent all-gather (:func:`leave_for_gather`)."""
         wire = (self.world - 1) * sum(w.numel() * w.element_size() for w in self.wire)
-        return leave_for_gather(wire, 2.0 * self.m_local * self.n_local * self.k, p.dev.sms)
+        rate = GEMM_FLOPS_S["fp8" if p.da.elem in ("e4m3", "e5m2") else "16-bit"]
+        return leave_for_gather(wire, 2.0 * self.m_local * self.n_local * self.k, p.dev.sms, rate)
 
     def _reduce_smax(self, comm) -> None:
         self.torch.stack(self._smax_src, out=self.smax2)
@@ -272,15 +273,17 @@ class ColumnProgram:
 
 COMM_SMS = 24          # SMs NCCL's all-gather kernel held here (2 x H200, NCCL defaults; README "More than one GPU")
 GATHER_BYTES_S = 200e9  # its bus bandwidth measured beside the GEMM (bench_distributed: 180-215 GB/s)
-GEMM_FLOPS_S = 1.3e15   # the fp8 wgmma GEMM's rate (NOTES_SM90.md: 1300-1400 TFLOP/s at 8192^3)
+GEMM_FLOPS_S = {"fp8": 1.3e15, "16-bit": 0.785e15}  # the wgmma GEMMs' rates by staged element (NOTES_SM90.md)
+HELD = 2 / 3  # the part of the gather's time a GEMM on every SM loses to it (calibrated on the three cases below)
 
 
-def leave_for_gather(wire_bytes: float, flops: float, sms: int) -> int:
-    """SMs the own rows' persistent GEMM leaves to the all-gather running beside it: a block placed on an SM that
-    NCCL's kernel holds starts only when the gather ends, so either the GEMM waits about the gather's time, or it
-    runs on ``COMM_SMS`` fewer SMs throughout (time x sms / (sms - COMM_SMS)); whichever is predicted shorter.
-    ``$MXCORE_TP_COMM_SMS`` overrides (0: never).  Measured (8192 x 16384 x 8192, 2 x H200, wall ms per call with
-    8 / 24 / 0 SMs left): fp8 1.16 / 1.12 / 1.22 (the 34 MB gather: leave); mxfp4 1.41 (24) / 1.35 (0) (18 MB: keep)."""
+def leave_for_gather(wire_bytes: float, flops: float, sms: int, gemm_flops_s: float = GEMM_FLOPS_S["fp8"]) -> int:
+    """SMs the own rows' persistent GEMM leaves to the all-gather running beside it.  A block placed on an SM that
+    NCCL's kernel holds starts only when the gather ends: on every SM the GEMM loses about ``HELD`` of the gather's
+    time; on ``COMM_SMS`` fewer SMs it runs sms / (sms - COMM_SMS) times longer throughout; whichever is predicted
+    shorter.  ``$MXCORE_TP_COMM_SMS`` overrides (0: never).  Measured (8192 x 16384 x 8192, 2 x H200, wall ms per
+    call with 24 SMs left vs none): fp8 1.12 vs 1.22 (34 MB gathered beside a ~0.42 ms fp8 GEMM: leave); mxfp8
+    1.91 vs 1.75 (35 MB beside a ~0.70 ms bf16 GEMM: keep); mxfp4 1.41 vs 1.35 (18 MB beside ~0.45 ms: keep)."""
     import os
 
     env = os.environ.get("MXCORE_TP_COMM_SMS")
@@ -288,8 +291,8 @@ def leave_for_gather(wire_bytes: float, flops: float, sms: int) -> int:
         return max(0, int(env))
     if wire_bytes <= 0 or sms <= 2 * COMM_SMS:
         return 0
-    gather_s, gemm_s = wire_bytes / GATHER_BYTES_S, flops / GEMM_FLOPS_S
-    return COMM_SMS if gather_s > gemm_s * COMM_SMS / (sms - COMM_SMS) else 0
+    gather_s, gemm_s = wire_bytes / GATHER_BYTES_S, flops / gemm_flops_s
+    return COMM_SMS if HELD * gather_s > gemm_s * COMM_SMS / (sms - COMM_SMS) else 0
 
 
 def _with_scale_max(q, smax):
