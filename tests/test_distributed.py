@@ -331,7 +331,7 @@ def test_column_chunks_overlap_order(monkeypatch):
     np.testing.assert_array_equal(out.numpy(), np.full((12, 3), 64.0, np.float32))
 
 
-def test_column_program_call_order():
+def test_column_program_call_order(monkeypatch):
     """backends/cuda/tp.py's per-call order, with fakes for the device pieces: the collectives first (scale codes,
     every chunk's all-gather posted), this rank's rows multiplied before anything is waited on, then per chunk: wait,
     unpack, the other ranks' rows; a plan is re-pointed only when its output rows moved."""
@@ -381,6 +381,7 @@ def test_column_program_call_order():
         def asarray(x):
             return x
 
+    monkeypatch.setattr(tp, "_unowned", lambda cp, rows: rows)  # the device view of the output rows
     prog = tp.ColumnProgram.__new__(tp.ColumnProgram)
     prog.torch, prog.world, prog.rank, prog.m_local, prog.n_local = torch, 2, 1, 4, 3
     prog.device, prog.stream, prog.out_dtype = torch.device("cpu"), contextlib.nullcontext(), "float32"
