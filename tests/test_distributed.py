@@ -381,7 +381,7 @@ def test_column_program_call_order(monkeypatch):
         def asarray(x):
             return x
 
-    monkeypatch.setattr(tp, "_unowned", lambda cp, rows: rows)  # the device view of the output rows
+    monkeypatch.setattr(tp, "unowned_view", lambda cp, rows: rows)  # the device view of the output rows
     prog = tp.ColumnProgram.__new__(tp.ColumnProgram)
     prog.torch, prog.world, prog.rank, prog.m_local, prog.n_local = torch, 2, 1, 4, 3
     prog.device, prog.stream, prog.out_dtype = torch.device("cpu"), contextlib.nullcontext(), "float32"

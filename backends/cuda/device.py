@@ -173,3 +173,12 @@ def as_cupy(cp, x):
     elif host.dtype.name.startswith("float8"):
         host = host.view(np.uint8)
     return cp.asarray(host)
+
+
+def unowned_view(cp, x):
+    """A CuPy view of device array ``x`` (torch CUDA tensor or CuPy array) that does not keep ``x`` alive: what a
+    plan kept across calls holds as its output, so that the caller's previous result is freed when the caller drops
+    it (the next call finds its new output at the same address, or re-points the plan first)."""
+    v = as_cupy(cp, x)
+    mem = cp.cuda.UnownedMemory(v.data.ptr, v.nbytes, None, v.device.id)
+    return cp.ndarray(v.shape, v.dtype, cp.cuda.MemoryPointer(mem, 0), strides=v.strides)

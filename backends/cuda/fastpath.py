@@ -16,7 +16,7 @@ from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
-from .device import as_cupy, torch_stream
+from .device import as_cupy, torch_stream, unowned_view
 from .plan import CudaPlan
 
 __all__ = ["fast_call", "fast_quantized"]
@@ -154,12 +154,12 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             import torch
 
             out = torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[out_dtype], device=a.device)
-            view = as_cupy(cp, out)
         else:
-            out = view = cp.empty(p.out.shape, dtype=p.out.dtype)
+            out = cp.empty(p.out.shape, dtype=p.out.dtype)
+        view = unowned_view(cp, out)  # the plan must not keep this result alive until the next call
         if restage is None:
             p.rebind(da, db, view)  # every staged part as prep() made it again (codes, MX factors, scales)
-        else:
+        elif int(view.data.ptr) != int(p.out.data.ptr):  # the allocator often hands back the last result's block
             p.rebind(out=view)
         p._gemm() if type(p) is CudaPlan else p.gemm()
     return out

@@ -32,7 +32,7 @@ from mxcore._dist_comm import _wait, splits
 from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
-from .device import as_cupy
+from .device import as_cupy, unowned_view
 from .fastpath import _covered, _plan_buffers
 from .plan import CudaPlan
 
@@ -197,7 +197,7 @@ class ColumnProgram:
         cp = self.be.cp_module
         with codec.recording() as rec:
             p = self.be.plan(self._operand(k, c, codes), self.qb, self.mdt, out_dtype=self.out_dtype,
-                             scale_rounding=self.scale_rounding, out=_unowned(cp, self._out_rows(out, k, c)))
+                             scale_rounding=self.scale_rounding, out=unowned_view(cp, self._out_rows(out, k, c)))
         if k == self.rank and isinstance(p, Sm90Plan):  # it runs beside the all-gather's kernel
             p.leave_sms(self._sms_for_gather(p))
         p.gemm()
@@ -257,7 +257,7 @@ class ColumnProgram:
                 steps["stage"][i]()
                 rows = self._out_rows(out, k, c)
                 if rows.data_ptr() != self._bound[i]:  # torch's allocator often hands back the last call's output
-                    p.rebind(out=_unowned(cp, rows))
+                    p.rebind(out=unowned_view(cp, rows))
                     self._bound[i] = rows.data_ptr()
                 p.gemm()
         return out
@@ -293,15 +293,6 @@ def leave_for_gather(wire_bytes: float, flops: float, sms: int, gemm_flops_s: fl
         return 0
     gather_s, gemm_s = wire_bytes / GATHER_BYTES_S, flops / gemm_flops_s
     return COMM_SMS if HELD * gather_s > gemm_s * COMM_SMS / (sms - COMM_SMS) else 0
-
-
-def _unowned(cp, rows):
-    """A CuPy view of the output rows that does not keep the caller's output alive: a plan holds its output view
-    between calls, and the next call either finds its rows at the same address (torch's allocator hands the freed
-    block back: nothing to re-point) or re-points the plan (:meth:`~.plan.CudaPlan.rebind`) before launching."""
-    v = as_cupy(cp, rows)
-    mem = cp.cuda.UnownedMemory(v.data.ptr, v.nbytes, None, rows.device.index)
-    return cp.ndarray(v.shape, v.dtype, cp.cuda.MemoryPointer(mem, 0), strides=v.strides)
 
 
 def _with_scale_max(q, smax):
