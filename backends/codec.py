@@ -144,7 +144,8 @@ def pack(codes, nbits: int):
         out, result = call.empty(c.shape[:-1] + (per[0] * per[1],), "uint8")
         bad = call.counter()
         if nbits == 4 and _flat_fp4(c, out, n):
-            units, grid = _fp4_units(call, c.size // 32)
+            units = c.size // 32
+            grid = _stride_grid(call, units)
             call.launch(None, "mx_pack_fp4_fast", units, (c, out, _i64(units), _i64(grid * THREADS), bad), grid=grid)
         else:
             call.launch(None, f"mx_pack_fp{nbits}", rows * per[0], (c, out, _i64(rows), _i64(n), bad))
@@ -160,9 +161,10 @@ def _flat_fp4(codes, packed, n: int) -> bool:
             and packed.flags.c_contiguous and codes.data.ptr % 16 == 0 and packed.data.ptr % 16 == 0)
 
 
-def _fp4_units(call, units: int) -> tuple[int, int]:
-    """(units, grid) of a grid-stride fp4 packing launch: at most 8 blocks per SM."""
-    return units, max(1, min(-(-units // THREADS), 8 * call.sm_count()))
+def _stride_grid(call, units: int) -> int:
+    """Blocks of a grid-stride launch over ``units`` work items: enough for one each, at most 8 per SM (one
+    resident wave)."""
+    return max(1, min(-(-units // THREADS), 8 * call.sm_count()))
 
 
 def unpack(packed, nbits: int, count=None):
@@ -179,7 +181,8 @@ def unpack(packed, nbits: int, count=None):
         out, result = call.empty(p.shape[:-1] + (n_out,), "uint8")
         units = nb if nbits == 4 else nb // 3
         if nbits == 4 and _flat_fp4(out, p, n_out):
-            units, grid = _fp4_units(call, p.size // 16)
+            units = p.size // 16
+            grid = _stride_grid(call, units)
             call.launch(None, "mx_unpack_fp4_fast", units, (p, out, _i64(units), _i64(grid * THREADS)), grid=grid)
         else:
             call.launch(None, f"mx_unpack_fp{nbits}", rows * units, (p, out, _i64(rows), _i64(units)))
@@ -239,7 +242,7 @@ def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape
         return mod.get_function(f"mx_quantize_mx_cols_{suf}"), (-(-groups // THREADS),), args
     if fits and choice != "generic":
         halves = n // 16  # two lanes per block
-        grid = max(1, min(-(-halves // THREADS), 8 * call.sm_count()))  # grid-stride: one resident wave at most
+        grid = _stride_grid(call, halves)  # grid-stride: one resident wave at most
         args = (xb, codes, scales, smax1, _i64(halves), _i64(grid * THREADS), np.int32(rceil))
         return mod.get_function(f"mx_quantize_mx_fast_{suf}"), (grid,), args
     nb = -(-k // block)
@@ -286,17 +289,16 @@ def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int =
     return lambda: fn(grid, (THREADS,), args)
 
 
-def _amax_launch(call, spec: FormatSpec, xb, suf: str, amax, fast: bool) -> int:
-    """Launch the finite-amax reduction of ``xb`` into the zeroed uint64 ``amax``; returns the grid size."""
+def _amax_launch(call, spec: FormatSpec, xb, suf: str, amax, fast: bool) -> None:
+    """Launch the finite-amax reduction of ``xb`` into the zeroed uint64 ``amax`` (grid-stride, one wave at most)."""
     n = xb.size
     if fast:
         runs = n // 16  # runs of 16 elements, 16-byte loads, grid-stride
-        grid = max(1, min(-(-runs // THREADS), 8 * call.sm_count()))
+        grid = _stride_grid(call, runs)
         call.launch(spec, f"mx_amax_fast_{suf}", runs, (xb, _i64(runs), _i64(grid * THREADS), amax), grid=grid)
     else:
-        grid = max(1, min(-(-n // THREADS), 8 * call.sm_count()))
+        grid = _stride_grid(call, n)
         call.launch(spec, f"mx_amax_{suf}", n, (xb, _i64(n), _i64(grid * THREADS), amax), grid=grid)
-    return grid
 
 
 def _runs_fit(suf: str, xb, *outs) -> bool:
@@ -308,17 +310,12 @@ def _runs_fit(suf: str, xb, *outs) -> bool:
 def finite_amax(x):
     """Device largest finite ``|x|`` (0 when there is none) as a 0-d array of ``x``'s float dtype (float16,
     bfloat16, float32), the caller's kind of array: one reduction kernel, no synchronisation."""
-    from .. import formats
+    from .codec_runtime import zero
 
     with _on(x) as call:
-        xb, suf = call.float_bits(x)
-        if suf not in FAST_SUFFIXES:
-            raise InputTypeError("finite_amax on the device takes float16/bfloat16/float32 data, not "
-                                 f"{call.dtype_name(x)}")
         bits, bits_r = call.empty((1,), "uint64")
-        call.cp.cuda.runtime.memsetAsync(bits.data.ptr, 0, 8, call.cp.cuda.get_current_stream().ptr)
-        if xb.size:
-            _amax_launch(call, formats.get("e4m3fn"), xb, suf, bits, _runs_fit(suf, xb))  # any format's module
+        zero(call.cp, bits)
+        xb = _amax_into(call, x, bits, "finite_amax")
         width = xb.dtype.itemsize  # the magnitude's bits sit in the low bytes (little-endian)
         if call.kind == "torch":
             import torch
@@ -334,18 +331,26 @@ def finite_amax_bits(xs, out) -> None:
     64 bits — the form :func:`quantize_tensor` takes as ``amax_bits``.  Bits of non-negative floats order as their
     values, so a MAX reduction of ``out`` over ranks (NCCL on int64) is the global amax.  Recorded under
     :func:`recording` (the zeroing and the launches); no synchronisation."""
-    from .. import formats
     from .codec_runtime import zero
 
     with _on(xs[0]) as call:
         o = call.cupy_view(out).view("uint64")
         zero(call.cp, o)
         for i, x in enumerate(xs):
-            xb, suf = call.float_bits(x)
-            if suf not in FAST_SUFFIXES:
-                raise InputTypeError(f"finite_amax_bits takes float16/bfloat16/float32 data, not {call.dtype_name(x)}")
-            if xb.size:
-                _amax_launch(call, formats.get("e4m3fn"), xb, suf, o[i:i + 1], _runs_fit(suf, xb))
+            _amax_into(call, x, o[i:i + 1], "finite_amax_bits")
+
+
+def _amax_into(call, x, bits, what: str):
+    """Launch the finite-amax reduction of float16/bfloat16/float32 ``x`` into the zeroed uint64 ``bits`` (any
+    format's module holds the kernel); returns ``x``'s raw-bits view."""
+    from .. import formats
+
+    xb, suf = call.float_bits(x)
+    if suf not in FAST_SUFFIXES:
+        raise InputTypeError(f"{what} on the device takes float16/bfloat16/float32 data, not {call.dtype_name(x)}")
+    if xb.size:
+        _amax_launch(call, formats.get("e4m3fn"), xb, suf, bits, _runs_fit(suf, xb))
+    return xb
 
 
 def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=None):
@@ -372,12 +377,12 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
         count = call.counter() if not spec.has_nan else None
         nan_arg = count if count is not None else _NULL
         fast = _runs_fit(suf, xb, codes)
-        if amax_bits is not None:
-            bits = call.cupy_view(amax_bits).view("uint64")
-            grid = max(1, min(-(-max(n // 16 if fast else n, 1) // THREADS), 8 * call.sm_count()))
-        elif amax is None:
+        grid = _stride_grid(call, n // 16 if fast else n)  # the encode pass's (the same as the reduction's)
+        if amax_bits is None and amax is None:
             bits = call.counter("uint64")
-            grid = _amax_launch(call, spec, xb, suf, bits, fast)
+            _amax_launch(call, spec, xb, suf, bits, fast)
+        elif amax_bits is not None:
+            bits = call.cupy_view(amax_bits).view("uint64")
         else:  # the given magnitude as x's bits, widened to the kernel's uint64
             v = call.cupy_view(amax) if call.kind != "torch" else None
             want = dict(INPUT_SUFFIXES.values())[suf]
@@ -390,7 +395,6 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
             else:
                 xdt = call.cupy_view(x).dtype  # float16 / float32 (CuPy has no bfloat16)
                 bits = v.astype(xdt, copy=False).reshape(1).view(want).astype(cp.uint64)
-            grid = max(1, min(-(-max(n // 16 if fast else n, 1) // THREADS), 8 * call.sm_count()))
         if transposed:
             tiles = (rows // 64) * (cols // 64)
             call.launch(spec, f"mx_quantize_tensor_t_{suf}", tiles * THREADS,
