@@ -188,10 +188,7 @@ class _Comm:
     def all_gather_async(self, payload):
         out = self.torch.empty((self.world * payload.shape[0],) + tuple(payload.shape[1:]), dtype=payload.dtype,
                                device=payload.device)
-        work = self._gather(out, payload, group=self.group, async_op=True)
-        n = payload.numel() * payload.element_size()
-        self._count(n, (self.world - 1) * n)
-        return out, work
+        return out, self.all_gather_into(out, payload)
 
     def reduce_async(self, partial, how: str):
         n = partial.numel() * partial.element_size()

@@ -65,12 +65,13 @@ def _covered(arrays, spans) -> bool:
     return all(any(lo <= q < hi for lo, hi in spans) for q in ptrs)
 
 
-def _replayable(arrays, *recs) -> bool:
+def _replayable(arrays, *recs, extra=()) -> bool:
     """A replay of the recordings ``recs`` remakes every one of ``arrays``: no recording noted device work made
     outside its steps (``tainted``, e.g. a CuPy copy), and each array is :func:`_covered` by the arrays of the
     recorded steps (:meth:`~mxcore.backends.codec.Recording.spans`: launch arguments, zeroed buffers, copies; views
-    into one allocation count).  A buffer made by a copy outside the recording is its own allocation, in no span."""
-    return all(r.tainted is None for r in recs) and _covered(arrays, [s for r in recs for s in r.spans()])
+    into one allocation count) or by ``extra`` spans (buffers the caller rewrites itself each call, e.g. by a
+    collective).  A buffer made by a copy outside the recording is its own allocation, in no span."""
+    return all(r.tainted is None for r in recs) and _covered(arrays, [s for r in recs for s in r.spans()] + list(extra))
 
 
 def _device_views(cp, *xs):

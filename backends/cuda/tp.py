@@ -32,8 +32,8 @@ from mxcore._dist_comm import _wait, splits
 from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
-from .device import as_cupy, unowned_view
-from .fastpath import _covered, _plan_buffers
+from .device import as_cupy, stream_for, torch_stream, unowned_view
+from .fastpath import _plan_buffers, _replayable
 from .plan import CudaPlan
 
 __all__ = ["ColumnProgram", "build"]
@@ -59,8 +59,6 @@ def qualifies(torch, a, b, mdt) -> bool:
 
 
 def key(torch, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int) -> tuple:
-    from .device import torch_stream
-
     return (id(comm.group), comm.world, comm.rank, a.device.index, torch_stream(torch, a.device.index), str(a.dtype),
             str(b.dtype), tuple(a.shape), tuple(b.shape), a.data_ptr() % 16, b.data_ptr() % 16, mdt.name, out_dtype,
             scale_rounding, chunks)
@@ -70,8 +68,6 @@ class ColumnProgram:
     """One column-parallel layout, built by :func:`build`; ``local(a, b)`` then ``finish()`` per call."""
 
     def __init__(self, be, comm, mdt, out_dtype: str, scale_rounding: str, chunks: int, a, b):
-        from .device import stream_for
-
         self.be, self.mdt, self.out_dtype, self.scale_rounding = be, mdt, out_dtype, scale_rounding
         self.torch = comm.torch
         self.world, self.rank = comm.world, comm.rank
@@ -153,23 +149,20 @@ class ColumnProgram:
 
     def _quantize_mx(self, a, b):
         from mxcore import mx
+        from mxcore.distributed import _pack
 
         mdt, rounding = self.mdt, self.scale_rounding
         qa = mx.quantize_mx(a, mdt.a.name, axis=-1, scale_rounding=rounding)
         qb = mx.quantize_mx(b, mdt.b.name, axis=0, scale_rounding=rounding)
-        bits = _f.get(qa.element).bits
-        codes = qa.codes if bits == 8 else (_f.pack_fp4(qa.codes) if bits == 4 else _f.pack_fp6(qa.codes))
-        return qa, qb, [codes, qa.scales]
+        return qa, qb, [_pack(self.torch, qa.codes, _f.get(qa.element).bits), qa.scales]
 
     def _received_codes(self, c):
         """Chunk ``c``'s gathered A codes, unpacked where they travelled packed: (world, rows, K) uint8."""
+        from mxcore.distributed import _unpack
+
         g = self.gathered[c][0]
         bits = _f.get(self.qa.element).bits if self.mdt.kind == "mx" else 8
-        if bits == 8:
-            return g
-        flat = g.reshape(-1, g.shape[-1])
-        codes = _f.unpack_fp4(flat, self.k) if bits == 4 else _f.unpack_fp6(flat, self.k)
-        return codes.reshape(self.world, -1, self.k)
+        return _unpack(self.torch, g.reshape(-1, g.shape[-1]), bits, self.k).reshape(self.world, -1, self.k)
 
     def _operand(self, k: int, c: int, codes):
         """A's rows of rank block ``k``, chunk ``c``, as the quantized object the GEMM takes."""
@@ -207,12 +200,12 @@ class ColumnProgram:
     def _decide(self, a, b) -> None:
         recs = [self._local] + ([self._quant] if self._quant is not None else []) + self.unpacks
         recs += [rec for _, _, rec, _ in self.plans]
-        spans = [sp for rec in recs for sp in rec.spans()] + [_span(g) for per in self.gathered for g in per]
-        spans += [_span(self.smax2)] if self.mdt.kind == "mx" else [_span(self.bits)]  # written by all-reduces
-        ok = all(rec.tainted is None for rec in recs) and all(
-            isinstance(p, CudaPlan) and p.batch is None and p._fold is None for *_, p in self.plans)
-        ok = ok and all(_covered(_plan_buffers(p), spans) for *_, p in self.plans)
-        if not (ok and all(_covered([w], spans) for w in self.wire)):
+        # buffers the collectives rewrite each call: the gathered operand and the all-reduced pair
+        written = [_span(g) for per in self.gathered for g in per]
+        written.append(_span(self.smax2 if self.mdt.kind == "mx" else self.bits))
+        buffers = [x for *_, p in self.plans for x in _plan_buffers(p)] + list(self.wire)
+        if not (all(isinstance(p, CudaPlan) and p.batch is None and p._fold is None for *_, p in self.plans)
+                and _replayable(buffers, *recs, extra=written)):
             return
         self._bound = [int(p.out.data.ptr) for *_, p in self.plans]  # the output rows each plan writes now
         inputs = [as_cupy(self.be.cp_module, x) for x in (a, b)]
