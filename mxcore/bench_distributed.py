@@ -11,7 +11,8 @@ contributed to the large collectives (``stats["payload_bytes"]``) and their rati
 bandwidth of the same all-gather timed alone (NCCL-tests convention: busbw = (world-1)·payload / time), and the
 scaling efficiency against one GPU on the same global problem (rank 0 runs ``mxcore.matmul`` on all of A and B:
 efficiency = T_one / (world · T_distributed)).  Beside them, the plain baseline a user would write: bf16
-all-gather of A + ``torch.matmul``.  Calls are what a user makes: float inputs, quantization included.
+all-gather of A + ``torch.matmul``.  Calls are what a user makes: float inputs, quantization included
+(``--weights quantized``: B is quantized once per rank beforehand, as a weight is for inference).
 
 ``--check`` (exact inputs, small sizes) compares both layouts with one-process ``mxcore.matmul`` and fails on any
 bit that differs; ``--device cpu`` runs over gloo with the reference backend (what the CPU tests use).  Without
@@ -46,6 +47,10 @@ def _parser():
     p.add_argument("--backend", default="auto", help="mxcore backend (reference on the CPU)")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     p.add_argument("--check", action="store_true", help="exact inputs; compare with one-process mxcore.matmul")
+    p.add_argument("--weights", choices=("float", "quantized"), default="float",
+                   help="B as the calls get it: bf16 data quantized per call (default), or each rank's shard quantized "
+                   "once before the timed calls (an MXTensor / ScaledTensor: the inference case; the one-GPU figure "
+                   "then uses all of B quantized once)")
     p.add_argument("--check-once", action="store_true",
                    help="timed calls skip the per-call shape check (the first, untimed call checks)")
     p.add_argument("--json", default=None, help="rank 0 writes the rows here")
@@ -95,6 +100,21 @@ def _global_problem(torch, args, device, seed=14):
     return a.to(device=device, dtype=dt), b.to(device=device, dtype=dt)
 
 
+def _quantized_weight(b, dt: str, backend: str):
+    """``b`` quantized once as ``dt``'s B operand: an MXTensor blocked along K, or a per-tensor ScaledTensor."""
+    from mxcore import dtypes as _dt
+    from mxcore import mx
+    from mxcore.backends import select
+
+    be = select(backend)
+    od = _dt.resolve(dt, be.target().arch).b
+    if od.kind == "mx":
+        return mx.quantize_mx(b, od.name, axis=0)
+    if od.kind == "fp8":
+        return mx.quantize_tensor(b, od.element, order=getattr(be, "b_code_order", "C"))
+    return b
+
+
 def _shards(a, b, layout, world, rank):
     if layout == "column":
         m, n = a.shape[0] // world, b.shape[1] // world
@@ -117,6 +137,20 @@ def _check(torch, dist, args, dev, world, rank):
                                 layout, reduce, world, rank) for a, b in sets + sets[:1]]
             if rank == 0:
                 print(f"check {dt} {layout} {reduce or ''}: bit-exact on 3 calls (paths: {', '.join(paths)})")
+        if args.weights == "quantized":  # column layout, this rank's shard of B quantized once: against one process
+            n = sets[0][1].shape[1] // world
+            bq = _quantized_weight(sets[0][1][:, rank * n:(rank + 1) * n].contiguous(), dt, args.backend)
+            paths = []
+            for a, _ in sets + sets[:1]:
+                m = a.shape[0] // world
+                stats = {}
+                got = distributed.matmul(a[rank * m:(rank + 1) * m].contiguous(), bq, dt, chunks=args.chunks,
+                                         backend=args.backend, stats=stats)
+                _same(torch, got, mxcore.matmul(a, bq, dt, backend=args.backend),
+                      f"rank {rank}: {dt} column, weight quantized once", stats["path"])
+                paths.append(stats["path"])
+            if rank == 0:
+                print(f"check {dt} column, weight quantized once: bit-exact on 3 calls (paths: {', '.join(paths)})")
     dist.barrier()
 
 
@@ -134,11 +168,16 @@ def _check_one(torch, distributed, full, args, a, b, dt, layout, reduce, world, 
         want = full[rank * m:(rank + 1) * m]
     else:
         want = full
+    _same(torch, got, want, f"rank {rank}: {dt} {layout} {reduce or ''}", stats["path"])
+    return stats["path"]
+
+
+def _same(torch, got, want, what: str, path: str) -> None:
+    """``got`` equals ``want`` bit for bit (float32), else an AssertionError naming ``what`` and the path taken."""
     if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
         bad = int((got.view(torch.int32) != want.view(torch.int32)).sum())
-        raise AssertionError(f"rank {rank}: {dt} {layout} {reduce or ''}: {bad} of {got.numel()} outputs "
-                             f"differ from one-process mxcore.matmul (path: {stats['path']})")
-    return stats["path"]
+        raise AssertionError(f"{what}: {bad} of {got.numel()} outputs differ from one-process mxcore.matmul "
+                             f"(path: {path})")
 
 
 def run(args, torch, dist) -> list[dict]:
@@ -153,6 +192,7 @@ def run(args, torch, dist) -> list[dict]:
         _check(torch, dist, args, dev, world, rank)
     a, b = _global_problem(torch, args, dev)
     al, bl = _shards(a, b, args.layout, world, rank)
+    b_full, b_local = b, bl
     n_local = bl.shape[1]
     flops = 2.0 * al.shape[0] * n_local * al.shape[1] * (world if args.layout == "column" else 1)
     rows = []
@@ -160,6 +200,8 @@ def run(args, torch, dist) -> list[dict]:
     for dt in args.dtypes.split(","):
         stats = {}
         kw = dict(layout=args.layout, reduce=args.reduce, chunks=args.chunks, backend=args.backend)
+        if args.weights == "quantized":  # once, before any call (not timed), on every rank and for the one-GPU run
+            bl, b = _quantized_weight(b_local, dt, args.backend), _quantized_weight(b_full, dt, args.backend)
         distributed.matmul(al, bl, dt, stats=stats, **kw)
         kw["check_call"] = not args.check_once
         t_dist = _timer(torch, dist, device, lambda: distributed.matmul(al, bl, dt, **kw), args.warmup, args.iters)
@@ -184,9 +226,9 @@ def run(args, torch, dist) -> list[dict]:
                      "payload_bytes": per_call, "bf16_bytes": stats["bf16_bytes"], "ratio_vs_bf16": stats["ratio"],
                      "comm_time_s": t_comm, "busbw_GBps": stats["wire_bytes"] / t_comm / 1e9 if t_comm else 0.0,
                      "one_gpu_time_s": t_one, "scaling_efficiency": t_one / (world * t_dist),
-                     "path": timed.get("path", "")})
+                     "path": timed.get("path", ""), "weights": args.weights})
     if args.layout == "column":
-        rows.append(_baseline(torch, dist, args, al, bl, dev, world, rank, gather, flops))
+        rows.append(_baseline(torch, dist, args, al, b_local, dev, world, rank, gather, flops))
     return rows
 
 
@@ -243,7 +285,7 @@ def main(argv=None) -> list[dict]:
             if args.check:
                 print("check: all layouts match one-process mxcore.matmul bit for bit")
             print(f"world {every[0]['world']}, M={args.m} N={args.n} K={args.k}, layout {args.layout}, "
-                  f"chunks {args.chunks}, backend {args.backend}")
+                  f"chunks {args.chunks}, backend {args.backend}, weights {args.weights}")
             print(_table(sorted(every, key=lambda r: (r["dtype"], r["rank"]))))
             if args.json:
                 with open(args.json, "w") as f:

@@ -11,7 +11,11 @@ For each dtype x shape, on torch CUDA (or CuPy) inputs of ``--input-dtype`` (fp1
 * **vendor** — the pipeline a user would otherwise write, in the same run: ``torch.matmul`` for fp16/bf16; for fp8
   ``amax`` of each operand, the power-of-two scale, the cast to ``float8_e4m3fn`` (B made column-major, as
   ``torch._scaled_mm`` requires) and ``torch._scaled_mm`` with the inverse scales.  MX has no vendor pipeline on
-  Hopper (cuBLASLt's block-scaled fp8 needs sm_100): the column stays empty.
+  Hopper (cuBLASLt's block-scaled fp8 needs sm_100): the column stays empty.  Weight-only pairs (``bf16:mxfp4``):
+  ``torch.matmul`` with a 16-bit weight.
+
+``--weights quantized``: B is quantized once before the timed calls (``mxcore.quantize_mx`` / ``quantize_tensor``,
+the linear-layer call ``mxcore.matmul(x, w_q)``); the fp8 vendor pipeline then casts its B once as well.
 
 TFLOP/s counts 2*M*N*K per call.  Ratios: ``e2e / kernel`` (how much of the kernel's rate the user's call keeps)
 and ``e2e / vendor`` (against the vendor pipeline's end-to-end rate).
@@ -63,8 +67,9 @@ def _calls_for(m: int, n: int, k: int) -> int:
     return int(min(200, max(3, 2e13 // max(flops, 1.0))))
 
 
-def _vendor_fp8(torch, a, b):
-    """The eager torch pipeline for per-tensor fp8: amax, power-of-two scale, cast, _scaled_mm."""
+def _vendor_fp8(torch, a, b, weight_once: bool = False):
+    """The eager torch pipeline for per-tensor fp8: amax, power-of-two scale, cast, _scaled_mm (``weight_once``: B's
+    scale and cast made here, once, as a user does for a weight)."""
     f8 = torch.float8_e4m3fn
     fmax = torch.finfo(f8).max
 
@@ -72,18 +77,37 @@ def _vendor_fp8(torch, a, b):
         amax = x.abs().amax().float().clamp(min=1e-30)
         return torch.exp2(torch.ceil(torch.log2(amax / fmax)))
 
+    def cast_b():
+        sb = scale_of(b)
+        return (b / sb).to(f8).t().contiguous().t(), sb
+
+    kept = cast_b() if weight_once else None
+
     def run():
-        sa, sb = scale_of(a), scale_of(b)
+        sa = scale_of(a)
         a8 = (a / sa).to(f8)
-        b8 = (b / sb).to(f8).t().contiguous().t()
+        b8, sb = kept or cast_b()
         return torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
     return run
 
 
+def _weight(be, mdt, b):
+    """``b`` quantized once as the product's B (MX: an MXTensor blocked along K; fp8: a ScaledTensor in the
+    backend's code order); float B as it is."""
+    from mxcore import mx
+
+    if mdt.b.kind == "mx":
+        return mx.quantize_mx(b, mdt.b.name, axis=0)
+    if mdt.b.kind == "fp8":
+        return mx.quantize_tensor(b, mdt.b.element, order=getattr(be, "b_code_order", "C"))
+    return b
+
+
 def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16", repeats: int = 5, sets: int = 2,
-            seed: int = 0, baseline: bool = True, progress=print) -> list[dict]:
-    """One row per (dtype, shape); see the module docstring for what is timed."""
+            seed: int = 0, baseline: bool = True, weights: str = "float", progress=print) -> list[dict]:
+    """One row per (dtype, shape); see the module docstring for what is timed (``weights="quantized"``: B is
+    quantized once before the timed calls, the linear-layer call)."""
     import torch
 
     import mxcore
@@ -106,28 +130,30 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
             pairs = [(torch.randn(*lead, m, k, device="cuda", generator=gen, dtype=torch.float32).to(tdt),
                       torch.randn(k, n, device="cuda", generator=gen, dtype=torch.float32).to(tdt))
                      for _ in range(sets)]
+            once = weights == "quantized"
+            calls_b = [_weight(be, mdt, b) if once else b for _, b in pairs]
             flops = 2.0 * max(bsz, 1) * m * n * k
             calls = _calls_for(max(bsz, 1) * m, n, k)
             e2e = _median_wall_per_call(
-                _rotating([lambda a=a, b=b: mxcore.matmul(a, b, dtype=dtype, backend=be.name) for a, b in pairs]),
-                sync, calls, repeats)
-            plans = [be.plan(a, b, mdt) for a, b in pairs]
+                _rotating([lambda a=a, b=b: mxcore.matmul(a, b, dtype=dtype, backend=be.name)
+                           for (a, _), b in zip(pairs, calls_b)]), sync, calls, repeats)
+            plans = [be.plan(a, b, mdt) for (a, _), b in zip(pairs, calls_b)]
             try:
                 kern = time_callable(measure, _rotating([p.gemm for p in plans]), max(5, repeats))
                 variant = plans[0].variant
             finally:
                 for p in plans:
                     p.close()
-            row = {"dtype": dtype, "batch": bsz, "m": m, "n": n, "k": k, "input": input_dtype, "variant": variant,
+            row = {"dtype": _label(dtype) + (" (B once)" if once and mdt.b.kind != "float" else ""), "batch": bsz, "m": m, "n": n, "k": k, "input": input_dtype, "variant": variant,
                    "e2e_us": e2e * 1e6, "e2e_tflops": flops / e2e / 1e12,
                    "kernel_us": kern * 1e6, "kernel_tflops": flops / kern / 1e12, "e2e_over_kernel": kern / e2e}
             vendor = None
-            if baseline and mdt.kind == "float" and mdt.a.name in ("fp16", "bf16"):
-                vdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[mdt.a.name]
+            if baseline and mdt.kind in ("float", _dt.WONLY_KIND) and mdt.a.name in ("fp16", "bf16"):
+                vdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[mdt.a.name]  # weight-only: a 16-bit weight
                 vp = [(a.to(vdt), b.to(vdt)) for a, b in pairs]
                 vendor = ("torch.matmul", _rotating([lambda a=a, b=b: torch.matmul(a, b) for a, b in vp]))
             elif baseline and mdt.kind == "fp8" and not bsz:  # torch._scaled_mm takes 2-D operands
-                vendor = ("torch fp8 pipeline", _rotating([_vendor_fp8(torch, a, b) for a, b in pairs]))
+                vendor = ("torch fp8 pipeline", _rotating([_vendor_fp8(torch, a, b, once) for a, b in pairs]))
             if vendor is not None:
                 label, fn = vendor
                 t = _median_wall_per_call(fn, sync, calls, repeats)
@@ -139,12 +165,16 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
     return rows
 
 
+def _label(dtype) -> str:
+    return dtype if isinstance(dtype, str) else ":".join(dtype)
+
+
 def _shape(r: dict) -> str:
     return (f"{r['batch']}x" if r.get("batch") else "") + f"{r['m']}x{r['n']}x{r['k']}"
 
 
 def _fmt(r: dict) -> str:
-    s = (f"{r['dtype']:<8} {_shape(r):<16} e2e {r['e2e_us']:10.1f} us {r['e2e_tflops']:7.1f} TFLOP/s | "
+    s = (f"{r['dtype']:<18} {_shape(r):<16} e2e {r['e2e_us']:10.1f} us {r['e2e_tflops']:7.1f} TFLOP/s | "
          f"kernel {r['kernel_tflops']:7.1f} | e2e/kernel {r['e2e_over_kernel']:.2f}")
     if "vendor_tflops" in r:
         s += f" | {r['vendor']} {r['vendor_us']:.1f} us {r['vendor_tflops']:.1f} | e2e/vendor {r['e2e_over_vendor']:.2f}"
@@ -152,11 +182,11 @@ def _fmt(r: dict) -> str:
 
 
 def table(rows) -> str:
-    head = (f"{'dtype':<8} {'M x N x K':<16} {'e2e us':>10} {'e2e TF/s':>9} {'kernel TF/s':>11} {'e2e/kern':>8} "
+    head = (f"{'dtype':<18} {'M x N x K':<16} {'e2e us':>10} {'e2e TF/s':>9} {'kernel TF/s':>11} {'e2e/kern':>8} "
             f"{'vendor us':>10} {'vendor TF/s':>11} {'e2e/vendor':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['dtype']:<8} {_shape(r):<16} {r['e2e_us']:10.1f} {r['e2e_tflops']:9.1f} "
+        lines.append(f"{r['dtype']:<18} {_shape(r):<16} {r['e2e_us']:10.1f} {r['e2e_tflops']:9.1f} "
                      f"{r['kernel_tflops']:11.1f} {r['e2e_over_kernel']:8.2f} {r.get('vendor_us', float('nan')):10.1f} "
                      f"{r.get('vendor_tflops', float('nan')):11.1f} {r.get('e2e_over_vendor', float('nan')):10.2f}")
     return "\n".join(lines)
@@ -172,9 +202,13 @@ def cli(argv) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--sets", type=int, default=2)
     p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--weights", choices=("float", "quantized"), default="float",
+                   help="B as the calls get it: float data quantized per call, or quantized once before them "
+                   "(an MXTensor / ScaledTensor: the linear-layer call; the fp8 vendor pipeline casts its B once too)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    dtypes = [d.strip().lower() for d in args.dtype.split(",") if d.strip()]
+    dtypes = [tuple(d.split(":")) if ":" in d else d for d in
+              (d.strip().lower() for d in args.dtype.split(",")) if d]
     shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x.strip())]
     shapes += [tuple(int(v) for v in spec.lower().split("x")) for spec in args.shapes.split(",") if spec.strip()]
     try:
@@ -183,7 +217,7 @@ def cli(argv) -> int:
         print("mxcore bench --end-to-end needs torch with CUDA (the inputs are torch CUDA tensors)", file=sys.stderr)
         return 2
     rows = run_e2e(dtypes, shapes or E2E_SHAPES, backend=args.backend, input_dtype=args.input_dtype,
-                   repeats=args.repeats, sets=args.sets, baseline=not args.no_baseline)
+                   repeats=args.repeats, sets=args.sets, baseline=not args.no_baseline, weights=args.weights)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as fh:

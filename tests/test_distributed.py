@@ -135,6 +135,8 @@ def _worker(rank, world, port, outdir, cases):
     res["bench"] = bench_distributed.main(["--device", "cpu", "--check", "--shape", "6x6x192",
                                            "--dtypes", "fp8,mxfp4", "--chunks", "2", "--iters", "1", "--warmup", "0",
                                            "--check-once"])
+    res["bench_w"] = bench_distributed.main(["--device", "cpu", "--check", "--shape", "6x6x192", "--dtypes",
+                                             "fp8,mxfp4", "--iters", "1", "--warmup", "0", "--weights", "quantized"])
     # bad input: every rank must raise the same typed error
     m = 4 + (rank == world - 1)
     res["bad-shapes"] = _caught(lambda: mxd.matmul(torch.ones(m, 64), torch.ones(64, 5), "mxfp8",
@@ -287,6 +289,10 @@ def test_bench_runs_on_cpu(jobs):
             assert row["time_s"] > 0 and row["tflops_rank"] > 0
             if row["dtype"] == "fp8":
                 assert row["ratio_vs_bf16"] == 0.5 and 0 < row["scaling_efficiency"]
+        # each rank's weight shard quantized once (an MXTensor / ScaledTensor), checked against one process too
+        rows = jobs[world][1][0]["bench_w"]
+        assert {(row["dtype"], row["rank"]) for row in rows} == want
+        assert all(row["weights"] == "quantized" for row in rows if row["dtype"] in ("fp8", "mxfp4"))
 
 
 def test_column_chunks_overlap_order(monkeypatch):
@@ -475,4 +481,12 @@ def test_two_gpus_nccl():
         for dt in ("fp8", "mxfp8", "mxfp4"):  # the column layout's later calls replay its per-call program
             assert f"check {dt} column : bit-exact on 3 calls (paths: recorded, replay, replay)" in proc.stdout, \
                 proc.stdout
+    # each rank's weight shard quantized once (an MXTensor / ScaledTensor): the program replays with it too
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "mxcore.bench_distributed",
+           "--check", "--shape", "2048x2048x1024", "--weights", "quantized", "--iters", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for dt in ("fp8", "mxfp8", "mxfp4"):
+        assert (f"check {dt} column, weight quantized once: bit-exact on 3 calls (paths: recorded, replay, replay)"
+                in proc.stdout), proc.stdout
 

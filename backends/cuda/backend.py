@@ -59,7 +59,7 @@ from .compile import KernelCache
 from .device import as_cupy, device_info, resolve_ordinal, stream_for
 from .families import family_for
 from .families import mx_path as _mx_path
-from .fastpath import _TORCH_OUT, fast_call, fast_quantized
+from .fastpath import _TORCH_OUT, fast_call, fast_quantized, fast_weight
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
@@ -177,9 +177,11 @@ class CudaBackend(Backend):
     def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
              tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
              split_k: int = 0, fp8_accumulate: str = "promote", mx_path: str | None = None,
-             wonly_path: str | None = None, _restage: bool = False) -> CudaPlan:
+             wonly_path: str | None = None, _restage: bool | str = False) -> CudaPlan:
         """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
-        C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16)."""
+        C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16).
+        ``_restage`` (the fast paths'): True — ``prep()`` stages both quantized operands again (nothing cached on
+        them); "a" — A again, B's staging cached on B (a weight quantized once)."""
         from mxcore import dtypes as _dt
 
         cp = self._cupy()
@@ -221,12 +223,13 @@ class CudaBackend(Backend):
                                             fp8_accumulate=fp8_accumulate, mx_path=mx_path, wonly_path=wonly_path)
                 if wpath is not None:
                     prep = (registers_prep if wpath == "registers" else staged_prep)(
-                        self, stager, a, b, mdt, scale_rounding, cache=not _restage)
+                        self, stager, a, b, mdt, scale_rounding, cache=_restage is not True)
                 elif mdt.kind == "float":
                     def prep():
                         return stager.stage_float(a, "a", mdt.a), stager.stage_float(b, "b", mdt.b)
                 else:
-                    prep = self._quantized_prep(stager, a, b, mdt, scale_rounding, path, cache=not _restage)
+                    prep = self._quantized_prep(stager, a, b, mdt, scale_rounding, path,
+                                                cache=(not _restage, _restage is not True))
                 da, db = prep()
                 shape = fold or ((m, n) if batch is None else (batch, m, n))
                 store = getattr(cp, STORE[out_dtype])
@@ -260,11 +263,11 @@ class CudaBackend(Backend):
                            scale_rounding=scale_rounding, out=out[i], **options) for i in range(batch)]
         return BatchLoopPlan(parts, out, _result_like(cp, out_dtype, a, b))
 
-    def _quantized_prep(self, stager, a, b, mdt, scale_rounding, path, cache: bool = True):
+    def _quantized_prep(self, stager, a, b, mdt, scale_rounding, path, cache: tuple = (True, True)):
         """fp8/MX operands: quantized objects as they are (codes/scales on any device), device float data quantized
         on its GPU (mxcore.quantize_mx / quantize_tensor), host data by mxcore.operands.prepare; device scales stay
-        on the device.  Returns the staging callable (``cache``: staged buffers cached on quantized objects; off,
-        every call stages again from the objects' current contents)."""
+        on the device.  Returns the staging callable (``cache``: per operand, whether its staged buffers are cached
+        on its quantized object; off, every call stages it again from the object's current contents)."""
         from mxcore.arrays import to_numpy
         from mxcore.operands import prepare, quantize_on_device
 
@@ -274,7 +277,7 @@ class CudaBackend(Backend):
                                         b_order=self.b_code_order) if _on_gpu(x)
                 else to_numpy(x) for x, kd, od, role in zip((a, b), kinds, (mdt.a, mdt.b), ("a", "b"))]
         opa, opb = prepare(host[0], host[1], mdt, scale_rounding=scale_rounding)
-        src = [x if kd == "mx" and cache else None for x, kd in zip((a, b), kinds)]
+        src = [x if kd == "mx" and keep else None for x, kd, keep in zip((a, b), kinds, cache)]
         up: dict = {}  # uploads once per plan: prep() re-runs the device work only
 
         def uploaded(op, role):
@@ -304,10 +307,13 @@ class CudaBackend(Backend):
 
     def fast_matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor"):
         """The contract's per-call fast path for 2-D device operands (None: not taken, call matmul):
-        fp16/bf16 read in place (``fastpath.fast_call``), and fp8/MX products of contiguous float16/bfloat16/float32
-        device arrays, whose quantization, staging and GEMM are set up once per layout and replayed."""
+        fp16/bf16 read in place (``fastpath.fast_call``); fp8/MX products of contiguous float16/bfloat16/float32
+        device arrays, whose quantization, staging and GEMM are set up once per layout and replayed
+        (``fast_quantized``); and such activations times a device weight quantized once (``fast_weight``)."""
         if mdt.kind == "float":
             return fast_call(self, a, b, mdt, out_dtype)
+        if array_kind(b) == "mx":  # a weight quantized once
+            return fast_weight(self, a, b, mdt, out_dtype, scale_rounding)
         return fast_quantized(self, a, b, mdt, out_dtype, scale_rounding)
 
     # ---- benchmark hooks ------------------------------------------------------------------------------------

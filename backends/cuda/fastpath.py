@@ -12,14 +12,17 @@ Both keep their entries in the backend's ``_fast`` dict (False: the layout does 
 
 from __future__ import annotations
 
+import weakref
+
 from mxcore.arrays import array_kind
+from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
 from .device import as_cupy, torch_stream, unowned_view
 from .plan import CudaPlan
 
-__all__ = ["fast_call", "fast_quantized"]
+__all__ = ["fast_call", "fast_quantized", "fast_weight"]
 
 _TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -48,15 +51,17 @@ def _quantized_buffers(*objs) -> list:
     return out
 
 
-def _plan_buffers(p) -> list:
-    """The device arrays a plan's GEMM reads from its staged operands (codes, MX factors and flags, device scale
-    exponents)."""
-    out = []
-    for d in (p.da, p.db):
-        out += [d.buf, d.exp_at]
-        if d.mx is not None:
-            out += [d.mx.factors, d.mx.info, d.mx.nan, d.mx.folded]
+def _operand_buffers(d) -> list:
+    """The device arrays a GEMM reads from one staged operand (codes, MX factors and flags, device scale exponent)."""
+    out = [d.buf, d.exp_at]
+    if d.mx is not None:
+        out += [d.mx.factors, d.mx.info, d.mx.nan, d.mx.folded]
     return [x for x in out if x is not None]
+
+
+def _plan_buffers(p) -> list:
+    """The device arrays a plan's GEMM reads from its staged operands."""
+    return _operand_buffers(p.da) + _operand_buffers(p.db)
 
 
 def _covered(arrays, spans) -> bool:
@@ -79,6 +84,26 @@ def _device_views(cp, *xs):
     return [as_cupy(cp, x) for x in xs]
 
 
+def _float_device(be, x):
+    """(kind, dtype name, address, ordinal, stream handle) of a C-contiguous 2-D float16/bfloat16/float32 device
+    array (a torch CUDA tensor without grad, or a CuPy array; the stream: torch's / CuPy's current one), else None."""
+    kind = array_kind(x)
+    if kind == "torch":
+        if x.device.type != "cuda" or x.requires_grad or x.dim() != 2 or not x.is_contiguous():
+            return None
+        import torch
+
+        name, ptr, ordinal = str(x.dtype).replace("torch.", ""), x.data_ptr(), x.device.index
+        stream_h = torch_stream(torch, ordinal)
+    elif kind == "cupy":
+        if x.ndim != 2 or not x.flags.c_contiguous:
+            return None
+        name, ptr, ordinal, stream_h = x.dtype.name, x.data.ptr, x.device.id, be.cp_module.cuda.get_current_stream().ptr
+    else:
+        return None
+    return (kind, name, ptr, ordinal, stream_h) if name in ("float16", "bfloat16", "float32") else None
+
+
 def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     """fp8/MX ``a @ b`` of contiguous 2-D float device arrays (both torch CUDA tensors or both CuPy arrays).
     Once per (device, stream, dtypes, shapes, alignment, dtype, out_dtype, scale_rounding): quantize with
@@ -88,28 +113,13 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     buffer the GEMM reads, else through ``prep()``), and launch the GEMM into a new output: no Python-side
     quantization objects, no plan.
     The kept buffers are reused in stream order (the key holds the stream)."""
-    ka = array_kind(a)
-    if ka != array_kind(b) or ka not in ("torch", "cupy") or mdt.kind not in ("fp8", "mx"):
+    fa, fb = _float_device(be, a), _float_device(be, b)
+    if fa is None or fb is None or mdt.kind not in ("fp8", "mx"):
         return None
-    if len(a.shape) != 2 or len(b.shape) != 2:
+    (ka, name_a, pa, ordinal, stream_h), (kb, name_b, pb, ordinal_b, _) = fa, fb
+    if kb != ka or ordinal_b != ordinal:
         return None
-    if ka == "torch":
-        if (a.device.type != "cuda" or b.device != a.device or a.requires_grad or b.requires_grad
-                or not a.is_contiguous() or not b.is_contiguous()):
-            return None
-        import torch
-
-        names = (str(a.dtype), str(b.dtype))
-        pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.device.index
-        stream_h = torch_stream(torch, a.device.index)
-    else:
-        if a.device.id != b.device.id or not a.flags.c_contiguous or not b.flags.c_contiguous:
-            return None
-        names = (a.dtype.name, b.dtype.name)
-        pa, pb, ordinal = a.data.ptr, b.data.ptr, a.device.id
-        stream_h = be.cp_module.cuda.get_current_stream().ptr
-    if any(n.replace("torch.", "") not in ("float16", "bfloat16", "float32") for n in names):
-        return None
+    names = (name_a, name_b)
     key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), pa % 16, pb % 16, mdt.name,
            out_dtype, scale_rounding)
     entry = be._fast.get(key)
@@ -144,19 +154,22 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         return result
     if entry is False:
         return None
+    return _replayed(be, entry, (pa, pb), a)
+
+
+def _replayed(be, entry, ptrs, a):
+    """One later call of a kept (quantization replay, plan, staging replay or None) entry: the quantization
+    replayed from the inputs at ``ptrs``, the staging replayed (or re-run by ``prep()``), the GEMM launched into a
+    new output of ``a``'s kind."""
     replay, p, restage = entry
-    with cp.cuda.Device(ordinal), p.stream:
-        replay((pa, pb))
+    cp = be.cp_module
+    with cp.cuda.Device(p.dev.ordinal), p.stream:
+        replay(ptrs)
         if restage is None:
             da, db = p._prep()  # staged again from the kept quantized buffers (copies go to new buffers)
         else:
             restage()  # the staging's recorded launches, into the plan's own buffers
-        if ka == "torch":
-            import torch
-
-            out = torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[out_dtype], device=a.device)
-        else:
-            out = cp.empty(p.out.shape, dtype=p.out.dtype)
+        out = _new_out(cp, p, a)
         view = unowned_view(cp, out)  # the plan must not keep this result alive until the next call
         if restage is None:
             p.rebind(da, db, view)  # every staged part as prep() made it again (codes, MX factors, scales)
@@ -164,6 +177,116 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             p.rebind(out=view)
         p._gemm() if type(p) is CudaPlan else p.gemm()
     return out
+
+
+def _new_out(cp, p, a):
+    """An uninitialised output like the plan's, of ``a``'s kind (a torch tensor on a's device, or CuPy)."""
+    if array_kind(a) == "torch":
+        import torch
+
+        return torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[p.out_dtype], device=a.device)
+    return cp.empty(p.out.shape, dtype=p.out.dtype)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# a weight quantized once: float device activations x a device MXTensor / ScaledTensor
+# ------------------------------------------------------------------------------------------------------------
+_SEEN = "seen"  # an entry's state after the first call of a layout (the generic path staged the weight, cached on it)
+
+
+def _ordinal_of(x) -> int:
+    return x.device.index if array_kind(x) == "torch" else x.device.id
+
+
+def _weight_on(b, ordinal: int) -> bool:
+    """``b`` is a 2-D quantized weight (an MXTensor blocked along K, or a ScaledTensor) whose codes and device
+    scales all live on GPU ``ordinal``."""
+    if array_kind(b) != "mx" or len(b.shape) != 2 or getattr(b, "axis", 0) != 0:
+        return False
+    bufs = _quantized_buffers(b)
+    return any(x is b.codes for x in bufs) and all(_ordinal_of(x) == ordinal for x in bufs)
+
+
+def _span(x) -> tuple:
+    lo = int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr)
+    return (lo, lo + int(x.nbytes))
+
+
+def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
+    """``a @ b`` with ``a`` a contiguous 2-D float device array and ``b`` a weight quantized once (a device
+    MXTensor / ScaledTensor; fp8, MX, or a weight-only pair such as bf16 x mxfp4): the linear-layer call.
+    The first call of a layout (device, stream, A's dtype, shape and alignment, the weight object, dtype, output)
+    runs the generic path, which stages the weight once (cached on it).  The second records A's quantization and
+    staging and keeps the plan when both replay; later calls replay them and launch into a new output.
+    A weight-only pair whose activations the kernel reads in place keeps the plan's packed launch and sets A's and
+    the output's addresses per call.  The entry is dropped when the weight is garbage collected."""
+    fa = _float_device(be, a)
+    if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
+        return None
+    ka, name, pa, ordinal, stream_h = fa
+    if not _weight_on(b, ordinal):
+        return None
+    key = ("w", ka, ordinal, stream_h, name, tuple(a.shape), pa % 16, id(b), mdt.name, out_dtype, scale_rounding)
+    entry = be._fast.get(key)
+    if entry is None:
+        if len(be._fast) > 256:
+            be._fast.clear()
+        be._fast[key] = _SEEN
+        weakref.finalize(b, be._fast.pop, key, None)  # the id may be reused once the weight is gone
+        return None
+    if entry is _SEEN:
+        return _keep_weight(be, key, a, b, mdt, out_dtype, scale_rounding, pa)
+    if entry is False:
+        return None
+    if entry[0] == "wonly":
+        p, out = entry[1], None
+        cp = be.cp_module
+        with cp.cuda.Device(ordinal):
+            out = _new_out(cp, p, a)
+            p._launch(cp.cuda.driver, p.stream.ptr, ((1, pa), (2, int(unowned_view(cp, out).data.ptr))))
+        return out
+    return _replayed(be, entry, (pa,), a)
+
+
+def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: int):
+    """The second call of a :func:`fast_weight` layout: run it, recording what a replay needs; keep the entry."""
+    from mxcore.backends import codec
+
+    from .wonly import WonlyPlan
+
+    cp = be.cp_module
+    be._fast[key] = False
+    with cp.cuda.Device(_ordinal_of(b.codes)):
+        if mdt.kind == WONLY_KIND:  # the activations are read as they are (or rounded once by the staging)
+            p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)
+            p.gemm()
+            result = p.result()
+            if (isinstance(p, WonlyPlan) and p._fold is None and p._launch is not None and p.da.direct
+                    and int(p.da.buf.data.ptr) == pa):
+                p._prep = None  # the staging callable holds the weight: the entry must not keep it alive
+                p.out = unowned_view(cp, p.out)  # nor the second call's result (its shape and dtype stay)
+                be._fast[key] = ("wonly", p)
+            return result
+        with codec.recording() as rec:
+            qa = quantize_on_device(a, mdt.a, "a", scale_rounding)
+        with codec.recording() as rec_stage:  # A's staging (the weight's is cached on it: no launch)
+            p = be.plan(qa, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage="a")
+        p.gemm()
+        result = p.result()
+        if not (isinstance(p, CudaPlan) and p.batch is None and p._fold is None
+                and _replayable(_quantized_buffers(qa), rec)):
+            return result
+        try:
+            replay = rec.replay(_device_views(cp, a))
+        except UnsupportedError:
+            return result
+        # A's staging must replay (no prep() per call): the staging callable holds the weight, and the entry must
+        # not keep it alive; the weight's staged buffers stay as they are (cached on it, rewritten by nothing)
+        weight = [_span(x) for x in _operand_buffers(p.db)]
+        if _replayable(_plan_buffers(p), rec, rec_stage, extra=weight):
+            p._prep = None
+            be._fast[key] = (replay, p, rec_stage.replay(()))
+    return result
 
 
 def fast_call(be, a, b, mdt, out_dtype: str):

@@ -33,7 +33,7 @@ from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
 from .device import as_cupy, stream_for, torch_stream, unowned_view
-from .fastpath import _plan_buffers, _replayable
+from .fastpath import _operand_buffers, _plan_buffers, _replayable, _span, _weight_on
 from .plan import CudaPlan
 
 __all__ = ["ColumnProgram", "build"]
@@ -41,27 +41,38 @@ __all__ = ["ColumnProgram", "build"]
 _MAX_PROGRAMS = 4  # programs hold the gathered operand: a few layouts per process
 
 
-def _span(t) -> tuple:
-    p = int(t.data_ptr())
-    return (p, p + t.numel() * t.element_size())
+def _float_cuda(torch, x) -> bool:
+    return (isinstance(x, torch.Tensor) and x.device.type == "cuda" and x.dim() == 2 and x.is_contiguous()
+            and x.dtype in (torch.float16, torch.bfloat16, torch.float32) and not x.requires_grad)
+
+
+def weight(b, a, mdt) -> bool:
+    """``b`` is this rank's weight shard quantized once for ``mdt``'s B (an MXTensor blocked along K, or a
+    ScaledTensor) with every device array on ``a``'s GPU."""
+    from mxcore.mx import MXTensor, ScaledTensor, mx_element
+
+    if mdt.kind == "mx":
+        ok = isinstance(b, MXTensor) and mx_element(b.fmt)[0] == mx_element(mdt.b.name)[0]
+    else:
+        ok = isinstance(b, ScaledTensor) and _f.get(b.fmt).name == _f.get(mdt.b.element).name
+    return ok and _weight_on(b, a.device.index)
 
 
 def qualifies(torch, a, b, mdt) -> bool:
-    """Float CUDA tensors, 2-D, contiguous, on one device, quantized per call (fp8 or MX)."""
-    if mdt.kind not in ("fp8", "mx"):
+    """fp8 or MX; A a float CUDA tensor (2-D, contiguous); B one on A's device (quantized per call), or a weight
+    quantized once (:func:`weight`)."""
+    if mdt.kind not in ("fp8", "mx") or not _float_cuda(torch, a):
         return False
-    for x in (a, b):
-        if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or x.dim() != 2 or not x.is_contiguous():
-            return False
-        if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.requires_grad:
-            return False
-    return a.device == b.device and a.data_ptr() != b.data_ptr()
+    if weight(b, a, mdt):
+        return True
+    return _float_cuda(torch, b) and a.device == b.device and a.data_ptr() != b.data_ptr()
 
 
 def key(torch, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int) -> tuple:
+    """A program's layout; a weight quantized once is part of it by identity (the program holds it)."""
+    bk = ("weight", id(b)) if not isinstance(b, torch.Tensor) else (str(b.dtype), tuple(b.shape), b.data_ptr() % 16)
     return (id(comm.group), comm.world, comm.rank, a.device.index, torch_stream(torch, a.device.index), str(a.dtype),
-            str(b.dtype), tuple(a.shape), tuple(b.shape), a.data_ptr() % 16, b.data_ptr() % 16, mdt.name, out_dtype,
-            scale_rounding, chunks)
+            tuple(a.shape), a.data_ptr() % 16, bk, mdt.name, out_dtype, scale_rounding, chunks)
 
 
 class ColumnProgram:
@@ -74,6 +85,7 @@ class ColumnProgram:
         self.m_local, self.k = (int(s) for s in a.shape)
         self.n_local = int(b.shape[1])
         self.device = a.device
+        self.stationary = not isinstance(b, self.torch.Tensor)  # a weight quantized once: used as it is
         self.parts = splits(self.m_local, chunks)
         self.steps = None  # the per-call replays, once the first call shows they redo everything
         with be.cp_module.cuda.Device(a.device.index):
@@ -87,10 +99,12 @@ class ColumnProgram:
         cp = self.be.cp_module
         fp8 = mdt.kind == "fp8"
         with cp.cuda.Device(self.device.index), self.stream:
+            if self.stationary:  # the weight's staging, once and cached on it: no recorded step redoes it
+                self._stage_weight(a, b)
             if fp8:
                 self.bits = torch.zeros(2, dtype=torch.int64, device=self.device)
                 with codec.recording() as rec:
-                    codec.finite_amax_bits([a, b], self.bits)
+                    codec.finite_amax_bits(self._inputs(a, b), self.bits)
                 self._local = rec
                 comm.all_reduce_max_(self.bits)
                 with codec.recording() as rec_q:
@@ -101,11 +115,13 @@ class ColumnProgram:
                 with codec.recording() as rec:
                     qa, qb, wire = self._quantize_mx(a, b)
                 self._local, self._quant = rec, None
-                # both operands' scale_max, reduced over the ranks in one collective: the GEMMs read this pair
-                self._smax_src, self.smax2 = (qa.scale_max, qb.scale_max), torch.empty(2, dtype=torch.uint8,
-                                                                                      device=self.device)
+                # both operands' scale_max (a weight quantized once: A's alone), reduced over the ranks in one
+                # collective: the GEMMs read this pair
+                self._smax_src = (qa.scale_max,) if self.stationary else (qa.scale_max, qb.scale_max)
+                self.smax2 = torch.empty(len(self._smax_src), dtype=torch.uint8, device=self.device)
                 self._reduce_smax(comm)
-                qa, qb = (_with_scale_max(q, self.smax2[i]) for i, q in enumerate((qa, qb)))
+                qa = _with_scale_max(qa, self.smax2[0])
+                qb = qb if self.stationary else _with_scale_max(qb, self.smax2[1])
             self.qa, self.qb, self.wire = qa, qb, wire
             self.gathered = [[torch.empty((self.world, e - s) + tuple(p.shape[1:]), dtype=p.dtype, device=self.device)
                               for p in wire] for s, e in self.parts]
@@ -134,6 +150,20 @@ class ColumnProgram:
         rate = GEMM_FLOPS_S["fp8" if p.da.elem in ("e4m3", "e5m2") else "16-bit"]
         return leave_for_gather(wire, 2.0 * self.m_local * self.n_local * self.k, p.dev.sms, rate)
 
+    def _inputs(self, a, b) -> list:
+        """The float inputs the recorded steps read (a weight quantized once is not one)."""
+        return [a] if self.stationary else [a, b]
+
+    def _stage_weight(self, a, b) -> None:
+        """Stage the weight once through a plan of the own rows' first chunk (cached on it), unrecorded."""
+        from mxcore import mx
+
+        s, e = self.parts[0]
+        rows = a[s:e]
+        qa = (mx.quantize_mx(rows, self.mdt.a.name, axis=-1, scale_rounding=self.scale_rounding)
+              if self.mdt.kind == "mx" else mx.quantize_tensor(rows, self.mdt.a.element))
+        self.be.plan(qa, b, self.mdt, out_dtype=self.out_dtype, scale_rounding=self.scale_rounding).close()
+
     def _reduce_smax(self, comm) -> None:
         self.torch.stack(self._smax_src, out=self.smax2)
         comm.all_reduce_max_(self.smax2)
@@ -144,6 +174,8 @@ class ColumnProgram:
         mdt = self.mdt
         sa, sb = _f.get(mdt.a.element), _f.get(mdt.b.element)
         ca, sca, ea = codec.quantize_tensor(a, sa, amax_bits=self.bits[0:1])
+        if self.stationary:
+            return ScaledTensor(ca, sca, sa.name, ea), b
         cb, scb, eb = codec.quantize_tensor(b, sb, order=self.be.b_code_order, amax_bits=self.bits[1:2])
         return ScaledTensor(ca, sca, sa.name, ea), ScaledTensor(cb, scb, sb.name, eb)
 
@@ -153,7 +185,7 @@ class ColumnProgram:
 
         mdt, rounding = self.mdt, self.scale_rounding
         qa = mx.quantize_mx(a, mdt.a.name, axis=-1, scale_rounding=rounding)
-        qb = mx.quantize_mx(b, mdt.b.name, axis=0, scale_rounding=rounding)
+        qb = b if self.stationary else mx.quantize_mx(b, mdt.b.name, axis=0, scale_rounding=rounding)
         return qa, qb, [_pack(self.torch, qa.codes, _f.get(qa.element).bits), qa.scales]
 
     def _received_codes(self, c):
@@ -203,12 +235,14 @@ class ColumnProgram:
         # buffers the collectives rewrite each call: the gathered operand and the all-reduced pair
         written = [_span(g) for per in self.gathered for g in per]
         written.append(_span(self.smax2 if self.mdt.kind == "mx" else self.bits))
+        if self.stationary:  # the weight's staged buffers: made once, cached on it, rewritten by nothing
+            written += [_span(x) for *_, p in self.plans for x in _operand_buffers(p.db)]
         buffers = [x for *_, p in self.plans for x in _plan_buffers(p)] + list(self.wire)
         if not (all(isinstance(p, CudaPlan) and p.batch is None and p._fold is None for *_, p in self.plans)
                 and _replayable(buffers, *recs, extra=written)):
             return
         self._bound = [int(p.out.data.ptr) for *_, p in self.plans]  # the output rows each plan writes now
-        inputs = [as_cupy(self.be.cp_module, x) for x in (a, b)]
+        inputs = [as_cupy(self.be.cp_module, x) for x in self._inputs(a, b)]
         try:
             self.steps = {
                 "local": self._local.replay(inputs),
@@ -222,7 +256,7 @@ class ColumnProgram:
     # ---- later calls -------------------------------------------------------------------------------------------
     def local(self, a, b) -> None:
         """The per-call work that needs no collective (fp8: the amax pair; MX: quantization and packing)."""
-        self._addr = (int(a.data_ptr()), int(b.data_ptr()))
+        self._addr = tuple(int(x.data_ptr()) for x in self._inputs(a, b))
         with self.be.cp_module.cuda.Device(self.device.index), self.stream:
             self.steps["local"](self._addr)
 
