@@ -137,20 +137,21 @@ def _check(torch, dist, args, dev, world, rank):
                                 layout, reduce, world, rank) for a, b in sets + sets[:1]]
             if rank == 0:
                 print(f"check {dt} {layout} {reduce or ''}: bit-exact on 3 calls (paths: {', '.join(paths)})")
-        if args.weights == "quantized":  # column layout, this rank's shard of B quantized once: against one process
-            n = sets[0][1].shape[1] // world
-            bq = _quantized_weight(sets[0][1][:, rank * n:(rank + 1) * n].contiguous(), dt, args.backend)
+        if args.weights == "quantized":  # column layout, this rank's shards of two weights quantized once (two
+            n = sets[0][1].shape[1] // world  # layers of one layout, taken in turn): against one process
+            bqs = [_quantized_weight(b[:, rank * n:(rank + 1) * n].contiguous(), dt, args.backend) for _, b in sets]
             paths = []
-            for a, _ in sets + sets[:1]:
-                m = a.shape[0] // world
+            for i, j in ((0, 0), (1, 0), (0, 1), (1, 1), (0, 0)):
+                a, m = sets[i][0], sets[i][0].shape[0] // world
                 stats = {}
-                got = distributed.matmul(a[rank * m:(rank + 1) * m].contiguous(), bq, dt, chunks=args.chunks,
+                got = distributed.matmul(a[rank * m:(rank + 1) * m].contiguous(), bqs[j], dt, chunks=args.chunks,
                                          backend=args.backend, stats=stats)
-                _same(torch, got, mxcore.matmul(a, bq, dt, backend=args.backend),
-                      f"rank {rank}: {dt} column, weight quantized once", stats["path"])
+                _same(torch, got, mxcore.matmul(a, bqs[j], dt, backend=args.backend),
+                      f"rank {rank}: {dt} column, weight {j} quantized once", stats["path"])
                 paths.append(stats["path"])
             if rank == 0:
-                print(f"check {dt} column, weight quantized once: bit-exact on 3 calls (paths: {', '.join(paths)})")
+                print(f"check {dt} column, two weights quantized once: bit-exact on 5 calls "
+                      f"(paths: {', '.join(paths)})")
     dist.barrier()
 
 

@@ -481,12 +481,12 @@ def test_two_gpus_nccl():
         for dt in ("fp8", "mxfp8", "mxfp4"):  # the column layout's later calls replay its per-call program
             assert f"check {dt} column : bit-exact on 3 calls (paths: recorded, replay, replay)" in proc.stdout, \
                 proc.stdout
-    # each rank's weight shard quantized once (an MXTensor / ScaledTensor): the program replays with it too
+    # each rank's shards of two weights quantized once (MXTensor / ScaledTensor), used in turn: one program
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "mxcore.bench_distributed",
            "--check", "--shape", "2048x2048x1024", "--weights", "quantized", "--iters", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for dt in ("fp8", "mxfp8", "mxfp4"):
-        assert (f"check {dt} column, weight quantized once: bit-exact on 3 calls (paths: recorded, replay, replay)"
-                in proc.stdout), proc.stdout
+        assert (f"check {dt} column, two weights quantized once: bit-exact on 5 calls (paths: recorded, replay, "
+                "replay, replay, replay)" in proc.stdout), proc.stdout
 

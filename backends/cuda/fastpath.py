@@ -12,8 +12,6 @@ Both keep their entries in the backend's ``_fast`` dict (False: the layout does 
 
 from __future__ import annotations
 
-import weakref
-
 from mxcore.arrays import array_kind
 from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
@@ -22,7 +20,7 @@ from mxcore.operands import quantize_on_device
 from .device import as_cupy, torch_stream, unowned_view
 from .plan import CudaPlan
 
-__all__ = ["fast_call", "fast_quantized", "fast_weight"]
+__all__ = ["fast_call", "fast_quantized", "fast_weight", "swap_weight"]
 
 _TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -212,44 +210,97 @@ def _span(x) -> tuple:
     return (lo, lo + int(x.nbytes))
 
 
+def staged_weight(b, ordinal: int, key=None):
+    """The staged form of weight ``b`` cached on it (stage.py): under ``key``, or (key=None) whether any B
+    staging on GPU ``ordinal`` is cached; None / False when not staged yet."""
+    from .stage import _STAGED
+
+    cache = _STAGED.get(b) or {}
+    if key is None:
+        return any(k[0] == ordinal and k[1] == "b" for k in cache)
+    return cache.get(key)
+
+
+def staged_key(before: dict, d):
+    """The key under which ``d`` (a plan's staged B) was cached on the weight before the plan (``before``: a copy
+    of the weight's cache, :func:`weight_cache`), or None (the plan staged it itself)."""
+    return next((k for k, v in before.items() if v is d), None)
+
+
+def weight_cache(b) -> dict:
+    """A copy of the staged forms cached on weight ``b``."""
+    from .stage import _STAGED
+
+    return dict(_STAGED.get(b) or {})
+
+
+def same_form(d, e) -> bool:
+    """Two staged weights one plan can take in turn: the kernel variant, its launch geometry and the MX path
+    (folded or per-32 blocks) are the same; only buffers and scales differ (rebind re-reads the scales)."""
+    def form(x):
+        mx = x.mx
+        return (x.kmajor, x.elem, x.ld, x.k, x.bstride, x.exp_at is None, mx is None,
+                None if mx is None else (mx.ld, mx.folded is None))
+    return form(d) == form(e)
+
+
+def swap_weight(p, staged) -> bool:
+    """Point plan ``p`` at another staged weight of the same form (False: not the same form, nothing changed)."""
+    if staged is p.db:
+        return True
+    if not same_form(staged, p.db):
+        return False
+    if isinstance(p, CudaPlan):
+        p.rebind(db=staged)
+    else:  # the weight-only plan: its packed launch takes B's address per call
+        p.db = staged
+    return True
+
+
 def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     """``a @ b`` with ``a`` a contiguous 2-D float device array and ``b`` a weight quantized once (a device
     MXTensor / ScaledTensor; fp8, MX, or a weight-only pair such as bf16 x mxfp4): the linear-layer call.
-    The first call of a layout (device, stream, A's dtype, shape and alignment, the weight object, dtype, output)
-    runs the generic path, which stages the weight once (cached on it).  The second records A's quantization and
-    staging and keeps the plan when both replay; later calls replay them and launch into a new output.
-    A weight-only pair whose activations the kernel reads in place keeps the plan's packed launch and sets A's and
-    the output's addresses per call.  The entry is dropped when the weight is garbage collected."""
+    One entry per layout (device, stream, A's dtype, shape and alignment, the weight's kind, format and shape,
+    dtype, output), shared by every weight of that layout (the layers of a model): a weight's first call runs the
+    generic path, which stages it once (cached on the weight); the layout's first call with a staged weight records
+    A's quantization and staging and keeps the plan when both replay; later calls replay them, point the plan at
+    this call's staged weight (:func:`swap_weight`) and launch into a new output.  A weight-only pair whose
+    activations the kernel reads in place keeps the plan's packed launch and sets B's, A's and the output's
+    addresses per call.  The entry holds no weight (only the last one's staged buffers)."""
     fa = _float_device(be, a)
     if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
         return None
     ka, name, pa, ordinal, stream_h = fa
     if not _weight_on(b, ordinal):
         return None
-    key = ("w", ka, ordinal, stream_h, name, tuple(a.shape), pa % 16, id(b), mdt.name, out_dtype, scale_rounding)
+    key = ("w", ka, ordinal, stream_h, name, tuple(a.shape), pa % 16, type(b).__name__, b.fmt, tuple(b.shape),
+           mdt.name, out_dtype, scale_rounding)
     entry = be._fast.get(key)
-    if entry is None:
-        if len(be._fast) > 256:
-            be._fast.clear()
+    if entry is None and len(be._fast) > 256:
+        be._fast.clear()
+    if entry is None or entry is _SEEN:
         be._fast[key] = _SEEN
-        weakref.finalize(b, be._fast.pop, key, None)  # the id may be reused once the weight is gone
-        return None
-    if entry is _SEEN:
+        if not staged_weight(b, ordinal):
+            return None  # the generic path stages the weight (cached on it)
         return _keep_weight(be, key, a, b, mdt, out_dtype, scale_rounding, pa)
     if entry is False:
         return None
-    if entry[0] == "wonly":
-        p, out = entry[1], None
-        cp = be.cp_module
-        with cp.cuda.Device(ordinal):
+    p, wkey = entry[1], entry[-1]
+    staged = staged_weight(b, ordinal, wkey)
+    cp = be.cp_module
+    with cp.cuda.Device(ordinal):
+        if staged is None or not swap_weight(p, staged):
+            return None  # not staged yet (the generic path does it, cached on the weight), or another form
+        if isinstance(entry[0], str):  # "wonly"
             out = _new_out(cp, p, a)
-            p._launch(cp.cuda.driver, p.stream.ptr, ((1, pa), (2, int(unowned_view(cp, out).data.ptr))))
-        return out
-    return _replayed(be, entry, (pa,), a)
+            p._launch(cp.cuda.driver, p.stream.ptr, ((0, int(p.db.buf.data.ptr)), (1, pa),
+                                                     (2, int(unowned_view(cp, out).data.ptr))))
+            return out
+    return _replayed(be, entry[:3], (pa,), a)
 
 
 def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: int):
-    """The second call of a :func:`fast_weight` layout: run it, recording what a replay needs; keep the entry."""
+    """The layout's first call with a staged weight: run it, recording what a replay needs; keep the entry."""
     from mxcore.backends import codec
 
     from .wonly import WonlyPlan
@@ -257,15 +308,17 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
     cp = be.cp_module
     be._fast[key] = False
     with cp.cuda.Device(_ordinal_of(b.codes)):
+        before = weight_cache(b)  # a replay must not redo (or hold) a weight's staging: it was made before
         if mdt.kind == WONLY_KIND:  # the activations are read as they are (or rounded once by the staging)
             p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)
             p.gemm()
             result = p.result()
+            wkey = staged_key(before, p.db)
             if (isinstance(p, WonlyPlan) and p._fold is None and p._launch is not None and p.da.direct
-                    and int(p.da.buf.data.ptr) == pa):
+                    and int(p.da.buf.data.ptr) == pa and wkey is not None):
                 p._prep = None  # the staging callable holds the weight: the entry must not keep it alive
-                p.out = unowned_view(cp, p.out)  # nor the second call's result (its shape and dtype stay)
-                be._fast[key] = ("wonly", p)
+                p.out = unowned_view(cp, p.out)  # nor this call's result (its shape and dtype stay)
+                be._fast[key] = ("wonly", p, wkey)
             return result
         with codec.recording() as rec:
             qa = quantize_on_device(a, mdt.a, "a", scale_rounding)
@@ -273,19 +326,20 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
             p = be.plan(qa, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage="a")
         p.gemm()
         result = p.result()
-        if not (isinstance(p, CudaPlan) and p.batch is None and p._fold is None
+        wkey = staged_key(before, p.db)
+        if not (isinstance(p, CudaPlan) and p.batch is None and p._fold is None and wkey is not None
                 and _replayable(_quantized_buffers(qa), rec)):
             return result
         try:
             replay = rec.replay(_device_views(cp, a))
         except UnsupportedError:
             return result
-        # A's staging must replay (no prep() per call): the staging callable holds the weight, and the entry must
-        # not keep it alive; the weight's staged buffers stay as they are (cached on it, rewritten by nothing)
+        # A's staging must replay (no prep() per call: the staging callable holds the weight, and the entry must
+        # not keep it alive); the weights' staged buffers stay as they are (cached on them, rewritten by nothing)
         weight = [_span(x) for x in _operand_buffers(p.db)]
         if _replayable(_plan_buffers(p), rec, rec_stage, extra=weight):
             p._prep = None
-            be._fast[key] = (replay, p, rec_stage.replay(()))
+            be._fast[key] = (replay, p, rec_stage.replay(()), wkey)
     return result
 
 

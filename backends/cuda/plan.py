@@ -155,6 +155,8 @@ class CudaPlan(Plan):
         """Point the next gemm() at other staged operands (same layout: what ``prep()`` returns again) and/or another
         output (a CuPy array like the plan's output: shape, dtype, C order)."""
         self.da, self.db = da or self.da, db or self.db
+        if da is not None or db is not None:  # another weight: its scale exponent (or device scale) too
+            self._scale = scale_args(self.da, self.db)
         if out is not None:
             self.out = out
         self._pack()

@@ -400,6 +400,7 @@ class Sm90Plan(CudaPlan):
             self.out = out
         v = self.variant_
         if operands:
+            self._scale = scale_args(self.da, self.db)  # another weight: its scale exponent (or device scale) too
             self._maps()
         elif out is not None and out.size and v.tma_store and self.da.k:
             self._args_for = None

@@ -33,7 +33,8 @@ from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
 from .device import as_cupy, stream_for, torch_stream, unowned_view
-from .fastpath import _operand_buffers, _plan_buffers, _replayable, _span, _weight_on
+from .fastpath import (_operand_buffers, _plan_buffers, _replayable, _span, _weight_on, same_form, staged_key,
+                       staged_weight, swap_weight, weight_cache)
 from .plan import CudaPlan
 
 __all__ = ["ColumnProgram", "build"]
@@ -69,8 +70,10 @@ def qualifies(torch, a, b, mdt) -> bool:
 
 
 def key(torch, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int) -> tuple:
-    """A program's layout; a weight quantized once is part of it by identity (the program holds it)."""
-    bk = ("weight", id(b)) if not isinstance(b, torch.Tensor) else (str(b.dtype), tuple(b.shape), b.data_ptr() % 16)
+    """A program's layout (a weight quantized once by its kind, format and shape: the weights of one layout — a
+    model's layers — share the program, which points its plans at each call's weight)."""
+    bk = ((type(b).__name__, b.fmt, tuple(b.shape)) if not isinstance(b, torch.Tensor)
+          else (str(b.dtype), tuple(b.shape), b.data_ptr() % 16))
     return (id(comm.group), comm.world, comm.rank, a.device.index, torch_stream(torch, a.device.index), str(a.dtype),
             tuple(a.shape), a.data_ptr() % 16, bk, mdt.name, out_dtype, scale_rounding, chunks)
 
@@ -86,6 +89,7 @@ class ColumnProgram:
         self.n_local = int(b.shape[1])
         self.device = a.device
         self.stationary = not isinstance(b, self.torch.Tensor)  # a weight quantized once: used as it is
+        self._wkey = None  # its staged form's key in the weights' staging cache (stage.py), when stationary
         self.parts = splits(self.m_local, chunks)
         self.steps = None  # the per-call replays, once the first call shows they redo everything
         with be.cp_module.cuda.Device(a.device.index):
@@ -101,6 +105,7 @@ class ColumnProgram:
         with cp.cuda.Device(self.device.index), self.stream:
             if self.stationary:  # the weight's staging, once and cached on it: no recorded step redoes it
                 self._stage_weight(a, b)
+                before = weight_cache(b)
             if fp8:
                 self.bits = torch.zeros(2, dtype=torch.int64, device=self.device)
                 with codec.recording() as rec:
@@ -141,8 +146,33 @@ class ColumnProgram:
                 for k in range(self.world):
                     if k != self.rank:
                         self._add_plan(codec, k, c, out, codes)
+        if self.stationary:  # every plan reads the weight's cached staging (made before any recording)
+            keys = {staged_key(before, p.db) for *_, p in self.plans}
+            self._wkey = keys.pop() if len(keys) == 1 else None
+            for *_, p in self.plans:
+                p._prep = None  # the staging callables hold the weight: the program must not keep it alive
+            self.qb = None
+            if self._wkey is None:
+                return out
         self._decide(a, b)
         return out
+
+    def use_weight(self, a, b) -> bool:
+        """Point every plan at weight ``b`` (this layout's kind, format and shape), staging it once (cached on it)
+        when it is new; False when its staged form differs from the plans' (e.g. not foldable where the first
+        weight was): that call runs the generic path."""
+        plan0 = self.plans[0][3]
+        cp = self.be.cp_module
+        with cp.cuda.Device(self.device.index), self.stream:
+            staged = staged_weight(b, self.device.index, self._wkey)
+            if staged is None:
+                self._stage_weight(a, b)
+                staged = staged_weight(b, self.device.index, self._wkey)
+            if staged is None or not same_form(staged, plan0.db):
+                return False
+            for *_, p in self.plans:
+                swap_weight(p, staged)
+        return True
 
     def _sms_for_gather(self, p) -> int:
         """SMs the own rows' persistent GEMM leaves to the concurrent all-gather (:func:`leave_for_gather`)."""
@@ -344,7 +374,10 @@ def lookup(torch, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: 
     not replayed (inputs that do not qualify, or a first call whose recordings did not redo everything)."""
     if not qualifies(torch, a, b, mdt):
         return False
-    return _PROGRAMS.get(key(torch, comm, a, b, mdt, out_dtype, scale_rounding, chunks))
+    prog = _PROGRAMS.get(key(torch, comm, a, b, mdt, out_dtype, scale_rounding, chunks))
+    if prog and prog.stationary and not prog.use_weight(a, b):
+        return False
+    return prog
 
 
 def keep(be, comm, a, b, mdt, out_dtype: str, scale_rounding: str, chunks: int):
