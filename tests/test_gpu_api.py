@@ -250,7 +250,9 @@ def test_repeated_calls_replay_the_same_numerics(cupy_device, kind, dtype):
 
     if kind == "torch":
         torch = pytest.importorskip("torch")
-    be = mxcore.backends.get("cuda")
+    from mxcore.backends import get
+
+    be = get("cuda")
     rng = np.random.default_rng(5)
     from mxcore.backends.codec import Replay
 
@@ -302,7 +304,9 @@ def test_weight_quantized_once_replays(cupy_device, kind, dtype):
     from mxcore import mx
 
     torch = pytest.importorskip("torch") if kind == "torch" else None
-    be = mxcore.backends.get("cuda")
+    from mxcore.backends import get
+
+    be = get("cuda")
     mdt = _dt.resolve(dtype, be.target().arch)
     wonly = mdt.kind == _dt.WONLY_KIND
     rng = np.random.default_rng(11)

@@ -293,8 +293,8 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             return None  # not staged yet (the generic path does it, cached on the weight), or another form
         if isinstance(entry[0], str):  # "wonly"
             out = _new_out(cp, p, a)
-            p._launch(cp.cuda.driver, p.stream.ptr, ((0, int(p.db.buf.data.ptr)), (1, pa),
-                                                     (2, int(unowned_view(cp, out).data.ptr))))
+            po = out.data_ptr() if ka == "torch" else out.data.ptr
+            p._launch(cp.cuda.driver, p.stream.ptr, ((0, int(p.db.buf.data.ptr)), (1, pa), (2, po)))
             return out
     return _replayed(be, entry[:3], (pa,), a)
 
