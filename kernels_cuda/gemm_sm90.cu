@@ -10,7 +10,8 @@
 //     in registers; the epilogue scales by out_scale (mx_common.cuh) and writes fp32 / fp16 / bf16 straight from registers
 //     (predicated on M, N).  setmaxnreg gives the consumers SM90_REG_CONSUMER registers, the producer
 //     SM90_REG_PRODUCER.
-//   * tiles are visited in SM90_GROUP_M-row groups (L2 reuse of B), tile = blockIdx.x, += gridDim.x.
+//   * tiles are visited in SM90_GROUP_M-row groups (L2 reuse of B), work unit = blockIdx.x, += gridDim.x (a unit is
+//     a tile, or one K split of a tile of the last wave: "Split K" below).
 //
 // -D defines:
 //   SM90_ELEM      0 f16, 1 bf16, 2 tf32 (fp32 bits, pre-rounded), 3 fp8 (SM90_A_E5M2 / SM90_B_E5M2: 0 e4m3, 1 e5m2)
@@ -53,9 +54,12 @@
 //   SM90_SWAP      1: A and B were swapped by the host (small M: C^T = B^T A^T, the weight fills the 128-row
 //                 side); the epilogue stores D transposed, straight from registers
 // out_kind: 0 fp32, 1 fp16, 2 bf16.  ldc in elements.  pair_ok: C's base and ldc allow 2-element stores.
-// Split K: k_split (a multiple of the stage's K) per split; work unit u = (tile u / splits, split u % splits);
-// split z writes its fp32 partial product (alpha 1) at C + z * split_stride elements (direct stores), which the
-// host sums in z order (mx_splitk_reduce).  Without a split: k_split >= K.
+// Split K (the host's rule, sm90.split_tail): units [0, tail0) are whole tiles; the tiles from tail0 on (the last,
+// partial wave's, or every tile of a problem with fewer tiles than blocks) are split along K into `splits` units of
+// `per` ring stages (128-K promotion windows for fp8 / MX) each (unit_work).  Each split unit's warps store their fp32
+// partial to ws; the last to arrive at the tile's counter (one per tile and consumer; reset afterwards) sums
+// the partials in split order, so the bits do not depend on which unit arrives last, and runs the epilogue
+// (split_fixup).  units: tail0 + (tiles - tail0) * splits (from the host).  splits = 1: no split.
 
 #include "mx_common.cuh"
 
@@ -267,6 +271,14 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
 __device__ __forceinline__ void bar_arrive(u32 id, u32 threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -341,6 +353,17 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
     const int in_group = tile - group * group_size;
     tm = first + in_group % rows;
     tn = in_group / rows;
+}
+
+// Work unit u of the persistent grid (see "Split K" above): its tile (in tile_coords order), K stages [kb0, kb1)
+// and split index z (0 for a whole tile).
+struct Work {
+    int tile, kb0, kb1, z;
+};
+__device__ __forceinline__ Work unit_work(int u, int tail0, int splits, int per, int kblocks) {
+    if (u < tail0 || splits == 1) return {u, 0, kblocks, 0};
+    const int v = u - tail0, z = v % splits;
+    return {tail0 + v / splits, z * per, min(kblocks, (z + 1) * per), z};
 }
 
 __device__ __forceinline__ void store_pair(void* C, i64 off, float v0, float v1, bool two, bool pair_ok,
@@ -446,6 +469,62 @@ __device__ __forceinline__ void mx_promote_exact(float (&acc)[SM90_ACC], const f
 }
 #endif
 
+// split_fixup's sum: acc += the partials of splits 1 .. splits-1 (in that order), n8 column blocks of half H.
+template <int H>
+__device__ __forceinline__ void split_add(float (&acc)[SM90_ACC], const float4* part, int splits) {
+    constexpr int Q = SM90_ACC / 4;
+#pragma unroll 1
+    for (int zz = 1; zz < splits; ++zz) {
+        const float4* const pz = part + (i64)zz * Q * 32;
+#pragma unroll
+        for (int q = H * Q / 2; q < (H + 1) * Q / 2; ++q) {
+            const float4 p = __ldcg(pz + q * 32);
+            acc[4 * q] += p.x;
+            acc[4 * q + 1] += p.y;
+            acc[4 * q + 2] += p.z;
+            acc[4 * q + 3] += p.w;
+        }
+    }
+}
+
+// Split K: a consumer warpgroup's fp32 partial of a split tile (its 64 rows, all columns) goes to its slice of ws
+// (per warp a float4 per lane and n8 column block: coalesced); the warpgroup whose atomic add brings its counter (one
+// per tile and consumer) to `splits` is the tile's last unit to arrive for these rows: it sums the splits'
+// partials in split order into acc (read back through L2, ld.global.cg, after the fence; its own too, so the order
+// does not depend on which unit finishes), resets the counter and returns true: it runs the epilogue.  The others
+// return false.  The decision is the whole warpgroup's (thread 0's atomic, broadcast through the shared word `flag`
+// between named barriers 1 + c): wgmma and the epilogue's barriers are warpgroup-wide.
+__device__ __forceinline__ bool split_fixup(float (&acc)[SM90_ACC], float* __restrict__ ws, u32* __restrict__ counters,
+                                            u32 flag, int slot, int z, int splits, int c, int t) {
+    constexpr int Q = SM90_ACC / 4;  // n8 column blocks (4 accumulators each per lane)
+    const int lane = t % 32;
+    const int wid = (slot * 2 + c) * 4 + t / 32;  // this warp's slice
+    float4* const part = (float4*)ws + (i64)wid * splits * Q * 32 + lane;  // split zz, block q: part[(zz Q + q) 32]
+    float4* const mine = part + (i64)z * Q * 32;
+#pragma unroll
+    for (int q = 0; q < Q; ++q)
+        mine[q * 32] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+    __threadfence();
+    bar_sync(1 + c, 128);  // the warpgroup's partial is stored and fenced (every thread read the last flag)
+    u32* const counter = counters + slot * 2 + c;
+    if (t == 0) st_shared_u32(flag, atomicAdd(counter, 1u) == (u32)splits - 1);
+    bar_sync(1 + c, 128);
+    if (!__shfl_sync(0xffffffffu, ld_shared_u32(flag), 0)) return false;  // shfl: warp-uniform to the compiler
+    __threadfence();
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+        const float4 p = __ldcg(part + q * 32);
+        acc[4 * q] = p.x;
+        acc[4 * q + 1] = p.y;
+        acc[4 * q + 2] = p.z;
+        acc[4 * q + 3] = p.w;
+    }
+    split_add<0>(acc, part, splits);  // the other splits, by column halves: fewer loads in flight beside acc
+    split_add<1>(acc, part, splits);
+    if (t == 0) *counter = 0u;  // ready for the next launch
+    return true;
+}
+
 // A consumer warpgroup has read stage buffers: tell the producer(s) that may refill them (called by every thread
 // of the warpgroup; lane 0 of warp r signals block r of the cluster).
 __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
@@ -465,8 +544,9 @@ __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
 extern "C" __global__ void __launch_bounds__(384, 1) SM90_CLUSTER_ATTR
 mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
              const __grid_constant__ TmaMap map_c, void* __restrict__ C, int M, int N, int K, i64 ldc, int exp0,
-             const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int pair_ok, int k_split,
-             i64 split_stride, const __grid_constant__ TmaMap map_sa, const __grid_constant__ TmaMap map_sb,
+             const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int pair_ok, int units, int tail0,
+             int splits, int per, float* __restrict__ ws, u32* __restrict__ counters,
+             const __grid_constant__ TmaMap map_sa, const __grid_constant__ TmaMap map_sb,
              const int* __restrict__ info_a, const int* __restrict__ info_b, const u8* __restrict__ nan_a,
              const u8* __restrict__ nan_b, const u8* __restrict__ fold_a, const u8* __restrict__ fold_b,
              const int* __restrict__ fac_a, i64 ld_fa, const int* __restrict__ fac_b, i64 ld_fb) {
@@ -477,6 +557,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
     const u32 epi = ring + SM90_STAGES * SM90_STAGE_BYTES;  // output buffers (SM90_TMA_STORE)
     const u32 bars = epi + SM90_EPI_BYTES;  // full[s] at bars + 8 s, empty[s] after them
     const u32 full0 = bars, empty0 = bars + 8 * SM90_STAGES;
+    const u32 flags = bars + 16 * SM90_STAGES;  // one word per consumer (split_fixup)
 
     const int wg = threadIdx.x / 128;
     const int tiles_m = (M + SM90_BM - 1) / SM90_BM, tiles_n = (N + SM90_BN - 1) / SM90_BN;
@@ -488,9 +569,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #endif
     const int units_m = (tiles_m + SM90_CLUSTER - 1) / SM90_CLUSTER;
     const int kblocks = (K + SM90_BK - 1) / SM90_BK;
-    const int split_blocks = k_split / SM90_BK;  // K blocks per split (k_split: a multiple of SM90_BK, >= K: none)
-    const int splits = (kblocks + split_blocks - 1) / split_blocks;
-    const int units = units_m * tiles_n * splits;  // unit u: tile u / splits, K split u % splits
     const int unit0 = blockIdx.x / SM90_CLUSTER, unit_step = gridDim.x / SM90_CLUSTER;
 
     if (threadIdx.x == 0) {
@@ -528,12 +606,12 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             const u32 stage_tx = SM90_STAGE_BYTES;
 #endif
             for (int u = unit0; u < units; u += unit_step) {
+                const Work w = unit_work(u, tail0, splits, per, kblocks);
                 int tm, tn;
-                tile_coords(u / splits, units_m, tiles_n, tm, tn);
+                tile_coords(w.tile, units_m, tiles_n, tm, tn);
                 tm = tm * SM90_CLUSTER + rank;
-                const int kb0 = (u % splits) * split_blocks, kb1 = min(kblocks, kb0 + split_blocks);
                 const int m0 = tm * SM90_BM, n0 = tn * SM90_BN;
-                for (int kb = kb0; kb < kb1; ++kb) {
+                for (int kb = w.kb0; kb < w.kb1; ++kb) {
                     mbarrier_wait(empty0 + 8 * s, phase ^ 1);
                     const u32 full = full0 + 8 * s;
                     mbarrier_arrive_expect_tx(full, stage_tx);
@@ -605,15 +683,14 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #endif
 #endif
         for (int u = unit0; u < units; u += unit_step) {
+            const Work w = unit_work(u, tail0, splits, per, kblocks);
+            const int kb0 = w.kb0, kb1 = w.kb1;
             int tm, tn;
-            tile_coords(u / splits, units_m, tiles_n, tm, tn);
+            tile_coords(w.tile, units_m, tiles_n, tm, tn);
             tm = tm * SM90_CLUSTER + rank;
-            const int kb0 = (u % splits) * split_blocks, kb1 = min(kblocks, kb0 + split_blocks);
 #if SM90_SCRATCH
 #pragma unroll
             for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
-#else
-            int prev = -1;
 #endif
 #if SM90_MX && SM90_MX_DUAL
             // two scratch accumulators: block j+1's wgmma (into the other one) is issued before block j's promotion
@@ -757,8 +834,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
 #else
                 wgmma_wait_group<1>();  // the previous stage's wgmma are done: hand its buffers back
-                if (prev >= 0) release_stage(empty0 + 8 * prev, t);
-                prev = s;
+                if (kb > kb0) release_stage(empty0 + 8 * (s ? s - 1 : SM90_STAGES - 1), t);
 #endif
                 if (++s == SM90_STAGES) {
                     s = 0;
@@ -766,18 +842,29 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 }
             }
 #endif  // SM90_MX
+#if !SM90_SCRATCH
+            wgmma_wait_group<0>();
+            release_stage(empty0 + 8 * (s ? s - 1 : SM90_STAGES - 1), t);  // the last stage (s has moved past it)
+#endif
+            if (splits > 1 && u >= tail0 &&
+                !split_fixup(acc, ws, counters, flags + 4 * c, (w.tile - tail0) * SM90_CLUSTER + rank, w.z, splits,
+                             c, t))
+                continue;  // another unit of this tile finishes it
 #if SM90_MX_FOLDS
             if (mx_whole) {  // the rows' and columns' one factor each (window 0's), applied once (as the promotion)
+                // every factor load issued before the first use (one memory latency per tile, not one per group)
                 const int row0 = tm * SM90_BM + r_loc;
                 int ra[2];
+                int4 fb[SM90_BN / 16];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) ra[h] = row0 + 8 * h < M ? fac_a[(i64)(row0 + 8 * h) * ld_fa] : 127 << 23;
+#pragma unroll
+                for (int g = 0; g < SM90_BN / 16; ++g) {
+                    const int col16 = tn * SM90_BN + 16 * g;  // the 16-column group (fac_b: ld_fb columns, permuted)
+                    fb[g] = col16 < ld_fb ? *(const int4*)(fac_b + col16 + 4 * (lane % 4)) : make_int4(0, 0, 0, 0);
+                }
                 mx_for_each_factor(
-                    ra[0], ra[1],
-                    [&](int g) {
-                        const int col16 = tn * SM90_BN + 16 * g;  // the 16-column group (fac_b: ld_fb columns, permuted)
-                        return col16 < ld_fb ? *(const int4*)(fac_b + col16 + 4 * (lane % 4)) : make_int4(0, 0, 0, 0);
-                    },
+                    ra[0], ra[1], [&](int g) { return fb[g]; },
                     [&](int i, int r, int cf) {
                         acc[i] = mx_fast ? acc[i] * __int_as_float(r + cf) : mx_add_exact(0.f, acc[i], r, cf);
                     });
@@ -799,10 +886,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     }
                 }
             }
-#endif
-#if !SM90_SCRATCH
-            wgmma_wait_group<0>();
-            release_stage(empty0 + 8 * prev, t);
 #endif
             // epilogue: accumulator j of n8 block b: row 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1)
 #if SM90_TMA_STORE
@@ -844,7 +927,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 }
             }
 #else
-            void* const Cz = (void*)((u8*)C + (u % splits) * split_stride * (out_kind == 0 ? 4 : 2));  // K split's slice
             const int row0 = tm * SM90_BM + 64 * c + 16 * warp + lane / 4;
             const int col0 = tn * SM90_BN + 2 * (lane % 4);
 #pragma unroll
@@ -856,13 +938,13 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #if SM90_SWAP
                     // D is C transposed (A, B swapped by the host): D[row, col] -> C[col, row]
                     if (row < M && col < N)
-                        store_pair(Cz, (i64)col * ldc + row, alpha * acc[4 * b + 2 * h], 0.f, false, false, out_kind);
+                        store_pair(C, (i64)col * ldc + row, alpha * acc[4 * b + 2 * h], 0.f, false, false, out_kind);
                     if (row < M && col + 1 < N)
-                        store_pair(Cz, (i64)(col + 1) * ldc + row, alpha * acc[4 * b + 2 * h + 1], 0.f, false, false,
+                        store_pair(C, (i64)(col + 1) * ldc + row, alpha * acc[4 * b + 2 * h + 1], 0.f, false, false,
                                    out_kind);
 #else
                     if (row < M && col < N)
-                        store_pair(Cz, (i64)row * ldc + col, alpha * acc[4 * b + 2 * h], alpha * acc[4 * b + 2 * h + 1],
+                        store_pair(C, (i64)row * ldc + col, alpha * acc[4 * b + 2 * h], alpha * acc[4 * b + 2 * h + 1],
                                    col + 1 < N, pair_ok, out_kind);
 #endif
                 }

@@ -242,3 +242,61 @@ def test_device_quantized_operands(backend, rng, dtype, shape):
     got = _run(backend, cp.asarray(a.astype(np.float32)), cp.asarray(b.astype(np.float32)), dtype)
     assert not np.isnan(got).any(), "unwritten (NaN-poisoned) outputs"
     np.testing.assert_array_equal(got, reference_matmul(a, b, dtype).astype(np.float64))
+
+
+#: dtypes of the split-tail test: every accumulation form of the kernel (16-bit on clusters of 2, tf32, fp8 promoted
+#: and fast, mixed fp8, exact MX per-32 blocks and MX folded into e4m3)
+SPLIT_DTYPES = ["fp16", "tf32", "e4m3fn", "fast-e4m3fn", ("e5m2", "e4m3fn"), "mxfp8_e4m3", "mxfp4", "mxfp6_e3m2"]
+
+
+def _split_shape(backend, cp, dtype, form, opts):
+    """(M, N, K) for ``form``: "tail" fills one wave of the plan's resident blocks (clusters) and 4 tiles more, so
+    that the last wave's tiles split along K (sm90.split_tail); "few" has fewer tiles than half the blocks (every
+    tile split).  M and N are not tile multiples and K not a multiple of the ring stage's K (K tails)."""
+    probe = backend.plan(cp.ones((256, 256), cp.float32), cp.ones((256, 256), cp.float32),
+                         _dt.resolve("e4m3fn" if _dt.resolve(dtype, "sm_90").kind != "float" else dtype, "sm_90"),
+                         family="wgmma", **{k: v for k, v in opts.items() if k == "fp8_accumulate"})
+    v, resident = probe.variant_, probe._resident
+    if form == "few":
+        return 300, 500, 4100
+    rows = -(-(resident + 4) // 2)  # 2 tile columns: rows x 2 = resident + 4 (+1)
+    return rows * 128 * v.cluster - 5, 2 * v.bn - 7, 2100
+
+
+@pytest.mark.parametrize("form", ["tail", "few"])
+@pytest.mark.parametrize("dtype", SPLIT_DTYPES, ids=_id)
+def test_split_tail_bit_exact(backend, rng, dtype, form):
+    """The tiles of the last, partial wave (or all tiles of a problem with fewer tiles than SMs) split along K over
+    the idle SMs (sm90.split_tail; kernel: unit_work, split_fixup): bit-exact on exact inputs, the plan did split,
+    and on random normal inputs two launches give the same bits (the partials are summed in split order whichever
+    unit finishes last; the counters reset themselves)."""
+    import cupy as cp
+
+    fast = dtype == "fast-e4m3fn"
+    dtype = "e4m3fn" if fast else dtype
+    mdt = _dt.resolve(dtype, "sm_90")
+    opts = {"fp8_accumulate": "fast"} if fast else ({"mx_path": "exact"} if mdt.kind == "mx" else {})
+    m, n, k = _split_shape(backend, cp, dtype, form, opts)
+    v = 2 if mdt.kind == "mx" or fast else 4  # MX: a folded window sums blocks at shifts: keep it within ~14 bits
+    a, b = _ints(rng, (m, k), -v, v, mdt.kind == "float"), _ints(rng, (k, n), -v, v, mdt.kind == "float")
+    if fast:  # fast accumulation is exact while every running sum stays below 2^11: a sparse A keeps it there
+        a *= rng.random((m, k)) < 0.02
+    pa, pb = _operands(cp, a, b, dtype, ("row", "row"))
+    out = poisoned_output(cp, m, n, "float32")
+    plan = backend.plan(pa, pb, mdt, out=out, family="wgmma", **opts)
+    assert plan._splits > 1 and (plan._tail0 > 0) == (form == "tail"), (plan._tail0, plan._splits, plan._resident)
+    assert ("_mx32" in plan.variant) == (mdt.kind == "mx"), plan.variant
+    plan.gemm()
+    got = output_values(cp, out, "float32")
+    assert not np.isnan(got).any(), "unwritten (NaN-poisoned) outputs"
+    np.testing.assert_array_equal(got, reference_matmul(a, b, dtype).astype(np.float64))
+    x, y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    runs = []
+    for _ in range(2):
+        out = poisoned_output(cp, m, n, "float32")
+        p = backend.plan(*_operands(cp, x, y, dtype, ("row", "row")), mdt, out=out, family="wgmma", **opts)
+        p.gemm()
+        p.gemm()  # the second launch reuses the counters the first one reset
+        runs.append(output_values(cp, out, "float32"))
+    assert not np.isnan(runs[0]).any()
+    np.testing.assert_array_equal(runs[0], runs[1])

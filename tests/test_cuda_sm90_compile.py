@@ -118,6 +118,39 @@ def test_family_rule():
         families.family_for("sm_80", None, None, "wgmma")
 
 
+@pytest.mark.parametrize("tiles, resident, kblocks, want", [
+    (704, 132, 32, (660, 3, 11)),  # 4096^2 in 128x192 tiles: 5 waves, the 44 tiles left split in 3 (11, 11, 10 stages)
+    (2752, 132, 64, (2752, 1, 64)),  # 8192^2: 112 tiles left, no room to split them
+    (1024, 132, 32, (1024, 1, 32)),  # 7.76 waves: 100 left, too many
+    (2400, 132, 32, (2376, 4, 8)),  # 24 left: 5 splits would be 7 stages (< MIN_SPLIT_STAGES): 4
+    (64, 132, 128, (0, 2, 64)),  # fewer tiles than blocks (decode, swapped): every tile split
+    (2, 132, 33, (0, 4, 9)),  # 33 stages in 4 splits of 9, 9, 9, 6
+    (1, 132, 15, (1, 1, 15)),  # too short to split
+    (132, 132, 64, (132, 1, 64)),  # whole waves
+    (4, 132, 1000, (0, 16, 63)),  # at most MAX_SPLITS
+])
+def test_split_tail_rule(tiles, resident, kblocks, want):
+    assert sm90.split_tail(tiles, resident, kblocks) == want
+
+
+def test_split_tail_rule_invariants():
+    """Over a grid of problems: the split units fit in the one wave left after the whole ones, the splits are
+    MIN_SPLIT_STAGES stages or more (the last one the rest) and cover K exactly, none empty (unit_work's ranges)."""
+    for resident in (66, 114, 132):
+        for tiles in range(1, 3 * resident, 7):
+            for kblocks in (1, 8, 15, 16, 17, 33, 64, 257):
+                tail0, splits, per = sm90.split_tail(tiles, resident, kblocks)
+                if splits == 1:
+                    assert (tail0, per) == (tiles, kblocks)
+                    continue
+                assert tail0 % resident == 0 and tail0 == tiles // resident * resident
+                assert (tiles - tail0) * splits <= resident and 2 <= splits <= sm90.MAX_SPLITS
+                ranges = [(z * per, min(kblocks, (z + 1) * per)) for z in range(splits)]
+                assert ranges[0][0] == 0 and ranges[-1][1] == kblocks
+                assert all(lo < hi for lo, hi in ranges)
+                assert per >= sm90.MIN_SPLIT_STAGES
+
+
 def test_mx_path_rule():
     """MX pairs on wgmma take the exact block-scaled variant by the rule where it measured faster than decoding
     (MX_FOLD_DEFAULT for pairs of fp4 / fp6 operands, MX_EXACT_DEFAULT for pairs with mxfp8); mma.sync, non-MX
@@ -168,8 +201,3 @@ def test_probe_kernels_compile_to_wgmma():
     assert len(lines) == 3 and sum(".64x64x16." in x for x in lines) == 1 and sum(".64x16x" in x for x in lines) == 2
     assert all(r["local_bytes"] == 0 for r in b.resources.values())
 
-
-def test_split_k_reduce_compiles():
-    require_tool("NVRTC (cuda-bindings + nvidia-cuda-nvrtc)", nvrtc_tools.have_nvrtc())
-    b = nvrtc_tools.compile_cuda(source(sm90.SM90_REDUCE_FILE), name="sm90_reduce", arch="sm_90", options=["-std=c++17"])
-    assert b.resources[sm90.SM90_REDUCE_KERNEL]["local_bytes"] == 0

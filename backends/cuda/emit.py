@@ -54,8 +54,7 @@ def compile_jobs(arch: str) -> list[dict]:
                      "dtype": e, "options": ["-std=c++17", f'-DMX_MMA_OP="{rec.ptx}"', "-DMX_CHAINS=8"],
                      "smem": 0, "threads": 256})
     if sm == 90:  # the wgmma family: sm_90a machine code (wgmma and setmaxnreg are arch-specific)
-        from .sm90 import (SM90_FILE, SM90_KERNEL, SM90_MX_FILE, SM90_MX_KERNELS, SM90_REDUCE_FILE, SM90_REDUCE_KERNEL,
-                           THREADS, all_sm90_variants)
+        from .sm90 import SM90_FILE, SM90_KERNEL, SM90_MX_FILE, SM90_MX_KERNELS, THREADS, all_sm90_variants
 
         for v in all_sm90_variants():
             jobs.append({"file": SM90_FILE, "kernel": SM90_KERNEL, "stem": v.name, "family": "wgmma", "arch": "sm_90a",
@@ -64,9 +63,6 @@ def compile_jobs(arch: str) -> list[dict]:
                          "tile": v.tile, "smem": v.smem_bytes,
                          "threads": THREADS,
                          "options": [o for o in v.options() if not o.startswith("--gpu-architecture")]})
-        jobs.append({"file": SM90_REDUCE_FILE, "kernel": SM90_REDUCE_KERNEL, "stem": "sm90_splitk_reduce",
-                     "family": "wgmma", "dtype": "split-K reduction (wgmma)", "options": ["-std=c++17"], "smem": 0,
-                     "threads": 256})
         for kernel, what in zip(SM90_MX_KERNELS, ("MX block factors (wgmma, exact MX fp8)",
                                                   "MXFP4/MXFP6 row exponents (wgmma, exact MX)",
                                                   "MXFP4/MXFP6 folded into e4m3 (wgmma, exact MX)")):

@@ -228,6 +228,14 @@ class RawLaunch:
         self.pp = ctypes.addressof(self.params)
         self.lock = threading.Lock()
 
+    def set(self, i: int, a) -> None:
+        """Argument ``i`` becomes ``a`` (of the same C type: an address, a number, a 'V<n>' array)."""
+        import ctypes
+
+        val = _ctype(ctypes, a)
+        with self.lock:
+            ctypes.memmove(ctypes.addressof(self.vals[i]), ctypes.addressof(val), ctypes.sizeof(self.vals[i]))
+
     def __call__(self, driver, stream: int, slots) -> None:
         """Launch with ``slots`` = ((index, address), ...) set first, on stream handle ``stream``."""
         g, b, vals = self.grid, self.block, self.vals
@@ -238,9 +246,15 @@ class RawLaunch:
 
 
 def _ctype(ctypes, a):
-    """A kernel argument as a ctypes value of its C type (device arrays and None: a 64-bit address)."""
+    """A kernel argument as a ctypes value of its C type (device arrays and None: a 64-bit address; a size-1 numpy
+    array of a raw 'V<n>' dtype, e.g. a TMA tensor map: its n bytes by value)."""
     if a is None:
         return ctypes.c_uint64(0)
+    if isinstance(a, np.ndarray) and a.dtype.kind == "V":  # 64-byte aligned, as the kernel's parameter is
+        buf = (ctypes.c_uint8 * (a.nbytes + 64))()
+        val = (ctypes.c_uint8 * a.nbytes).from_buffer(buf, -ctypes.addressof(buf) % 64)  # keeps buf alive
+        ctypes.memmove(val, a.tobytes(), a.nbytes)
+        return val
     if isinstance(a, np.generic):
         return {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
                 np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float}[a.dtype](a.item())

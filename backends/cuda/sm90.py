@@ -18,6 +18,10 @@ the B tile through TMA multicast.
 * Operands come from :class:`~.stage.Stager` unchanged (:class:`~.stage.DevOperand`: 16-byte aligned base, row
   pitch a multiple of 16 bytes, which is what TMA needs); this module encodes the two tensor maps per plan
   (``cuTensorMapEncodeTiled`` through the driver library, ctypes) and passes them by value.
+* The grid is persistent (one block or cluster per SM); when the tiles leave the last wave part full, or are fewer
+  than the SMs, :func:`split_tail` splits those tiles along K over the idle SMs: fp32 partials summed in split order
+  inside the kernel (deterministic).  A launch is one ``cuLaunchKernel`` with its parameters packed once
+  (:class:`~.plan.RawLaunch`).
 * :func:`wgmma_reason` is this family's part of the family rule (``families.family_for``).
 """
 
@@ -31,14 +35,13 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
-from .plan import UNIT_SCALE, CudaPlan, scale_args
+from .plan import CudaPlan, RawLaunch, scale_args
 from .variants import ELEMENTS
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
-           "choose_sm90", "tensor_map", "wgmma_reason"]
+           "choose_sm90", "split_tail", "tensor_map", "wgmma_reason"]
 
 SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
-SM90_REDUCE_FILE, SM90_REDUCE_KERNEL = "gemm_sm90_reduce.cu", "mx_sm90_splitk_reduce"
 SM90_MX_FILE = "gemm_sm90_mx.cu"
 SM90_MX_KERNELS = ("mx_sm90_block_factors", "mx_sm90_fold_rows", "mx_sm90_fold")  # fp8 factors; fp4/6 folded
 MX_FACTOR_BYTES = 16  # per row of A / column of B per stage: 4 blocks of 32 K, one int32 factor each
@@ -65,6 +68,8 @@ MX_TILE = "128x192"  # exact MX fp8: main + one scratch accumulator of 64 x 192 
 MX_PINGPONG = False  # exact MX fp8: consumers promote in turns (NOTES_SM90.md)
 MX_DUAL = False  # exact MX fp8: two scratch accumulators per consumer (fits 128-column tiles; NOTES_SM90.md)
 SWAP_MAX_M = 64  # M at or below which the operands are swapped (C^T = B^T A^T) so that N fills the 128-row side
+MIN_SPLIT_STAGES = 8  # ring stages (K blocks) per split at least: shorter splits cost more in partials than they save
+MAX_SPLITS = 16
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,7 @@ class Sm90Variant:
     def stages(self) -> int:
         """The tile's ring depth, less where the output buffers of the TMA-store epilogue need the room."""
         per = (BM + self.bn) * self.row_bytes
-        fit = (SMEM_LIMIT - 1024 - 2 * 64 * self.epi_cols * self.tma_store) // (per + 16)
+        fit = (SMEM_LIMIT - 1024 - 16 - 2 * 64 * self.epi_cols * self.tma_store) // (per + 16)
         return min(SM90_TILES[self.tile][1], fit)
 
     @property
@@ -148,10 +153,10 @@ class Sm90Variant:
 
     @property
     def smem_bytes(self) -> int:
-        """Ring + output buffers (TMA store: 2 warpgroups x 64 rows x epi_cols) + 2 mbarriers per stage + 1 KB for
-        aligning the ring to the 128-byte swizzle's 1024-byte period."""
+        """Ring + output buffers (TMA store: 2 warpgroups x 64 rows x epi_cols) + 2 mbarriers per stage + 16 bytes
+        (the consumers' split-K flags) + 1 KB for aligning the ring to the 128-byte swizzle's 1024-byte period."""
         epi = 2 * 64 * self.epi_cols * self.tma_store
-        return self.stages * (BM + self.bn) * self.row_bytes + epi + 16 * self.stages + 1024
+        return self.stages * (BM + self.bn) * self.row_bytes + epi + 16 * self.stages + 16 + 1024
 
     @property
     def name(self) -> str:
@@ -236,6 +241,21 @@ def wgmma_reason(arch: str, mdt=None, shape=None, sms: int = 132) -> str | None:
     return None
 
 
+def split_tail(tiles: int, resident: int, kblocks: int) -> tuple[int, int, int]:
+    """(tail0, splits, per): how the persistent grid of ``resident`` blocks (clusters) shares ``tiles`` output tiles
+    of ``kblocks`` ring stages each.  The tiles fill ``tiles // resident`` whole waves; the ``r`` left over (all of
+    them when there are fewer tiles than blocks) would keep r blocks busy for a whole tile while the others wait, so
+    they are split along K into ``splits`` units of ``per`` stages, up to ``resident // r`` per tile, each split at
+    least MIN_SPLIT_STAGES long (kernel: unit_work, split_fixup).  Tiles [0, tail0) run whole.  No split:
+    (tiles, 1, kblocks).  E.g. 704 tiles of 128x192 (4096^2) on 132 SMs: 5 waves and 44 tiles split in 3."""
+    r = tiles % resident
+    splits = min(resident // r, kblocks // MIN_SPLIT_STAGES, MAX_SPLITS) if r else 1
+    if splits < 2:
+        return tiles, 1, kblocks
+    per = -(-kblocks // splits)
+    return tiles - r, -(-kblocks // per), per
+
+
 # ------------------------------------------------------------------------------------------------------------
 # driver: tensor maps and cluster occupancy (libcuda through ctypes; CuPy does not wrap either)
 # ------------------------------------------------------------------------------------------------------------
@@ -311,6 +331,7 @@ def max_active_clusters(kernel, v: Sm90Variant) -> int:
 
 
 _CLUSTERS: dict = {}
+_OUT_ARGS = (2, 3, 13)  # Sm90Plan._launch_args: positions of map_c, C and pair_ok (Sm90Plan._out_args)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -357,19 +378,35 @@ class Sm90Plan(CudaPlan):
         key = (self.dev.ordinal, v)
         if key not in _CLUSTERS:
             _CLUSTERS[key] = max_active_clusters(self._kernel, v) if v.cluster > 1 else self.dev.sms
-        resident = _CLUSTERS[key] or self.dev.sms // v.cluster
-        km, kn = self._kmn
-        units = max(1, -(-km // (BM * v.cluster)) * -(-kn // v.bn))
-        # split K (swapped small-M problems only) when the tiles cannot fill the GPU: fp32 slices, ordered sum
-        kblocks = max(1, -(-a.k // v.bk))
-        splits = min(self.dev.sms // units, kblocks, 16) if self._swap and units < self.dev.sms // 2 else 1
-        per = -(-kblocks // max(1, splits))
-        self._splits, self._k_split = -(-kblocks // per), per * v.bk
-        self._grid = (max(1, min(units * self._splits, resident)) * v.cluster,)
+        self._schedule(_CLUSTERS[key] or self.dev.sms // v.cluster)
+
+    def _schedule(self, resident: int) -> None:
+        """The persistent grid on ``resident`` blocks (clusters) and the split of the last wave's tiles
+        (:func:`split_tail`), with the fp32 partials and counters the split needs."""
+        v, (km, kn) = self.variant_, self._kmn
+        self._resident = resident = max(1, resident)
+        self._tiles = tiles = max(1, -(-km // (BM * v.cluster)) * -(-kn // v.bn))  # clusters' tiles with clusters
+        self._tail0, self._splits, self._per = split_tail(tiles, resident, max(1, -(-self.da.k // v.bk)))
+        self._units = self._tail0 + (tiles - self._tail0) * self._splits  # whole tiles, then the split ones
+        self._grid = (min(self._units, resident) * v.cluster,)
+        self._alloc_split()
+
+    def _alloc_split(self) -> None:
+        """The split tiles' fp32 partials (per block of a split tile: splits x 128 x BN) and their counters (one per
+        tile and consumer warpgroup, zero between launches); none without a split."""
+        self._raw = None
+        if self._splits == 1:
+            self._ws = self._counters = None
+            return
+        v, cp = self.variant_, self.cp
+        slots = (self._tiles - self._tail0) * v.cluster  # one per block of a split tile
+        with cp.cuda.Device(self.dev.ordinal), self.stream:
+            self._ws = cp.empty(slots * self._splits * BM * v.bn, dtype=cp.float32)
+            self._counters = cp.zeros(slots * (THREADS // 128 - 1), dtype=cp.uint32)  # one per consumer
 
     def _maps(self) -> None:
         v = self.variant_
-        self._args_for = None  # the packed launch arguments hold the maps: packed again by the next gemm()
+        self._raw = None  # the packed launch holds the maps: packed again by the next gemm()
         if self.da.k == 0 or self.out.size == 0:
             self._map_a = self._map_b = self._map_c = None
             return
@@ -392,60 +429,58 @@ class Sm90Plan(CudaPlan):
                        else np.zeros(1, dtype="V128"))
 
     def rebind(self, da=None, db=None, out=None) -> None:
-        """:meth:`CudaPlan.rebind`: the tensor maps of what changed are encoded again (the output's only when just
-        the output changed)."""
+        """:meth:`CudaPlan.rebind`: the tensor maps of what changed are encoded again; a new output alone is set
+        into the packed launch (its map, address and pair_ok), new operands pack it again at the next gemm()."""
         operands = da is not None or db is not None
         self.da, self.db = da or self.da, db or self.db
         if out is not None:
             self.out = out
-        v = self.variant_
         if operands:
             self._scale = scale_args(self.da, self.db)  # another weight: its scale exponent (or device scale) too
             self._maps()
-        elif out is not None and out.size and v.tma_store and self.da.k:
-            self._args_for = None
-            self._map_c = tensor_map(out.data.ptr, v.tma_store, self.n, self.m, out.shape[-1],
-                                     STAGE_K_BYTES // v.tma_store, 64)
+        elif out is not None and out.size and self.da.k:
+            v = self.variant_
+            if v.tma_store:
+                self._map_c = tensor_map(out.data.ptr, v.tma_store, self.n, self.m, out.shape[-1],
+                                         STAGE_K_BYTES // v.tma_store, 64)
+            if self._raw is not None:
+                for i, a in zip(_OUT_ARGS, self._out_args()):
+                    self._raw.set(i, a)
 
     def leave_sms(self, n: int) -> None:
         """Launch the persistent grid on ``n`` fewer SMs (whole clusters; tiles stride over the blocks there are):
         for a GEMM that runs beside a collective whose kernel holds about that many SMs (backends/cuda/tp.py), so
         that no block waits for an SM the collective holds while the others finish their tiles."""
-        v = self.variant_
-        self._grid = (max(v.cluster, (self._grid[0] - max(0, int(n))) // v.cluster * v.cluster),)
+        self._schedule(max(1, self._resident - max(0, int(n)) // self.variant_.cluster))  # split_tail again
 
-    def _launch_args(self, dst, scale, kind: int) -> tuple:
-        ldc, (km, kn) = self.out.shape[-1], self._kmn
-        pair_ok = int(ldc % 2 == 0 and dst.data.ptr % 8 == 0)
-        return (self._map_a, self._map_b, self._map_c, dst, np.int32(km), np.int32(kn), np.int32(self.da.k),
-                np.int64(ldc), *scale, np.int32(kind), np.int32(pair_ok), np.int32(self._k_split),
-                np.int64(self.m * self.n), *self._mx_args)
+    def _out_args(self) -> tuple:
+        """The launch arguments that follow the output (at positions _OUT_ARGS): its tensor map, address, pair_ok."""
+        out = self.out
+        return self._map_c, out, np.int32(out.shape[-1] % 2 == 0 and out.data.ptr % 8 == 0)
+
+    def _launch_args(self) -> tuple:
+        (km, kn), (map_c, out, pair_ok) = self._kmn, self._out_args()
+        return (self._map_a, self._map_b, map_c, out, np.int32(km), np.int32(kn), np.int32(self.da.k),
+                np.int64(out.shape[-1]), *self._scale, np.int32(_OUT_KIND[self.out_dtype]), pair_ok,
+                np.int32(self._units), np.int32(self._tail0), np.int32(self._splits), np.int32(self._per), self._ws,
+                self._counters,
+                *self._mx_args)
 
     def gemm(self) -> None:
         cp, out = self.cp, self.out
-        with cp.cuda.Device(self.dev.ordinal), self.stream:
+        with cp.cuda.Device(self.dev.ordinal):
             if out.size == 0:
                 return
             if self.da.k == 0:  # the empty sum
-                out.fill(0)
+                with self.stream:
+                    out.fill(0)
                 return
-            if self._splits > 1:  # fp32 slices (scale 1), summed in split order into out
-                dst = cp.empty((self._splits, self.m, self.n), dtype=cp.float32)
-                args = self._launch_args(dst, UNIT_SCALE, 0)
-            else:  # the arguments are packed once per output (rebind)
-                if self._args_for is not out:
-                    self._args, self._args_for = self._launch_args(out, self._scale, _OUT_KIND[self.out_dtype]), out
-                args = self._args
-            self._kernel(self._grid, (THREADS,), args, shared_mem=self._smem)
-            if self._splits > 1:
-                red = self.backend.kernels.get(cp, self.dev.ordinal, ("sm90", "reduce"), SM90_REDUCE_FILE,
-                                               SM90_REDUCE_KERNEL, ("-std=c++17",))
-                grid = (max(1, min(-(-self.m * self.n // 256), 4 * self.dev.sms)),)
-                red(grid, (256,), (dst, np.int32(self._splits), np.int64(self.m * self.n), out, np.int32(self.m),
-                                   np.int32(self.n), np.int64(out.shape[-1]), *self._scale,
-                                   np.int32(_OUT_KIND[self.out_dtype])))
+            if self._raw is None:  # packed once per operands / output (rebind): a launch is cuLaunchKernel alone
+                self._raw = RawLaunch(self._kernel, self._grid, (THREADS,), self._smem, self._launch_args())
+            self._raw(cp.cuda.driver, self.stream.ptr, ())
 
     def clone(self) -> "Sm90Plan":
         other = super().clone()
         other._maps()  # the maps hold the operands' addresses
+        other._alloc_split()  # its own partials and counters (plans may run on different streams)
         return other
