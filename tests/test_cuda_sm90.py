@@ -15,7 +15,8 @@ nvidia_gpu; skipped without CuPy, a GPU, or when the GPU is not sm_90).  Every c
   one rounding per k32 wgmma into the running sum).
 fp8/MX operands are passed as host arrays (quantized on the host: host per-tensor scales, passed by value) and,
 in ``test_device_quantized_operands``, as device arrays quantized on the GPU (their scale exponents stay in device
-memory and the epilogue reads them).  Shapes with M <= 64 run the swapped (C^T = B^T A^T) variant with split K.  Every launch writes
+memory and the epilogue reads them).  Shapes with M <= 64 run the swapped (C^T = B^T A^T) variant with split K;
+``test_split_tail_bit_exact`` covers the split of the last wave's tiles (sm90.split_tail).  Every launch writes
 into an output poisoned with NaN first.
 """
 
