@@ -101,18 +101,14 @@ def _global_problem(torch, args, device, seed=14):
 
 
 def _quantized_weight(b, dt: str, backend: str):
-    """``b`` quantized once as ``dt``'s B operand: an MXTensor blocked along K, or a per-tensor ScaledTensor."""
+    """``b`` quantized once as ``dt``'s B operand (mxcore.operands.quantize_on_device: an MXTensor blocked along K,
+    or a per-tensor ScaledTensor in the backend's code order)."""
     from mxcore import dtypes as _dt
-    from mxcore import mx
     from mxcore.backends import select
+    from mxcore.operands import quantize_on_device
 
     be = select(backend)
-    od = _dt.resolve(dt, be.target().arch).b
-    if od.kind == "mx":
-        return mx.quantize_mx(b, od.name, axis=0)
-    if od.kind == "fp8":
-        return mx.quantize_tensor(b, od.element, order=getattr(be, "b_code_order", "C"))
-    return b
+    return quantize_on_device(b, _dt.resolve(dt, be.target().arch).b, "b", b_order=be.b_code_order)
 
 
 def _shards(a, b, layout, world, rank):

@@ -92,18 +92,6 @@ def _vendor_fp8(torch, a, b, weight_once: bool = False):
     return run
 
 
-def _weight(be, mdt, b):
-    """``b`` quantized once as the product's B (MX: an MXTensor blocked along K; fp8: a ScaledTensor in the
-    backend's code order); float B as it is."""
-    from mxcore import mx
-
-    if mdt.b.kind == "mx":
-        return mx.quantize_mx(b, mdt.b.name, axis=0)
-    if mdt.b.kind == "fp8":
-        return mx.quantize_tensor(b, mdt.b.element, order=getattr(be, "b_code_order", "C"))
-    return b
-
-
 def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16", repeats: int = 5, sets: int = 2,
             seed: int = 0, baseline: bool = True, weights: str = "float", progress=print) -> list[dict]:
     """One row per (dtype, shape); see the module docstring for what is timed (``weights="quantized"``: B is
@@ -114,6 +102,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
     from mxcore import dtypes as _dt
     from mxcore.backends import select
     from mxcore.bench import time_callable
+    from mxcore.operands import quantize_on_device
 
     be = select(backend)
     measure = be.timer()
@@ -131,7 +120,8 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
                       torch.randn(k, n, device="cuda", generator=gen, dtype=torch.float32).to(tdt))
                      for _ in range(sets)]
             once = weights == "quantized"
-            calls_b = [_weight(be, mdt, b) if once else b for _, b in pairs]
+            # B quantized once as the product's B (MX: blocked along K; fp8: in the backend's code order)
+            calls_b = [quantize_on_device(b, mdt.b, "b", b_order=be.b_code_order) if once else b for _, b in pairs]
             flops = 2.0 * max(bsz, 1) * m * n * k
             calls = _calls_for(max(bsz, 1) * m, n, k)
             e2e = _median_wall_per_call(

@@ -17,7 +17,7 @@ from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
-from .device import as_cupy, torch_stream, unowned_view
+from .device import as_cupy, ordinal_of, torch_stream, unowned_view
 from .plan import CudaPlan
 
 __all__ = ["fast_call", "fast_quantized", "fast_weight", "swap_weight"]
@@ -62,10 +62,20 @@ def _plan_buffers(p) -> list:
     return _operand_buffers(p.da) + _operand_buffers(p.db)
 
 
+def _address(x) -> int:
+    """The device address of a torch CUDA tensor or CuPy array."""
+    return int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr)
+
+
+def _span(x) -> tuple:
+    """(start, end) device addresses of a torch CUDA tensor or CuPy array."""
+    lo = _address(x)
+    return (lo, lo + (x.numel() * x.element_size() if hasattr(x, "element_size") else int(x.nbytes)))
+
+
 def _covered(arrays, spans) -> bool:
     """Every array's first byte lies in one of ``spans`` (device address ranges of recorded arrays)."""
-    ptrs = [int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr) for x in arrays]  # torch / CuPy
-    return all(any(lo <= q < hi for lo, hi in spans) for q in ptrs)
+    return all(any(lo <= q < hi for lo, hi in spans) for q in map(_address, arrays))
 
 
 def _replayable(arrays, *recs, extra=()) -> bool:
@@ -192,22 +202,13 @@ def _new_out(cp, p, a):
 _SEEN = "seen"  # an entry's state after the first call of a layout (the generic path staged the weight, cached on it)
 
 
-def _ordinal_of(x) -> int:
-    return x.device.index if array_kind(x) == "torch" else x.device.id
-
-
 def _weight_on(b, ordinal: int) -> bool:
     """``b`` is a 2-D quantized weight (an MXTensor blocked along K, or a ScaledTensor) whose codes and device
     scales all live on GPU ``ordinal``."""
     if array_kind(b) != "mx" or len(b.shape) != 2 or getattr(b, "axis", 0) != 0:
         return False
     bufs = _quantized_buffers(b)
-    return any(x is b.codes for x in bufs) and all(_ordinal_of(x) == ordinal for x in bufs)
-
-
-def _span(x) -> tuple:
-    lo = int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr)
-    return (lo, lo + int(x.nbytes))
+    return any(x is b.codes for x in bufs) and all(ordinal_of(x) == ordinal for x in bufs)
 
 
 def staged_weight(b, ordinal: int, key=None):
@@ -307,7 +308,7 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
 
     cp = be.cp_module
     be._fast[key] = False
-    with cp.cuda.Device(_ordinal_of(b.codes)):
+    with cp.cuda.Device(ordinal_of(b)):
         before = weight_cache(b)  # a replay must not redo (or hold) a weight's staging: it was made before
         if mdt.kind == WONLY_KIND:  # the activations are read as they are (or rounded once by the staging)
             p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)

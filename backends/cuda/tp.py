@@ -33,8 +33,8 @@ from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
 from .device import as_cupy, stream_for, torch_stream, unowned_view
-from .fastpath import (_operand_buffers, _plan_buffers, _replayable, _span, _weight_on, same_form, staged_key,
-                       staged_weight, swap_weight, weight_cache)
+from .fastpath import (_operand_buffers, _plan_buffers, _replayable, _span, _weight_on, staged_key, staged_weight,
+                       swap_weight, weight_cache)
 from .plan import CudaPlan
 
 __all__ = ["ColumnProgram", "build"]
@@ -161,18 +161,14 @@ class ColumnProgram:
         """Point every plan at weight ``b`` (this layout's kind, format and shape), staging it once (cached on it)
         when it is new; False when its staged form differs from the plans' (e.g. not foldable where the first
         weight was): that call runs the generic path."""
-        plan0 = self.plans[0][3]
         cp = self.be.cp_module
         with cp.cuda.Device(self.device.index), self.stream:
             staged = staged_weight(b, self.device.index, self._wkey)
             if staged is None:
                 self._stage_weight(a, b)
                 staged = staged_weight(b, self.device.index, self._wkey)
-            if staged is None or not same_form(staged, plan0.db):
-                return False
-            for *_, p in self.plans:
-                swap_weight(p, staged)
-        return True
+            # the plans share one staged form: the first refusal (swap_weight checks the form) changes nothing
+            return staged is not None and all(swap_weight(p, staged) for *_, p in self.plans)
 
     def _sms_for_gather(self, p) -> int:
         """SMs the own rows' persistent GEMM leaves to the concurrent all-gather (:func:`leave_for_gather`)."""
