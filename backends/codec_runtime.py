@@ -160,25 +160,51 @@ class Recording:
 class Replay:
     """Recorded device work re-run with new input addresses into the same output buffers (the outputs of the
     recorded calls), on the current device and stream: ``replay(addresses)``.  The caller owns the ordering: a
-    replay overwrites what the previous one wrote (fine on one stream, where the previous consumers ran first)."""
+    replay overwrites what the previous one wrote (fine on one stream, where the previous consumers ran first).
+    On CUDA each launch is packed once (:class:`~mxcore.backends.cuda.plan.RawLaunch`: a replayed launch is
+    ``cuLaunchKernel`` with the input addresses set, not CuPy's per-argument kernel call); the step keeps its
+    arguments, so the buffers they name stay alive as long as the replay."""
 
     def __init__(self, launches):
-        self._launches = launches
+        self._launches = [_packed(step) for step in launches]
 
     def __call__(self, addresses=()) -> None:
         import cupy as cp
 
         stream = cp.cuda.get_current_stream().ptr
         for step in self._launches:
-            if step[0] == "zero":
+            what = step[0]
+            if what == "raw":
+                step[1](cp.cuda.driver, stream, [(i, addresses[j]) for i, j in step[2]])
+            elif what == "zero":
                 cp.cuda.runtime.memsetAsync(step[1].data.ptr, 0, step[1].nbytes, stream)
-            elif step[0] == "copy":
+            elif what == "copy":
                 cp.copyto(step[1], step[2])
             else:
                 _, fn, grid, (args, slots), block, smem = step
                 for i, j in slots:
                     args[i] = np.uint64(addresses[j])
                 fn(grid, block, tuple(args), shared_mem=smem)
+
+
+def _packed(step):
+    """A recorded launch as ``("raw", RawLaunch, slots, args)`` (its parameter block packed once; ``args`` keep the
+    buffers alive) on CUDA; zeroings, copies, launches under HIP and launches with an argument type the packed
+    launch does not take stay as they are (CuPy's kernel call)."""
+    if step[0] != "launch":
+        return step
+    import cupy as cp
+
+    if getattr(cp.cuda.runtime, "is_hip", False):
+        return step
+    from .cuda.plan import RawLaunch
+
+    _, fn, grid, (args, slots), block, smem = step
+    try:
+        raw = RawLaunch(fn, grid, block, smem, args)
+    except (AttributeError, KeyError, TypeError):  # not a CuPy kernel, or an argument of another C type
+        return step
+    return ("raw", raw, slots, tuple(args))
 
 
 @contextlib.contextmanager

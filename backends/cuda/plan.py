@@ -105,8 +105,9 @@ class CudaPlan(Plan):
         self._pack()
 
     def _pack(self) -> None:
-        """The launch argument tuples (they hold the buffers: re-packed by clone())."""
-        self._launch = None
+        """The launch argument tuples (they hold the buffers: re-packed by clone()); the packed launch is made
+        again from them by the next gemm()."""
+        self._launch = self._relaunch = None
         out = self.out
         if out is None or out.size == 0 or self.da.k == 0:
             return
@@ -140,29 +141,31 @@ class CudaPlan(Plan):
             if self.out.size and self.da.k == 0:  # the empty sum
                 self.out.fill(0)
             return
-        v = self.variant_
-        args, red = launch
-        if red is None:
-            self._kernel(self._grid, (v.threads,), args, shared_mem=v.smem_bytes)
-            return
-        nb, m, n = self._nb, self.m, self.n
-        ws = self.cp.empty((self._splits, nb, m, n), dtype=self.cp.float32)  # fp32 partials, summed in z order
-        self._kernel(self._grid, (v.threads,), self._args(ws, n, UNIT_SCALE, 0, nb * m * n, m * n),
-                     shared_mem=v.smem_bytes)
-        self._red(self._red_grid, (256,), (ws, *red))
+        raw = self._relaunch
+        if raw is None:  # packed once per operands / output (_pack): a launch is cuLaunchKernel alone
+            raw = self._relaunch = self.launcher()
+        cp = self.cp
+        ws = cp.empty(raw.ws_bytes, dtype=cp.uint8) if raw.ws_bytes else None  # fp32 partials, summed in z order
+        raw(cp.cuda.driver, self.stream.ptr, self.da.buf.data.ptr, self.db.buf.data.ptr, self.out.data.ptr,
+            0 if ws is None else ws.data.ptr)
 
     def rebind(self, da: DevOperand | None = None, db: DevOperand | None = None, out=None) -> None:
         """Point the next gemm() at other staged operands (same layout: what ``prep()`` returns again) and/or another
         output (a CuPy array like the plan's output: shape, dtype, C order)."""
+        operands = da is not None or db is not None
         self.da, self.db = da or self.da, db or self.db
-        if da is not None or db is not None:  # another weight: its scale exponent (or device scale) too
+        if operands:  # another weight: its scale exponent (or device scale) too
             self._scale = scale_args(self.da, self.db)
         if out is not None:
             self.out = out
+        packed = self._relaunch
         self._pack()
+        if not operands:  # a new output alone: the packed launch takes its address per call, as it is
+            self._relaunch = packed
 
     def launcher(self) -> "Relaunch":
-        """This plan's launch(es) as a :class:`Relaunch` (direct operands only: the addresses change per call)."""
+        """This plan's launch(es) as a :class:`Relaunch`, packed once: a call sets the operand, output and workspace
+        addresses (``_gemm``, and ``fastpath.fast_call`` with direct operands whose addresses change per call)."""
         args, red = self._launch
         v = self.variant_
         if red is None:
@@ -219,7 +222,7 @@ class RawLaunch:
         import ctypes
         import threading
 
-        self.f = kernel.kernel.ptr  # the CUfunction of the current device (the plan's)
+        self.f = getattr(kernel, "kernel", kernel).ptr  # the CUfunction (a RawKernel's: of the current device)
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.block = tuple(block) + (1,) * (3 - len(block))
         self.smem = int(smem)
