@@ -373,9 +373,10 @@ def _on(x):
         ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
         with cp.cuda.Device(ordinal):
             if not getattr(cp.cuda.runtime, "is_hip", False):
-                from .cuda.device import external_stream, torch_stream
+                from .cuda.device import external_stream, refuse_capture, torch_stream
 
                 stream = external_stream(cp, torch_stream(torch, ordinal))
+                refuse_capture(cp, stream.ptr, _CAPTURED_CODEC)
             else:
                 stream = _external_stream(cp, torch.cuda.current_stream(dev), ordinal)
             with stream:
@@ -386,8 +387,15 @@ def _on(x):
     else:
         ordinal = int(x.__dlpack_device__()[1])
     with cp.cuda.Device(ordinal):
+        if not getattr(cp.cuda.runtime, "is_hip", False):
+            from .cuda.device import refuse_capture
+
+            refuse_capture(cp, cp.cuda.get_current_stream().ptr, _CAPTURED_CODEC)
         yield _Call(cp, kind, ordinal)
 
+
+# a codec call allocates its outputs and counters with CuPy (and some read a count back): never inside a CUDA graph
+_CAPTURED_CODEC = "a device codec call (quantize_mx, quantize_tensor, encode/decode)"
 
 def _i64(v) -> np.int64:
     return np.int64(v)

@@ -28,7 +28,7 @@ def _shape(x) -> tuple:
             f"matmul takes numpy/CuPy arrays, torch tensors, MXTensor or ScaledTensor; got {type(x).__name__}. "
             "Wrap lists with numpy.asarray"
         )
-    return tuple(int(s) for s in shape)
+    return tuple(map(int, shape))
 
 
 def placement(x) -> tuple[str, int | None]:
@@ -147,7 +147,7 @@ _RESOLVED: dict = {}  # (backend, MXCORE_BACKEND, dtype, out_dtype, arch) -> (ba
 def _resolved(backend, dtype, out_dtype):
     """The backend, resolved dtype and output dtype of a call, checked once per (backend request, environment,
     dtype, out_dtype, arch) and then served from a cache (every error is raised before anything is cached)."""
-    from .backends import _INSTANCES, select
+    from . import backends  # imported here: a backend module is loaded only when a call needs it
 
     env = os.environ.get("MXCORE_BACKEND")
     try:
@@ -156,11 +156,11 @@ def _resolved(backend, dtype, out_dtype):
         hit, env = None, None
     if hit is not None:
         be, by_arch = hit
-        if _INSTANCES.get(be.name) is be and be.is_available() is None:  # still the registry's, still usable
+        if backends._INSTANCES.get(be.name) is be and be.is_available() is None:  # the registry's, usable
             got = by_arch.get(be.target().arch)
             if got is not None:
                 return (be,) + got
-    be = select(backend)
+    be = backends.select(backend)
     arch = be.target().arch
     mdt = _dt.resolve(dtype, arch)
     out = _dt.canonical_out_dtype(out_dtype, allow_float64=be.name == "reference")

@@ -17,6 +17,12 @@ For each dtype x shape, on torch CUDA (or CuPy) inputs of ``--input-dtype`` (fp1
 ``--weights quantized``: B is quantized once before the timed calls (``mxcore.quantize_mx`` / ``quantize_tensor``,
 the linear-layer call ``mxcore.matmul(x, w_q)``); the fp8 vendor pipeline then casts its B once as well.
 
+``--graph``: the end-to-end and vendor columns time a torch CUDA graph of ``--calls``-many such calls instead
+(captured once on a side stream after each input set's layout ran there three times; one replay + one sync per
+loop, divided by the calls): what a user who captures the region (``torch.cuda.graph``, ``torch.compile``'s
+"reduce-overhead") gets — no host time per call.  2-D calls on mxcore's per-call paths only (others refuse capture
+with a typed error).
+
 TFLOP/s counts 2*M*N*K per call.  Ratios: ``e2e / kernel`` (how much of the kernel's rate the user's call keeps)
 and ``e2e / vendor`` (against the vendor pipeline's end-to-end rate).
 """
@@ -49,6 +55,29 @@ def _median_wall_per_call(fn, sync, calls: int, repeats: int, warmup: int = 2) -
         sync()
         times.append((time.perf_counter() - t0) / calls)
     return float(np.median(times))
+
+
+def _graphed(torch, fn, calls: int, warmup: int):
+    """``calls`` back-to-back ``fn()`` captured into a torch CUDA graph after ``warmup`` eager calls on the capture
+    stream (a layout's first calls build what its captured calls use); returns the graph's replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            fn()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(calls):
+                fn()
+    torch.cuda.current_stream().wait_stream(s)
+    return g.replay
+
+
+def _timed(fn, sync, calls: int, repeats: int, graph=None) -> float:
+    """Seconds per call of ``fn``: back-to-back eager calls, or (``graph``: torch) replays of a graph of them."""
+    if graph is None:
+        return _median_wall_per_call(fn, sync, calls, repeats)
+    return _median_wall_per_call(_graphed(graph, fn, calls, warmup=3 * calls), sync, 1, repeats) / calls
 
 
 def _rotating(fns):
@@ -93,15 +122,18 @@ def _vendor_fp8(torch, a, b, weight_once: bool = False):
 
 
 def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16", repeats: int = 5, sets: int = 2,
-            seed: int = 0, baseline: bool = True, weights: str = "float", progress=print) -> list[dict]:
+            seed: int = 0, baseline: bool = True, weights: str = "float", graph: bool = False,
+            progress=print) -> list[dict]:
     """One row per (dtype, shape); see the module docstring for what is timed (``weights="quantized"``: B is
-    quantized once before the timed calls, the linear-layer call)."""
+    quantized once before the timed calls, the linear-layer call; ``graph``: the calls replayed from a CUDA
+    graph)."""
     import torch
 
     import mxcore
     from mxcore import dtypes as _dt
     from mxcore.backends import select
     from mxcore.bench import time_callable
+    from mxcore.errors import UnsupportedError
     from mxcore.operands import quantize_on_device
 
     be = select(backend)
@@ -124,9 +156,15 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
             calls_b = [quantize_on_device(b, mdt.b, "b", b_order=be.b_code_order) if once else b for _, b in pairs]
             flops = 2.0 * max(bsz, 1) * m * n * k
             calls = _calls_for(max(bsz, 1) * m, n, k)
-            e2e = _median_wall_per_call(
-                _rotating([lambda a=a, b=b: mxcore.matmul(a, b, dtype=dtype, backend=be.name)
-                           for (a, _), b in zip(pairs, calls_b)]), sync, calls, repeats)
+            g = torch if graph else None
+            try:
+                e2e = _timed(_rotating([lambda a=a, b=b: mxcore.matmul(a, b, dtype=dtype, backend=be.name)
+                                        for (a, _), b in zip(pairs, calls_b)]), sync, calls, repeats, g)
+            except UnsupportedError as exc:  # --graph: a call with no per-call path refuses capture
+                if not graph:
+                    raise
+                progress(f"    not capturable: {str(exc).split('.')[0]}", flush=True)
+                e2e = float("nan")
             plans = [be.plan(a, b, mdt) for (a, _), b in zip(pairs, calls_b)]
             try:
                 kern = time_callable(measure, _rotating([p.gemm for p in plans]), max(5, repeats))
@@ -134,7 +172,9 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
             finally:
                 for p in plans:
                     p.close()
-            row = {"dtype": _label(dtype) + (" (B once)" if once and mdt.b.kind != "float" else ""), "batch": bsz, "m": m, "n": n, "k": k, "input": input_dtype, "variant": variant,
+            label = (_label(dtype) + (" (B once)" if once and mdt.b.kind != "float" else "")
+                     + (" graph" if graph else ""))
+            row = {"dtype": label, "batch": bsz, "m": m, "n": n, "k": k, "input": input_dtype, "variant": variant,
                    "e2e_us": e2e * 1e6, "e2e_tflops": flops / e2e / 1e12,
                    "kernel_us": kern * 1e6, "kernel_tflops": flops / kern / 1e12, "e2e_over_kernel": kern / e2e}
             vendor = None
@@ -146,7 +186,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
                 vendor = ("torch fp8 pipeline", _rotating([_vendor_fp8(torch, a, b, once) for a, b in pairs]))
             if vendor is not None:
                 label, fn = vendor
-                t = _median_wall_per_call(fn, sync, calls, repeats)
+                t = _timed(fn, sync, calls, repeats, g)
                 row.update(vendor=label, vendor_us=t * 1e6, vendor_tflops=flops / t / 1e12, e2e_over_vendor=t / e2e)
             rows.append(row)
             progress("    " + _fmt(row), flush=True)
@@ -195,6 +235,8 @@ def cli(argv) -> int:
     p.add_argument("--weights", choices=("float", "quantized"), default="float",
                    help="B as the calls get it: float data quantized per call, or quantized once before them "
                    "(an MXTensor / ScaledTensor: the linear-layer call; the fp8 vendor pipeline casts its B once too)")
+    p.add_argument("--graph", action="store_true",
+                   help="time CUDA-graph replays of the calls (and of the vendor's) instead of eager calls")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     dtypes = [tuple(d.split(":")) if ":" in d else d for d in
@@ -207,7 +249,8 @@ def cli(argv) -> int:
         print("mxcore bench --end-to-end needs torch with CUDA (the inputs are torch CUDA tensors)", file=sys.stderr)
         return 2
     rows = run_e2e(dtypes, shapes or E2E_SHAPES, backend=args.backend, input_dtype=args.input_dtype,
-                   repeats=args.repeats, sets=args.sets, baseline=not args.no_baseline, weights=args.weights)
+                   repeats=args.repeats, sets=args.sets, baseline=not args.no_baseline, weights=args.weights,
+                   graph=args.graph)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as fh:

@@ -348,6 +348,81 @@ def test_weight_quantized_once_replays(cupy_device, kind, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", [("bf16", "mxfp4"), ("bf16", "mxfp8"), "fp8", "mxfp8", "mxfp4", "bf16"], ids=_id)
+@pytest.mark.parametrize("m", [1, 16, 256])
+def test_linear_calls_capture_in_a_cuda_graph(cupy_device, dtype, m):
+    """A region of linear calls (two layers, two weights; quantized once where the dtype is quantized) whose layouts
+    ran on a stream (seen, kept, replayed) is captured on it into a torch CUDA graph.  Each replay on new
+    activations (copied into the graph's input) equals the same calls made eagerly on that data bit for bit, also
+    after an eviction of the backend's per-call cache (the graph's entries are pinned).  A layout not warmed up on
+    the capture stream, and a call with no per-call path (weight-only bf16 with M > 32: the staged path), is a
+    typed error raised before anything is enqueued, not a broken capture."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    from mxcore import dtypes as _dt
+    from mxcore.backends import get
+    from mxcore.backends.cuda.wonly import REGISTERS_MAX_M
+    from mxcore.errors import UnsupportedError
+
+    be = get("cuda")
+    mdt = _dt.resolve(dtype, be.target().arch)
+    quantized = mdt.kind != "float"
+    capturable = not (mdt.kind == _dt.WONLY_KIND and m > REGISTERS_MAX_M)
+    act = torch.bfloat16
+    k, n = 512, 384
+    gen = torch.Generator(device="cuda").manual_seed(5)
+
+    def weight(rows, cols):
+        w = torch.randn(rows, cols, device="cuda", generator=gen) * 0.5
+        if not quantized:
+            return w.to(act)
+        if mdt.b.kind == "fp8":
+            return mxcore.quantize_tensor(w, mdt.b.element)
+        return mxcore.quantize_mx(w, mdt.b.name, axis=0)
+
+    w1, w2 = weight(k, n), weight(n, k)
+    x = torch.empty(m, k, device="cuda", dtype=act)  # the graph's input
+
+    def layers():
+        h = mxcore.matmul(x, w1, dtype, out_dtype="bfloat16", backend="cuda")
+        return mxcore.matmul(h, w2, dtype, out_dtype="float32", backend="cuda")
+
+    def refused():
+        g = torch.cuda.CUDAGraph()
+        with warnings.catch_warnings():  # torch warns that the (empty) graph is empty
+            warnings.simplefilter("ignore")
+            with pytest.raises(UnsupportedError, match="CUDA graph"):
+                with torch.cuda.graph(g, stream=s):
+                    layers()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        refused()  # not warmed up on s
+        for _ in range(3):  # seen, kept, replayed
+            x.copy_(torch.randn(m, k, device="cuda", generator=gen))
+            layers()
+        if not capturable:
+            refused()
+            return
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            y = layers()
+        be._fast.clear()  # an eviction: the captured entries stay pinned
+        for scale in (1.0, 4.0, 0.25):
+            x.copy_(torch.randn(m, k, device="cuda", generator=gen) * scale)
+            y.fill_(float("nan"))
+            g.replay()
+            got = y.clone()
+            want = layers()  # eager, same stream, same data (the evicted layouts are built again)
+            s.synchronize()
+            assert not torch.isnan(got).any()
+            assert torch.equal(got, want), (got - want).abs().max()
+    torch.cuda.current_stream().wait_stream(s)
+
+
+@gpu
 def test_mx_block_other_than_32_is_refused(cupy_device):
     import cupy as cp
 

@@ -56,7 +56,7 @@ from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 
 from .._contract import Backend, Target
 from .compile import KernelCache
-from .device import as_cupy, device_info, resolve_ordinal, stream_for
+from .device import as_cupy, device_info, refuse_capture, resolve_ordinal, stream_for
 from .families import family_for
 from .families import mx_path as _mx_path
 from .fastpath import _TORCH_OUT, fast_call, fast_quantized, fast_weight
@@ -89,6 +89,7 @@ class CudaBackend(Backend):
         self.kernels = KernelCache()
         self._reason = None
         self._fast: dict = {}  # per-call fast path: layout key -> plan whose launch is re-pointed (see matmul)
+        self._pinned: dict = {}  # entries a CUDA graph captured (their buffers outlive any eviction of _fast)
         self._targets: dict = {}  # device ordinal -> Target
 
     # ---- availability ---------------------------------------------------------------------------------------
@@ -211,6 +212,7 @@ class CudaBackend(Backend):
         path = _mx_path(fam, mdt, mx_path) or path  # mxfp8 on wgmma: exact block scales in the kernel
         with cp.cuda.Device(ordinal):
             stream = stream_for(cp, a, b)
+            refuse_capture(cp, stream.ptr, "building a plan (staging, kernel choice, allocations)")
             with stream:
                 stager = Stager(cp, ordinal, self.kernels, dev.sms)
                 fold = None

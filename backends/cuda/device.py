@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
-__all__ = ["DeviceInfo", "as_cupy", "device_info", "external_stream", "ordinal_of", "resolve_ordinal", "stream_for",
-           "torch_stream"]
+__all__ = ["DeviceInfo", "as_cupy", "capturing", "device_info", "external_stream", "ordinal_of", "refuse_capture",
+           "resolve_ordinal", "stream_for", "torch_stream"]
 
 
 @dataclass(frozen=True)
@@ -182,3 +182,25 @@ def unowned_view(cp, x):
     v = as_cupy(cp, x)
     mem = cp.cuda.UnownedMemory(v.data.ptr, v.nbytes, None, v.device.id)
     return cp.ndarray(v.shape, v.dtype, cp.cuda.MemoryPointer(mem, 0), strides=v.strides)
+
+
+# ---- CUDA graph capture ----------------------------------------------------------------------------------------------
+def capturing(cp, stream_h: int) -> bool:
+    """Whether stream ``stream_h`` is being captured into a CUDA graph (a query that fails counts as capturing: e.g.
+    the legacy default stream while another stream captures in global mode)."""
+    try:
+        return bool(cp.cuda.runtime.streamIsCapturing(stream_h))
+    except cp.cuda.runtime.CUDARuntimeError:
+        return True
+
+
+def refuse_capture(cp, stream_h: int, what: str) -> None:
+    """Raise a typed error instead of letting ``what`` (work that allocates, compiles or reads the device: a plan, a
+    quantization, a layout's first calls) break a CUDA graph capture of stream ``stream_h``."""
+    if capturing(cp, stream_h):
+        raise UnsupportedError(
+            f"{what} cannot run while the stream is being captured into a CUDA graph. Only a layout's later calls "
+            "can be captured (2-D operands on the per-call paths: fp16/bf16 device operands, fp8/MX products of "
+            "contiguous float device arrays, float activations times a weight quantized once); run each call of "
+            "the region twice on the capture stream before capturing, e.g. under torch.cuda.stream(s), then "
+            "torch.cuda.graph(g, stream=s)")

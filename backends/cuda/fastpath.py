@@ -17,8 +17,9 @@ from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
-from .device import as_cupy, ordinal_of, torch_stream, unowned_view
+from .device import as_cupy, capturing, ordinal_of, refuse_capture, torch_stream, unowned_view
 from .plan import CudaPlan
+from .stage import _STAGED
 
 __all__ = ["fast_call", "fast_quantized", "fast_weight", "swap_weight"]
 
@@ -34,6 +35,17 @@ class _TorchOut(dict):
 
 
 _TORCH_OUT = _TorchOut()
+
+
+class _TorchNames(dict):
+    """torch dtype -> its name without the "torch." prefix (str() of a dtype costs more than this lookup)."""
+
+    def __missing__(self, key):
+        self[key] = str(key).replace("torch.", "")
+        return self[key]
+
+
+_TORCH_NAMES = _TorchNames()
 
 
 def _quantized_buffers(*objs) -> list:
@@ -97,11 +109,12 @@ def _float_device(be, x):
     array (a torch CUDA tensor without grad, or a CuPy array; the stream: torch's / CuPy's current one), else None."""
     kind = array_kind(x)
     if kind == "torch":
-        if x.device.type != "cuda" or x.requires_grad or x.dim() != 2 or not x.is_contiguous():
+        dev = x.device
+        if dev.type != "cuda" or x.requires_grad or x.dim() != 2 or not x.is_contiguous():
             return None
         import torch
 
-        name, ptr, ordinal = str(x.dtype).replace("torch.", ""), x.data_ptr(), x.device.index
+        name, ptr, ordinal = _TORCH_NAMES[x.dtype], x.data_ptr(), dev.index
         stream_h = torch_stream(torch, ordinal)
     elif kind == "cupy":
         if x.ndim != 2 or not x.flags.c_contiguous:
@@ -133,6 +146,7 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     entry = be._fast.get(key)
     cp = be.cp_module
     if entry is None:
+        refuse_capture(cp, stream_h, "a layout's first call (quantization recorded, plan built)")
         if len(be._fast) > 256:
             be._fast.clear()
         from mxcore.backends import codec
@@ -162,7 +176,17 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         return result
     if entry is False:
         return None
+    _pin_if_captured(be, cp, stream_h, key, entry)
     return _replayed(be, entry, (pa, pb), a)
+
+
+def _pin_if_captured(be, cp, stream_h: int, key, entry) -> None:
+    """Under CUDA graph capture of the call's stream, keep ``entry`` for good (``be._pinned``): the graph's kernels
+    read and write its buffers (the replayed quantization's outputs, the plan's staged operands and workspace),
+    which must outlive any eviction from ``be._fast``.  The graph is to be replayed on that stream (or in order
+    with the eager calls of the layout there), since both use these buffers."""
+    if capturing(cp, stream_h):
+        be._pinned[key] = entry
 
 
 def _replayed(be, entry, ptrs, a):
@@ -172,6 +196,8 @@ def _replayed(be, entry, ptrs, a):
     replay, p, restage = entry
     cp = be.cp_module
     with cp.cuda.Device(p.dev.ordinal), p.stream:
+        if restage is None:  # prep() allocates the staged operands anew: not in a CUDA graph
+            refuse_capture(cp, p.stream.ptr, "this layout's staging (not replayable: it makes copies)")
         replay(ptrs)
         if restage is None:
             da, db = p._prep()  # staged again from the kept quantized buffers (copies go to new buffers)
@@ -214,8 +240,6 @@ def _weight_on(b, ordinal: int) -> bool:
 def staged_weight(b, ordinal: int, key=None):
     """The staged form of weight ``b`` cached on it (stage.py): under ``key``, or (key=None) whether any B
     staging on GPU ``ordinal`` is cached; None / False when not staged yet."""
-    from .stage import _STAGED
-
     cache = _STAGED.get(b) or {}
     if key is None:
         return any(k[0] == ordinal and k[1] == "b" for k in cache)
@@ -230,8 +254,6 @@ def staged_key(before: dict, d):
 
 def weight_cache(b) -> dict:
     """A copy of the staged forms cached on weight ``b``."""
-    from .stage import _STAGED
-
     return dict(_STAGED.get(b) or {})
 
 
@@ -284,6 +306,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         if staged is None:
             return None  # not staged yet: the generic path stages it (cached on the weight)
         cp = be.cp_module
+        _pin_if_captured(be, cp, stream_h, key, entry)
         with cp.cuda.Device(ordinal):
             if not swap_weight(p, staged):
                 return None  # another staged form: the generic path
@@ -295,6 +318,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         return _replayed(be, entry[:3], (pa,), a)
     if entry is False or not _weight_on(b, ordinal):
         return None
+    refuse_capture(be.cp_module, stream_h, "a layout's first calls with a weight quantized once (staging, recording)")
     if entry is None and len(be._fast) > 256:
         be._fast.clear()
     be._fast[key] = _SEEN

@@ -69,6 +69,7 @@ class CudaPlan(Plan):
         self.batch = fold[0] if fold is not None else batch
         self._prep, self._like, self._fold = prep, result_like, fold
         self._tile, self._convert, self._split = tile, fp8_convert, split
+        self._ws = None  # split K's fp32 partials (mma.sync: made by the first gemm(); Sm90Plan: _alloc_split)
         with cp.cuda.Device(dev.ordinal):  # the kernel handle and its shared-memory limit are per device
             self._bind()
 
@@ -145,7 +146,9 @@ class CudaPlan(Plan):
         if raw is None:  # packed once per operands / output (_pack): a launch is cuLaunchKernel alone
             raw = self._relaunch = self.launcher()
         cp = self.cp
-        ws = cp.empty(raw.ws_bytes, dtype=cp.uint8) if raw.ws_bytes else None  # fp32 partials, summed in z order
+        ws = self._ws
+        if raw.ws_bytes and (ws is None or ws.nbytes < raw.ws_bytes):  # fp32 partials, summed in z order: kept
+            ws = self._ws = cp.empty(raw.ws_bytes, dtype=cp.uint8)  # (a call allocates nothing: CUDA-graph safe)
         raw(cp.cuda.driver, self.stream.ptr, self.da.buf.data.ptr, self.db.buf.data.ptr, self.out.data.ptr,
             0 if ws is None else ws.data.ptr)
 
@@ -193,6 +196,7 @@ class CudaPlan(Plan):
         other = copy.copy(self)
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
             other.da, other.db, other.out = self.da.copy(), self.db.copy(), self.out.copy()
+        other._ws = None  # its own split-K partials (plans may run on different streams)
         if hasattr(other, "_launch"):  # this family's packed arguments hold the buffers
             other._pack()
         return other
