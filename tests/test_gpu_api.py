@@ -293,7 +293,7 @@ def test_weight_quantized_once_replays(cupy_device, kind, dtype):
     weight's first call runs the generic path (staging it once), the layout's next call records, later ones replay
     (or, weight-only, relaunch the packed kernel with new addresses), switching between the weights of one layout
     (two layers).  Every call equals the uncached path (the backend's own matmul of the quantized operands) bit for
-    bit, for fresh activations each call, shapes on both GEMM families and both weight-only kernels; earlier outputs
+    bit, for fresh activations each call, shapes on both GEMM families and both weight-only paths; earlier outputs
     are not overwritten; one entry serves both weights and keeps neither alive."""
     import gc
     import weakref
@@ -310,7 +310,7 @@ def test_weight_quantized_once_replays(cupy_device, kind, dtype):
     mdt = _dt.resolve(dtype, be.target().arch)
     wonly = mdt.kind == _dt.WONLY_KIND
     rng = np.random.default_rng(11)
-    shapes = ((1, 512, 256), (16, 256, 384)) if wonly else ((96, 256, 80), (1024, 512, 2304))
+    shapes = ((1, 512, 256), (16, 256, 384), (64, 256, 384)) if wonly else ((96, 256, 80), (1024, 512, 2304))
     in_dt = {"bf16": "bfloat16", "fp16": "float16"}.get(mdt.a.name, "float16")
     for m, k, n in shapes:
         ws = []
@@ -354,21 +354,19 @@ def test_linear_calls_capture_in_a_cuda_graph(cupy_device, dtype, m):
     """A region of linear calls (two layers, two weights; quantized once where the dtype is quantized) whose layouts
     ran on a stream (seen, kept, replayed) is captured on it into a torch CUDA graph.  Each replay on new
     activations (copied into the graph's input) equals the same calls made eagerly on that data bit for bit, also
-    after an eviction of the backend's per-call cache (the graph's entries are pinned).  A layout not warmed up on
-    the capture stream, and a call with no per-call path (weight-only bf16 with M > 32: the staged path), is a
-    typed error raised before anything is enqueued, not a broken capture."""
+    after an eviction of the backend's per-call cache (the graph's entries are pinned); M = 256 takes the weight-only
+    pairs' staged path.  A layout not warmed up on the capture stream is a typed error raised before anything is
+    enqueued, not a broken capture."""
     import warnings
 
     torch = pytest.importorskip("torch")
     from mxcore import dtypes as _dt
     from mxcore.backends import get
-    from mxcore.backends.cuda.wonly import REGISTERS_MAX_M
     from mxcore.errors import UnsupportedError
 
     be = get("cuda")
     mdt = _dt.resolve(dtype, be.target().arch)
     quantized = mdt.kind != "float"
-    capturable = not (mdt.kind == _dt.WONLY_KIND and m > REGISTERS_MAX_M)
     act = torch.bfloat16
     k, n = 512, 384
     gen = torch.Generator(device="cuda").manual_seed(5)
@@ -403,9 +401,6 @@ def test_linear_calls_capture_in_a_cuda_graph(cupy_device, dtype, m):
         for _ in range(3):  # seen, kept, replayed
             x.copy_(torch.randn(m, k, device="cuda", generator=gen))
             layers()
-        if not capturable:
-            refused()
-            return
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=s):
             y = layers()
@@ -420,6 +415,77 @@ def test_linear_calls_capture_in_a_cuda_graph(cupy_device, dtype, m):
             assert not torch.isnan(got).any()
             assert torch.equal(got, want), (got - want).abs().max()
     torch.cuda.current_stream().wait_stream(s)
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("mnk", [(1024, 2304, 256), (1, 16896, 128)], ids=["wide", "swapped"])
+def test_float_calls_on_wgmma_relaunch(cupy_device, kind, mnk):
+    """fp16/bf16 device operands whose problem runs on the wgmma family (``fast_call``'s "sm90" entry): later calls
+    encode the operand maps for the new addresses and launch the kept plan; each equals a fresh plan's result bit for
+    bit (new data each call, earlier results untouched), the entry holds no operand or result alive, and a CUDA
+    graph captured on the stream replays it on new data."""
+    import gc
+    import weakref
+
+    import cupy as cp
+
+    from mxcore import dtypes as _dt
+    from mxcore.backends import get
+    from mxcore.backends.cuda.device import torch_stream
+
+    if get("cuda").target().arch != "sm_90":
+        pytest.skip("the wgmma family runs on sm_90")
+    torch = pytest.importorskip("torch") if kind == "torch" else None
+    be = get("cuda")
+    m, n, k = mnk
+    dtype = "bf16" if kind == "torch" else "fp16"
+    mdt = _dt.resolve(dtype, be.target().arch)
+    rng = np.random.default_rng(3)
+
+    def operands():
+        a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
+        if kind == "cupy":
+            return cp.asarray(a.astype(np.float16)), cp.asarray(b.astype(np.float16))
+        return (torch.as_tensor(a, device="cuda").to(torch.bfloat16), torch.as_tensor(b, device="cuda").to(torch.bfloat16))
+
+    results = []
+    for _ in range(4):  # built, then relaunched
+        a, b = operands()
+        got = mxcore.matmul(a, b, dtype, backend="cuda")
+        p = be.plan(a, b, mdt)
+        p.gemm()
+        results.append((got, _host(p.result()), weakref.ref(a)))
+        assert "wgmma" in p.variant, p.variant
+    for got, want, _ in results:
+        np.testing.assert_array_equal(_host(got), want)
+    stream = torch_stream(torch, 0) if kind == "torch" else cp.cuda.get_current_stream().ptr
+    mine = [e for key, e in be._fast.items() if key[0] == kind and key[3] == stream and key[6] == (m, k)]
+    assert len(mine) == 1 and mine[0] and mine[0][0] == "sm90", mine
+    refs = [r for _, _, r in results]
+    del results, got, a, b, p
+    gc.collect()
+    assert all(r() is None for r in refs), "the kept plan holds an operand alive"
+    if kind == "torch":  # captured on the stream it ran on (the key holds the stream): replays on new data
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            a, b = operands()
+            x, w = a.clone(), b.clone()
+            for _ in range(2):
+                mxcore.matmul(x, w, dtype, backend="cuda")
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                y = mxcore.matmul(x, w, dtype, backend="cuda")
+            for _ in range(2):
+                a, b = operands()
+                x.copy_(a)
+                w.copy_(b)
+                y.fill_(float("nan"))
+                g.replay()
+                s.synchronize()
+                np.testing.assert_array_equal(_host(y), _host(mxcore.matmul(a, b, dtype, backend="cuda")))
+        torch.cuda.current_stream().wait_stream(s)
 
 
 @gpu

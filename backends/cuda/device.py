@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
-__all__ = ["DeviceInfo", "as_cupy", "capturing", "device_info", "external_stream", "ordinal_of", "refuse_capture",
+__all__ = ["DeviceInfo", "address_of", "as_cupy", "capturing", "device_info", "external_stream", "ordinal_of", "refuse_capture",
            "resolve_ordinal", "stream_for", "torch_stream"]
 
 
@@ -38,6 +38,11 @@ def device_info(cp, ordinal: int) -> DeviceInfo:
                           {k: int(p[k]) for k in _PROP_KEYS if k in p})
         _INFO[ordinal] = info
     return info
+
+
+def address_of(x) -> int:
+    """The device address of a torch CUDA tensor or CuPy array."""
+    return int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr)
 
 
 def ordinal_of(x) -> int | None:

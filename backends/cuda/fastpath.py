@@ -1,13 +1,19 @@
 """The CUDA backend's per-call fast paths (``Backend.fast_matmul`` and the fp16/bf16 shortcut of ``matmul``).
 
 * :func:`fast_call` — fp16/bf16 device operands the kernel reads in place: the plan is built once per layout and
-  later calls only allocate the output and relaunch it (:class:`~.plan.Relaunch`) with the new addresses.
+  later calls only allocate the output and relaunch it (:class:`~.plan.Relaunch`) with the new addresses (wgmma:
+  the kept plan, its operand maps encoded for the new addresses).
 * :func:`fast_quantized` — fp8/MX products of contiguous float device arrays: the first call of a layout runs the
   codec and the plan's staging under :func:`~mxcore.backends.codec.recording` and keeps the plan; later calls replay
   the recorded quantization (and the staging, where it covers every buffer the GEMM reads; else they stage again
   and :meth:`~.plan.CudaPlan.rebind` the operands) and launch into a new output.
 
-Both keep their entries in the backend's ``_fast`` dict (False: the layout does not qualify).
+* :func:`fast_weight` — float device activations times a weight quantized once (fp8, MX, weight-only pairs).
+
+All keep their entries in the backend's ``_fast`` dict (False: the layout does not qualify).  Their later calls
+can be captured into a CUDA graph on the stream the layout ran on (entries a graph uses are pinned in
+``be._pinned``); a layout's first calls, and any plan or codec call, refuse capture with a typed error
+(:func:`~.device.refuse_capture`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
-from .device import as_cupy, capturing, ordinal_of, refuse_capture, torch_stream, unowned_view
+from .device import address_of, as_cupy, capturing, ordinal_of, refuse_capture, torch_stream, unowned_view
 from .plan import CudaPlan
 from .stage import _STAGED
 
@@ -74,20 +80,15 @@ def _plan_buffers(p) -> list:
     return _operand_buffers(p.da) + _operand_buffers(p.db)
 
 
-def _address(x) -> int:
-    """The device address of a torch CUDA tensor or CuPy array."""
-    return int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr)
-
-
 def _span(x) -> tuple:
     """(start, end) device addresses of a torch CUDA tensor or CuPy array."""
-    lo = _address(x)
+    lo = address_of(x)
     return (lo, lo + (x.numel() * x.element_size() if hasattr(x, "element_size") else int(x.nbytes)))
 
 
 def _covered(arrays, spans) -> bool:
     """Every array's first byte lies in one of ``spans`` (device address ranges of recorded arrays)."""
-    return all(any(lo <= q < hi for lo, hi in spans) for q in map(_address, arrays))
+    return all(any(lo <= q < hi for lo, hi in spans) for q in map(address_of, arrays))
 
 
 def _replayable(arrays, *recs, extra=()) -> bool:
@@ -207,7 +208,7 @@ def _replayed(be, entry, ptrs, a):
         # the plan must not keep this result alive until the next call: it holds an unowned view of it
         if restage is None:
             p.rebind(da, db, unowned_view(cp, out))  # every staged part as prep() made it again (codes, MX factors)
-        elif _address(out) != int(p.out.data.ptr):  # the allocator often hands back the last result's block
+        elif address_of(out) != int(p.out.data.ptr):  # the allocator often hands back the last result's block
             p.rebind(out=unowned_view(cp, out))
         p._gemm() if type(p) is CudaPlan else p.gemm()
     return out
@@ -290,7 +291,8 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     A's quantization and staging and keeps the plan when both replay; later calls replay them, point the plan at
     this call's staged weight (:func:`swap_weight`) and launch into a new output.  A weight-only pair whose
     activations the kernel reads in place keeps the plan's packed launch and sets B's, A's and the output's
-    addresses per call.  The entry holds no weight (only the last one's staged buffers).  A kept layout checks a
+    addresses per call (registers path), or the staged path's bf16 GEMM launched at A's and the staged weight's
+    addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight (only the last one's staged buffers).  A kept layout checks a
     weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
     the first call checked), not buffer by buffer (:func:`_weight_on`, ~5 us)."""
     fa = _float_device(be, a)
@@ -312,8 +314,11 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 return None  # another staged form: the generic path
             if entry[0] == "wonly":
                 out = _new_out(cp, p, a)
-                po = out.data_ptr() if ka == "torch" else out.data.ptr
-                p._launch(cp.cuda.driver, stream_h, ((0, int(staged.buf.data.ptr)), (1, pa), (2, po)))
+                p._launch(cp.cuda.driver, stream_h, ((0, int(staged.buf.data.ptr)), (1, pa), (2, address_of(out))))
+                return out
+            if entry[0] == "direct":  # the staged path's GEMM: A read in place, the weight decoded once
+                out = _new_out(cp, p, a)
+                p.launch_at(pa, int(staged.buf.data.ptr), out)
                 return out
         return _replayed(be, entry[:3], (pa,), a)
     if entry is False or not _weight_on(b, ordinal):
@@ -329,8 +334,11 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
 
 def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: int):
     """The layout's first call with a staged weight: run it, recording what a replay needs; keep the entry."""
+    from dataclasses import replace
+
     from mxcore.backends import codec
 
+    from .sm90 import Sm90Plan
     from .wonly import WonlyPlan
 
     cp = be.cp_module
@@ -342,11 +350,18 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
             p.gemm()
             result = p.result()
             wkey = staged_key(before, p.db)
-            if (isinstance(p, WonlyPlan) and p._fold is None and p._launch is not None and p.da.direct
-                    and int(p.da.buf.data.ptr) == pa and wkey is not None):
-                p._prep = None  # the staging callable holds the weight: the entry must not keep it alive
-                p.out = unowned_view(cp, p.out)  # nor this call's result (its shape and dtype stay)
-                be._fast[key] = ("wonly", p, wkey)
+            if not (p._fold is None and p.da.direct and int(p.da.buf.data.ptr) == pa and wkey is not None):
+                return result
+            if isinstance(p, WonlyPlan) and p._launch is not None:  # registers: the packed launch
+                kind = "wonly"
+            elif type(p) in (CudaPlan, Sm90Plan) and p.batch is None and p.out.size:  # staged: the bf16 GEMM
+                kind = "direct"
+                p.da = replace(p.da, buf=unowned_view(cp, p.da.buf))  # A's layout only: launch_at takes its address
+            else:
+                return result
+            p._prep = p._like = None  # the staging and result callables hold the weight and A: not kept alive
+            p.out = unowned_view(cp, p.out)  # nor this call's result (its shape and dtype stay)
+            be._fast[key] = (kind, p, wkey)
             return result
         with codec.recording() as rec:
             qa = quantize_on_device(a, mdt.a, "a", scale_rounding)
@@ -372,21 +387,28 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
 
 
 def fast_call(be, a, b, mdt, out_dtype: str):
-    """fp16/bf16 device operands the kernel reads in place: the plan is built once per layout (device, dtypes,
-    shapes, strides, 16-byte alignment, output dtype) and later calls only allocate the output and launch it
-    with the new addresses.  None when the operands do not qualify (the caller builds a plan)."""
+    """fp16/bf16 device operands the kernel reads in place: the plan is built once per layout (device, stream,
+    dtypes, shapes, strides, 16-byte alignment, output dtype) and later calls only allocate the output and launch
+    with the new addresses (mma.sync: the packed :class:`~.plan.Relaunch`; wgmma, 2-D: the kept plan with its two
+    operand maps encoded again, :meth:`~.sm90.Sm90Plan.readdress`).  None when the operands do not qualify (the
+    caller builds a plan)."""
     ka, kb = array_kind(a), array_kind(b)
     if ka != kb or ka not in ("torch", "cupy") or mdt.a.name not in ("fp16", "bf16"):
         return None
+    cp = be.cp_module
     if ka == "torch":
         if a.device.type != "cuda" or b.device.type != "cuda" or a.requires_grad or b.requires_grad:
             return None
-        pa, pb = a.data_ptr(), b.data_ptr()
-        key = (ka, a.device.index, b.device.index, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(),
+        import torch
+
+        pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.device.index
+        stream = torch_stream(torch, ordinal)
+        key = (ka, ordinal, b.device.index, stream, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(),
                b.stride(), pa % 16, pb % 16, mdt.a.name, out_dtype)
     else:
-        pa, pb = a.data.ptr, b.data.ptr
-        key = (ka, a.device.id, b.device.id, a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, pa % 16,
+        pa, pb, ordinal = a.data.ptr, b.data.ptr, a.device.id
+        stream = cp.cuda.get_current_stream().ptr
+        key = (ka, ordinal, b.device.id, stream, a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, pa % 16,
                pb % 16, mdt.a.name, out_dtype)
     entry = be._fast.get(key)
     if entry is None:
@@ -395,29 +417,48 @@ def fast_call(be, a, b, mdt, out_dtype: str):
         p = be.plan(a, b, mdt, out_dtype=out_dtype)
         p.gemm()
         result = p.result()
-        entry = False
-        if type(p) is CudaPlan and p.da.direct and p.db.direct and p._launch is not None:
-            with be.cp_module.cuda.Device(p.dev.ordinal):  # the kernel handles of the plan's device
-                entry = (p.launcher(), p.dev.ordinal, p._fold or tuple(p.out.shape), p.out.dtype)
-        be._fast[key] = entry
+        be._fast[key] = _call_entry(cp, p, a)
         return result
     if entry is False:
         return None
-    launch, ordinal, shape, store = entry
-    cp = be.cp_module
     if cp.cuda.runtime.getDevice() != ordinal:
         return None
+    kind, launch, shape, store = entry
     if ka == "torch":
-        import torch
-
-        dev = a.device
-        stream = torch_stream(torch, dev.index)
-        out = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=dev)
-        ws = torch.empty(launch.ws_bytes, dtype=torch.uint8, device=dev) if launch.ws_bytes else None
-        launch(cp.cuda.driver, stream, pa, pb, out.data_ptr(), ws.data_ptr() if ws is not None else 0)
+        out = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=a.device)
+        po = out.data_ptr()
+    else:
+        out = cp.empty(shape, dtype=store)
+        po = out.data.ptr
+    if kind == "sm90":  # the kept plan (its workspace and counters: the key holds the stream)
+        _pin_if_captured(be, cp, stream, key, entry)
+        launch.launch_at(pa, pb, out)
         return out
-    stream = cp.cuda.get_current_stream()
-    out = cp.empty(shape, dtype=store)
-    ws = cp.empty(launch.ws_bytes, dtype=cp.uint8) if launch.ws_bytes else None
-    launch(cp.cuda.driver, stream.ptr, pa, pb, out.data.ptr, ws.data.ptr if ws is not None else 0)
+    if launch.ws_bytes:  # the split-K partials: a new buffer of the caller's kind per call
+        ws = torch.empty(launch.ws_bytes, dtype=torch.uint8, device=a.device) if ka == "torch" else \
+            cp.empty(launch.ws_bytes, dtype=cp.uint8)
+        launch(cp.cuda.driver, stream, pa, pb, po, address_of(ws))
+    else:
+        launch(cp.cuda.driver, stream, pa, pb, po)
     return out
+
+
+def _call_entry(cp, p, a):
+    """What a later call of ``fast_call``'s layout needs, or False (it builds a plan each time): ("relaunch",
+    Relaunch, output shape, storage dtype) for an mma.sync plan, ("sm90", the plan, ...) for a 2-D wgmma plan —
+    which then holds unowned views only (neither this call's operands nor its result stay alive)."""
+    from dataclasses import replace
+
+    from .sm90 import Sm90Plan
+
+    if not (p.da.direct and p.db.direct and p.out.size and p.da.k):
+        return False
+    with cp.cuda.Device(p.dev.ordinal):  # the kernel handles of the plan's device
+        if type(p) is CudaPlan and p._launch is not None:
+            return ("relaunch", p.launcher(), p._fold or tuple(p.out.shape), p.out.dtype)
+        if type(p) is Sm90Plan and p.batch is None and p._fold is None and p.out.ndim == 2:
+            p.da, p.db = (replace(d, buf=unowned_view(cp, d.buf)) for d in (p.da, p.db))
+            p.out = unowned_view(cp, p.out)
+            p._prep = p._like = None  # the staging and result callables hold the operands
+            return ("sm90", p, tuple(p.out.shape), p.out.dtype)
+    return False

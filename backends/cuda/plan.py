@@ -17,6 +17,7 @@ from mxcore.errors import UnsupportedError
 
 from .._contract import Plan
 from .compile import GEMM_FILE
+from .device import address_of
 from .stage import DevOperand
 from .variants import TILES, Variant, choose_tile, gemm_options
 
@@ -42,6 +43,8 @@ def split_k(sms: int, blocks: int, k: int, bk: int, force: int = 0) -> tuple[int
 
 _NULL = np.uint64(0)
 UNIT_SCALE = (np.int32(0), _NULL, _NULL, np.int32(0))  # scale 1 (split-K partial products)
+# where the four scale arguments sit in CudaPlan._args() and in the split-K reduction's launch (CudaPlan._pack)
+_SCALE_AT, _RED_SCALE_AT = 9, 7
 
 
 def scale_args(a: DevOperand, b: DevOperand) -> tuple:
@@ -142,6 +145,9 @@ class CudaPlan(Plan):
             if self.out.size and self.da.k == 0:  # the empty sum
                 self.out.fill(0)
             return
+        self._launch_ptrs(self.da.buf.data.ptr, self.db.buf.data.ptr, self.out.data.ptr)
+
+    def _launch_ptrs(self, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
         raw = self._relaunch
         if raw is None:  # packed once per operands / output (_pack): a launch is cuLaunchKernel alone
             raw = self._relaunch = self.launcher()
@@ -149,21 +155,32 @@ class CudaPlan(Plan):
         ws = self._ws
         if raw.ws_bytes and (ws is None or ws.nbytes < raw.ws_bytes):  # fp32 partials, summed in z order: kept
             ws = self._ws = cp.empty(raw.ws_bytes, dtype=cp.uint8)  # (a call allocates nothing: CUDA-graph safe)
-        raw(cp.cuda.driver, self.stream.ptr, self.da.buf.data.ptr, self.db.buf.data.ptr, self.out.data.ptr,
-            0 if ws is None else ws.data.ptr)
+        raw(cp.cuda.driver, self.stream.ptr, a_ptr, b_ptr, c_ptr, 0 if ws is None else ws.data.ptr)
+
+    def launch_at(self, a_ptr: int, b_ptr: int, out) -> None:
+        """gemm() with operands of this plan's layout (shape, strides, alignment, scales) at ``a_ptr`` / ``b_ptr``
+        into ``out`` (a torch CUDA tensor or CuPy array like the plan's output): the per-call paths' launch.  The
+        plan keeps no reference to ``out``."""
+        with self.cp.cuda.Device(self.dev.ordinal):
+            self._launch_ptrs(a_ptr, b_ptr, address_of(out))
 
     def rebind(self, da: DevOperand | None = None, db: DevOperand | None = None, out=None) -> None:
         """Point the next gemm() at other staged operands (same layout: what ``prep()`` returns again) and/or another
         output (a CuPy array like the plan's output: shape, dtype, C order)."""
         operands = da is not None or db is not None
         self.da, self.db = da or self.da, db or self.db
+        scale = self._scale
         if operands:  # another weight: its scale exponent (or device scale) too
             self._scale = scale_args(self.da, self.db)
         if out is not None:
             self.out = out
         packed = self._relaunch
         self._pack()
-        if not operands:  # a new output alone: the packed launch takes its address per call, as it is
+        if packed is not None:  # same layout: the packed launch takes the addresses per call, and the new scales
+            if not all(x is y or (isinstance(x, np.generic) and x == y) for x, y in zip(scale, self._scale)):
+                launch, at = (packed.main, _SCALE_AT) if packed.red is None else (packed.red, _RED_SCALE_AT)
+                for i, x in enumerate(self._scale):
+                    launch.set(at + i, x)
             self._relaunch = packed
 
     def launcher(self) -> "Relaunch":

@@ -35,6 +35,7 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
+from .device import address_of, unowned_view
 from .plan import CudaPlan, RawLaunch, scale_args
 from .variants import ELEMENTS
 
@@ -305,13 +306,14 @@ def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner:
     return out
 
 
-def operand_map(v: Sm90Variant, op, rows: int, tile_rows: int) -> np.ndarray:
+def operand_map(v: Sm90Variant, op, rows: int, tile_rows: int, ptr: int | None = None) -> np.ndarray:
     """The map of a staged operand (rows = M for A, N for B): K-major boxes are (128 bytes of K) x tile_rows;
-    M/N-major boxes are 64 elements (128 bytes) x BK, loaded tile_rows / 64 times."""
-    esize = v.esize
+    M/N-major boxes are 64 elements (128 bytes) x BK, loaded tile_rows / 64 times.  ``ptr``: the same layout at
+    another address (default: the operand's own buffer)."""
+    esize, ptr = v.esize, op.buf.data.ptr if ptr is None else ptr
     if op.kmajor:
-        return tensor_map(op.buf.data.ptr, esize, op.k, rows, op.ld, v.bk, tile_rows)
-    return tensor_map(op.buf.data.ptr, esize, rows, op.k, op.ld, STAGE_K_BYTES // esize, v.bk)
+        return tensor_map(ptr, esize, op.k, rows, op.ld, v.bk, tile_rows)
+    return tensor_map(ptr, esize, rows, op.k, op.ld, STAGE_K_BYTES // esize, v.bk)
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -332,6 +334,7 @@ def max_active_clusters(kernel, v: Sm90Variant) -> int:
 
 _CLUSTERS: dict = {}
 _OUT_ARGS = (2, 3, 13)  # Sm90Plan._launch_args: positions of map_c, C and pair_ok (Sm90Plan._out_args)
+_MAP_ARGS = (0, 1)  # and of the operand maps (Sm90Plan.readdress)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -446,6 +449,27 @@ class Sm90Plan(CudaPlan):
             if self._raw is not None:
                 for i, a in zip(_OUT_ARGS, self._out_args()):
                     self._raw.set(i, a)
+
+    def readdress(self, a_ptr: int, b_ptr: int) -> None:
+        """Point the packed launch at operands of the same layout (shape, strides, alignment) at other addresses:
+        the per-call path of fp16/bf16 device operands read in place (``fastpath.fast_call``).  Only the two
+        operand maps are encoded again and set into the launch; ``da``/``db`` keep describing the layout."""
+        v = self.variant_
+        (da, db), (km, kn) = (self.db, self.da) if self._swap else (self.da, self.db), self._kmn
+        pa, pb = (b_ptr, a_ptr) if self._swap else (a_ptr, b_ptr)
+        self._map_a = operand_map(v, da, km, BM, pa)
+        self._map_b = operand_map(v, db, kn, v.bn // v.cluster, pb)
+        if self._raw is not None:
+            for i, m in zip(_MAP_ARGS, (self._map_a, self._map_b)):
+                self._raw.set(i, m)
+
+    def launch_at(self, a_ptr: int, b_ptr: int, out) -> None:
+        """:meth:`CudaPlan.launch_at`: the operand maps at the new addresses (:meth:`readdress`), the output's
+        set into the launch when it moved (the plan holds an unowned view of it), then gemm()."""
+        if address_of(out) != int(self.out.data.ptr):
+            self.rebind(out=unowned_view(self.cp, out))
+        self.readdress(a_ptr, b_ptr)
+        self.gemm()
 
     def leave_sms(self, n: int) -> None:
         """Launch the persistent grid on ``n`` fewer SMs (whole clusters; tiles stride over the blocks there are):
