@@ -43,8 +43,6 @@ def split_k(sms: int, blocks: int, k: int, bk: int, force: int = 0) -> tuple[int
 
 _NULL = np.uint64(0)
 UNIT_SCALE = (np.int32(0), _NULL, _NULL, np.int32(0))  # scale 1 (split-K partial products)
-# where the four scale arguments sit in CudaPlan._args() and in the split-K reduction's launch (CudaPlan._pack)
-_SCALE_AT, _RED_SCALE_AT = 9, 7
 
 
 def scale_args(a: DevOperand, b: DevOperand) -> tuple:
@@ -176,12 +174,8 @@ class CudaPlan(Plan):
             self.out = out
         packed = self._relaunch
         self._pack()
-        if packed is not None:  # same layout: the packed launch takes the addresses per call, and the new scales
-            if not all(x is y or (isinstance(x, np.generic) and x == y) for x, y in zip(scale, self._scale)):
-                launch, at = (packed.main, _SCALE_AT) if packed.red is None else (packed.red, _RED_SCALE_AT)
-                for i, x in enumerate(self._scale):
-                    launch.set(at + i, x)
-            self._relaunch = packed
+        if all(x is y or (isinstance(x, np.generic) and x == y) for x, y in zip(scale, self._scale)):
+            self._relaunch = packed  # same layout and scales: the packed launch takes the addresses per call
 
     def launcher(self) -> "Relaunch":
         """This plan's launch(es) as a :class:`Relaunch`, packed once: a call sets the operand, output and workspace
