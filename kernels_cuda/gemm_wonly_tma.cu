@@ -17,7 +17,8 @@
 // (wonly_common.cuh: wo_dependent_part); the consumers read activations only after it.
 //
 // -D: those of wonly_common.cuh, and WT_R (n16 tiles per consumer warp) WT_WARPS (consumer warps; WT_R * WT_WARPS =
-// 8, the record group) WT_STAGES (ring stages) WT_CPS (K chunks per stage).
+// 8, the record group) WT_STAGES (ring stages) WT_CPS (K chunks per stage) WT_MINB (blocks per SM the registers are
+// capped for).
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -28,14 +29,18 @@
 #define WT_STAGE_BYTES (WT_CPS * WT_GROUP_BYTES)
 static_assert(WT_R * WT_WARPS == WO_GROUP, "a block owns one record group");
 
-// a lane's activation fragments of one chunk (k: the chunk's first K plus the lane's offset in a block)
+// a lane's activation fragments of chunk c (xk: the lane's offset in a block); chunks inside K skip the tail test
 __device__ __forceinline__ void wt_acts(uint4 (&x)[WO_BPC][WO_MT], const u16* const (&xr)[WO_MT],
-                                        const bool (&xlive)[WO_MT], int k, int K) {
+                                        const bool (&xlive)[WO_MT], int c, int xk, int K) {
+    const int k = c * WO_KC + xk;
+    const bool inside = (c + 1) * WO_KC <= K;
 #pragma unroll
     for (int blk = 0; blk < WO_BPC; ++blk)
 #pragma unroll
         for (int mt = 0; mt < WO_MT; ++mt)
-            x[blk][mt] = xlive[mt] ? wo_ld_x(xr[mt], k + 32 * blk, K) : make_uint4(0u, 0u, 0u, 0u);
+            x[blk][mt] = !xlive[mt] ? make_uint4(0u, 0u, 0u, 0u)
+                         : inside   ? wo_ld_x(xr[mt], k + 32 * blk, 1 << 30)
+                                    : wo_ld_x(xr[mt], k + 32 * blk, K);
 }
 
 // a consumer warp's chunk: its WT_R tiles' blocks (SPECIAL, warp-uniform: some scale byte is 0x00 or 0xFF)
@@ -48,7 +53,7 @@ __device__ __forceinline__ void wt_chunk(float (&acc)[WT_R][WO_MT][4], const uin
         for (int blk = 0; blk < WO_BPC; ++blk) wo_block<WO_MT>(acc[r], q[r], x[blk], sc[r], blk, SPECIAL, lane);
 }
 
-extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(WT_THREADS, WT_MINB)
 mx_wonly_tma(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
              u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
     extern __shared__ __align__(128) u8 smem[];
@@ -100,7 +105,7 @@ mx_wonly_tma(const u8* __restrict__ W, const u8* __restrict__ X, void* __restric
         }
         const int xk = WO_KPHYS(0, 0, WO_B_K(lane, 0, 0));
         uint4 x[WO_BPC][WO_MT];
-        if (c_begin < c_end) wt_acts(x, xr, xlive, c_begin * WO_KC + xk, K);
+        if (c_begin < c_end) wt_acts(x, xr, xlive, c_begin, xk, K);
         const int g = lane >> 2;
         for (int st = 0; st < stages; ++st) {
             const int s = st % WT_STAGES;
@@ -124,7 +129,7 @@ mx_wonly_tma(const u8* __restrict__ W, const u8* __restrict__ X, void* __restric
                     any |= wo_special(sc[r]);
                 }
                 uint4 xn[WO_BPC][WO_MT];  // the next chunk's activations, in flight during this one's decode
-                if (c + 1 < c_end) wt_acts(xn, xr, xlive, (c + 1) * WO_KC + xk, K);
+                if (c + 1 < c_end) wt_acts(xn, xr, xlive, c + 1, xk, K);
                 if (__any_sync(0xffffffffu, any != 0))
                     wt_chunk<true>(acc, q, x, sc, lane);
                 else

@@ -33,6 +33,7 @@ while the weight's block scales span at most ~117 binades.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +79,11 @@ SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL, SM90_L2PF = "tma", 2, True, 0
 # the tma kernel's ring stages, K chunks per stage and most blocks per SM (fewer when registers or shared memory
 # allow fewer: one wave)
 TMA_STAGES, TMA_CPS, TMA_CTAS_PER_SM = 4, 2, 8
+# its consumer warps per block (GROUP / TMA_WARPS n16 tiles each) and the blocks per SM its registers are capped for
+# (__launch_bounds__ minimum; 1: no cap)
+TMA_WARPS, TMA_MINB = 4, 1
+#: sm_90: the cp.async ring (larger M) launched with programmatic dependent launch
+SM90_RING_PDL = True
 TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
@@ -142,6 +148,7 @@ class WonlyVariant:
     cps: int = 0  # tma: K chunks per ring stage
     pdl: bool = False  # sm_90: launched with programmatic dependent launch (WO_PDL)
     l2pf: int = 0  # sm_90: chunks prefetched into L2 at the start (WO_L2PF)
+    minb: int = 1  # tma: blocks per SM its registers are capped for
 
     @classmethod
     def gemv(cls, element: str, act: str, mt: int, pdl: bool = False, l2pf: int = 0) -> "WonlyVariant":
@@ -149,7 +156,7 @@ class WonlyVariant:
 
     @classmethod
     def tma(cls, element: str, act: str, mt: int, pdl: bool = False, l2pf: int = 0) -> "WonlyVariant":
-        return cls(element, act, mt, "tma", R, WARPS, TMA_STAGES, TMA_CPS, pdl, l2pf)
+        return cls(element, act, mt, "tma", GROUP // TMA_WARPS, TMA_WARPS, TMA_STAGES, TMA_CPS, pdl, l2pf, TMA_MINB)
 
     @classmethod
     def small(cls, element: str, act: str, mt: int, arch: str) -> "WonlyVariant":
@@ -214,6 +221,8 @@ class WonlyVariant:
     @property
     def name(self) -> str:
         tail = ("_pdl" if self.pdl else "") + (f"_l2pf{self.l2pf}" if self.l2pf else "")
+        if self.kernel == "tma":  # its configuration (the constants above may change between variants)
+            tail = f"_w{self.warps}s{self.pf}c{self.cps}" + (f"b{self.minb}" if self.minb > 1 else "") + tail
         if self.kernel in ("gemv", "tma"):
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
@@ -232,7 +241,7 @@ class WonlyVariant:
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
                 *{"gemv": (f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}"),
                   "tma": (f"-DWT_R={self.r}", f"-DWT_WARPS={self.warps}", f"-DWT_STAGES={self.pf}",
-                          f"-DWT_CPS={self.cps}")}.get(self.kernel,
+                          f"-DWT_CPS={self.cps}", f"-DWT_MINB={self.minb}")}.get(self.kernel,
                                                        (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")),
                 f"-DWO_PDL={int(self.pdl)}", f"-DWO_L2PF={self.l2pf}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
@@ -247,6 +256,8 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     out = ([WonlyVariant(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in MT_CHOICES]
            + [WonlyVariant.gemv(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in GEMV_MT])
     if sm_of(arch) == 90:
+        if SM90_RING_PDL:
+            out += [dataclasses.replace(v, pdl=True) for v in out if v.kernel == "ring"]
         mts = TMA_MT if SM90_SMALL == "tma" else GEMV_MT
         extra = [WonlyVariant.small(e, act, mt, arch) for e in elements for act in ("f16", "bf16") for mt in mts]
         out += [v for v in dict.fromkeys(extra) if v not in out]
@@ -375,7 +386,7 @@ class WonlyPlan(Plan):
             self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch)
         else:
             mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
-            self.variant_ = WonlyVariant(db.elem, da.elem, mt)
+            self.variant_ = WonlyVariant(db.elem, da.elem, mt, pdl=SM90_RING_PDL and sm_of(dev.arch) == 90)
         v = self.variant_
         groups = -(-n // (16 * GROUP))
         self._nchunks = -(-da.k // v.kc)
