@@ -12,9 +12,6 @@
 // fp32 partial tile to ws[z], and the last block of a tile to arrive (a counter per tile, reset afterwards) sums
 // the partials in z order (deterministic) and writes C.  out_kind: 0 fp32, 1 f16, 2 bf16; ldc in elements.
 //
-// Under WO_PDL (sm_90) the records of the first stages are requested before the dependent part, the activations
-// after it.
-//
 // -D: those of wonly_common.cuh, and WO_R (n16 tiles per warp; WO_R * WO_WARPS = 8, the packed tile group) WO_WARPS
 // WO_STAGES.
 
@@ -56,7 +53,7 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
     const u8* wsrc = W + (i64)blockIdx.x * nchunks * (WO_NT * WO_REC);  // this block's tile group
     constexpr int WUNITS = WO_NT * WO_REC / 16, WPER = (WUNITS + WO_THREADS - 1) / WO_THREADS;
 
-    auto load_w = [&](int slot, int chunk) {  // the records of a chunk
+    auto load = [&](int slot, int chunk) {
         const u32 st = sbase + slot * WO_STAGE_BYTES;
         const u8* src = wsrc + (i64)chunk * (WO_NT * WO_REC);
 #pragma unroll
@@ -64,9 +61,6 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
             const int u = tid + i * WO_THREADS;
             if (WUNITS % WO_THREADS == 0 || u < WUNITS) cp_async16_full(st + u * 16, src + u * 16);
         }
-    };
-    auto load_x = [&](int slot, int chunk) {  // its activations
-        const u32 st = sbase + slot * WO_STAGE_BYTES;
 #pragma unroll
         for (int i = 0; i < XPER; ++i) {
             if (!xsrc[i]) continue;
@@ -78,15 +72,9 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
 
     float acc[WO_R][WO_MT][4] = {};
 
-    // the first stages' records before the dependent part (wonly_common.cuh), their activations after it; the
-    // first commit group holds all of those records (the loop's waits stay correct: nothing is waited for late)
-#pragma unroll
-    for (int s = 0; s < WO_STAGES - 1; ++s)
-        if (c_begin + s < c_end) load_w(s, c_begin + s);
-    wo_dependent_part();
 #pragma unroll
     for (int s = 0; s < WO_STAGES - 1; ++s) {
-        if (c_begin + s < c_end) load_x(s, c_begin + s);
+        if (c_begin + s < c_end) load(s, c_begin + s);
         cp_async_commit();
     }
     const int g = lane >> 2;
@@ -94,10 +82,7 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
         cp_async_wait<WO_STAGES - 2>();
         __syncthreads();
         const int nxt = c + WO_STAGES - 1;
-        if (nxt < c_end) {
-            load_w((nxt - c_begin) % WO_STAGES, nxt);
-            load_x((nxt - c_begin) % WO_STAGES, nxt);
-        }
+        if (nxt < c_end) load((nxt - c_begin) % WO_STAGES, nxt);
         cp_async_commit();
 
         const u8* st = smem + ((c - c_begin) % WO_STAGES) * WO_STAGE_BYTES;

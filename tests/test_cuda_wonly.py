@@ -76,7 +76,7 @@ KERNELS = ["gemv", "gemv-pdl", "ring", "tma"]
 
 def _force_kernel(monkeypatch, kernel: str) -> None:
     """Run the registers path on one kernel whatever M is: "gemv" (direct loads), "gemv-pdl" (the same launched with
-    programmatic dependent launch, sm_90), "ring" (cp.async ring; with PDL on sm_90) or "tma" (bulk copies, sm_90,
+    programmatic dependent launch, sm_90), "ring" (cp.async ring) or "tma" (bulk copies, sm_90,
     with PDL)."""
     import cupy as cp
 
@@ -97,7 +97,7 @@ def _check_kernel(p, kernel: str) -> None:
     name, _, pdl = kernel.partition("-")
     assert "registers" in p.variant and p.variant_.kernel == name, p.variant
     sm90 = p.dev.arch.startswith("sm_90")
-    assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name != "gemv" or bool(pdl)))
+    assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name == "tma" or bool(pdl)))
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
