@@ -31,10 +31,6 @@ __device__ __forceinline__ void cp_async_bulk_g2s(u32 dst, const void* src, u32 
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
-// `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2, nothing else
-__device__ __forceinline__ void cp_async_bulk_prefetch_l2(const void* src, u32 bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
 
 // Programmatic dependent launch (a kernel launched with the programmatic-stream-serialization attribute may start
 // before its predecessor in the stream has finished): griddepcontrol.wait blocks the executing thread until every

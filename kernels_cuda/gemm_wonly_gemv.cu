@@ -11,8 +11,7 @@
 // The decode costs 13 operations per 4 registers of bf16 (wo4_reg); the block factors take a slower path only in
 // chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
 //
-// Under WO_PDL the records of the first WG_PF chunks (and WO_L2PF more, into L2) are requested before the dependent
-// part (wonly_common.cuh: wo_dependent_part), the activations after it.
+// Under WO_PDL the records of the first WG_PF chunks are requested before the dependent part (wonly_common.cuh: wo_dependent_part), the activations after it.
 //
 // -D: those of wonly_common.cuh, and WG_R (n16 tiles per warp: 1, 2, 4 or 8) WG_WARPS (warps per block; WG_R *
 // WG_WARPS a multiple of 8) WG_PF (chunks in flight per warp).
@@ -117,12 +116,6 @@ mx_wonly_gemv(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
 #pragma unroll
                 for (int r = 0; r < WG_R; ++r) ld.record(ring[p], r);
             }
-#if WO_L2PF  // the next WO_L2PF chunks of the warp's record group into L2 (its first warp, one bulk prefetch)
-        const int pf0 = c_begin + WG_PF, pf1 = min(c_end, pf0 + WO_L2PF);
-        if (wt0 % WO_GROUP == 0 && lane == 0 && pf1 > pf0)
-            cp_async_bulk_prefetch_l2(W + ((i64)(wt0 / WO_GROUP) * nchunks + pf0) * (WO_GROUP * WO_REC),
-                                      (u32)(pf1 - pf0) * (WO_GROUP * WO_REC));
-#endif
     }
     wo_dependent_part();
     if (live) {

@@ -13,12 +13,11 @@
 // global memory (16-byte loads kept in L1, one chunk ahead), and decodes and multiplies with all of its issue
 // slots; the copy engine keeps WT_STAGES * WT_CPS chunks per block in flight whatever the consumers do.
 //
-// Under WO_PDL the producer fills the whole ring (and WO_L2PF more chunks into L2) before the dependent part
+// Under WO_PDL the producer fills the whole ring before the dependent part
 // (wonly_common.cuh: wo_dependent_part); the consumers read activations only after it.
 //
 // -D: those of wonly_common.cuh, and WT_R (n16 tiles per consumer warp) WT_WARPS (consumer warps; WT_R * WT_WARPS =
-// 8, the record group) WT_STAGES (ring stages) WT_CPS (K chunks per stage) WT_MINB (blocks per SM the registers are
-// capped for).
+// 8, the record group) WT_STAGES (ring stages) WT_CPS (K chunks per stage).
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -53,7 +52,7 @@ __device__ __forceinline__ void wt_chunk(float (&acc)[WT_R][WO_MT][4], const uin
         for (int blk = 0; blk < WO_BPC; ++blk) wo_block<WO_MT>(acc[r], q[r], x[blk], sc[r], blk, SPECIAL, lane);
 }
 
-extern "C" __global__ void __launch_bounds__(WT_THREADS, WT_MINB)
+extern "C" __global__ void __launch_bounds__(WT_THREADS, 1)
 mx_wonly_tma(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
              u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
     extern __shared__ __align__(128) u8 smem[];
@@ -85,10 +84,6 @@ mx_wonly_tma(const u8* __restrict__ W, const u8* __restrict__ X, void* __restric
                 const u32 off = (u32)st * WT_STAGE_BYTES, bytes = min((u32)WT_STAGE_BYTES, total - off);
                 mbarrier_arrive_expect_tx(full0 + 8 * s, bytes);
                 cp_async_bulk_g2s(ring + s * WT_STAGE_BYTES, src + off, bytes, full0 + 8 * s);
-#if WO_L2PF  // the chunks after the first ring fill, into L2
-                if (st == min(stages, WT_STAGES) - 1 && total > off + bytes)
-                    cp_async_bulk_prefetch_l2(src + off + bytes, min((u32)WO_L2PF * WT_GROUP_BYTES, total - off - bytes));
-#endif
             }
         }
         __syncwarp();

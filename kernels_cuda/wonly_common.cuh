@@ -27,25 +27,23 @@
 // -D: WO_EBITS WO_MBITS WO_SPECIAL (0 none, 1 e4m3fn NaN, 2 e5m2 inf/NaN) WO_PACK4 (4-bit codes) WO_BF16 (activation
 // type bf16, else f16) WO_MUL (the 16-bit x2 bits of 2^(target bias - element bias)) WO_MT (m8 tiles per block)
 // WO_MMA (the mma mnemonic, from the layout record) and the fragment formulas WO_A_ROW WO_A_K WO_B_K WO_B_N
-// WO_C_ROW WO_C_COL WO_KPHYS; WO_PDL (sm_90: launched with programmatic dependent launch, see wo_dependent_part)
-// WO_L2PF (sm_90: chunks of a block's records prefetched into L2 at its start, bulk; 0 none).
+// WO_C_ROW WO_C_COL WO_KPHYS; WO_PDL (sm_90: launched with programmatic dependent launch, see wo_dependent_part).
 //
 // Programmatic dependent launch (WO_PDL, backends/cuda/plan.py RawLaunch(pdl=True)): a kernel may start while its
 // predecessor in the stream still runs.  Before wo_dependent_part() a kernel reads nothing but its packed weight
-// records (in flight or in L2); the activations, the workspace, the split-K counters and the output only after it,
-// in every thread.  That is safe because the records are written only by the pack kernel (wonly_pack.cu) or by a
-// device copy of them, and backends/cuda/wonly.py launches a normal (empty) kernel after each (wo_fence): a
-// normally launched kernel starts only after everything before it completed, so by the time any PDL kernel may
-// start early (its predecessor started, or in a chain of PDL kernels, an earlier one passed its wait, which makes
-// the chain transitive), the records it reads were complete.  launch_dependents is issued only after the wait.
+// records (into registers or a shared-memory ring); the activations, the workspace, the split-K counters and the
+// output only after it, in every thread.  Safety of the early record reads, which the code relies on: the records
+// are written only by the pack kernel (wonly_pack.cu) or by a device copy of them (a plan's clone), and
+// backends/cuda/wonly.py launches an empty kernel normally right after each (records_written: mx_wonly_fence).  A
+// normally launched kernel starts only after everything before it in the stream completed, so whenever a PDL
+// kernel starts early (once its predecessor started; in a chain of PDL kernels, once the previous one passed its
+// own wait, since launch_dependents is issued only after the wait: the chain stays transitive), every record it
+// reads was complete before that.  Records written on another stream need the caller's usual event dependency.
 
 #ifndef WO_PDL
 #define WO_PDL 0
 #endif
-#ifndef WO_L2PF
-#define WO_L2PF 0
-#endif
-#if WO_PDL || WO_L2PF
+#if WO_PDL
 #include "async_sm90.cuh"
 #endif
 

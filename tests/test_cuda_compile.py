@@ -179,7 +179,7 @@ def test_variant_machine_code(arch, stem):
             assert arch == "sm_90" and c["UBLKCP"] == 1 and c["SYNCS"] > 0 and c["LDGSTS"] == 0, dict(c)  # shared
             assert c["LDS"] > 0 and c["STS"] <= 1, dict(c)  # memory; the only store: the split-K flag
         pdl = "_pdl" in stem  # programmatic dependent launch: griddepcontrol.wait / .launch_dependents
-        assert (c["ACQBULK"] > 0 and c["PREEXIT"] > 0) == pdl and (c["UBLKPF"] > 0) == ("_l2pf" in stem), dict(c)
+        assert (c["ACQBULK"] > 0 and c["PREEXIT"] > 0) == pdl, dict(c)
         ftz = re.findall(r"\bF(?:FMA|ADD|MUL)\.FTZ\b", binary.sass)  # compiled with -ftz=true, as CuPy does
         assert c["FFMA"] > 0 and not ftz, f"block scales must keep fp32 subnormals: {ftz[:3]}"
         assert job["smem"] + res["shared_bytes"] <= SMEM_PER_BLOCK, "more shared memory than a block may have"

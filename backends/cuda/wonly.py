@@ -70,17 +70,19 @@ GEMV_MT = (1,)  # m8 tiles per block of the direct-load kernel (any M runs: grid
 # for (fewer when the registers allow fewer: one wave).  The best of a sweep on the H200 (tiles per warp 2 / 4 / 8,
 # warps 1 / 2 / 4 / 8, 1 to 4 chunks in flight, with and without L2 prefetches of the records 4 / 8 chunks ahead)
 GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 32
-#: sm_90: the small-M kernel ("tma": gemm_wonly_tma.cu, bulk copies into a shared-memory ring, a producer warp and
-#: WARPS consumer warps; or "gemv") and the M up to which it runs; PDL: launched with programmatic dependent launch
-#: (the next launch's weight records stream in while the previous one finishes; wonly_common.cuh); L2PF: chunks of a
-#: block's records prefetched into L2 at its start beyond what its loads request (0: none)
-SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL, SM90_L2PF = "tma", 2, True, 0
+#: sm_90: the small-M kernel ("gemv"; "tma": gemm_wonly_tma.cu, bulk copies into a shared-memory ring, a producer
+#: warp and TMA_WARPS consumer warps; "auto": tma for bf16 activations when the weight has at least one record group
+#: of 128 columns per SM, else gemv), the M up to which it runs (larger M: the ring), and PDL: launched with
+#: programmatic dependent launch (wonly_common.cuh).  H200, bf16 x mxfp4, kernel time of back-to-back launches
+#: (README): gemv with PDL 18.2 / 19.2 / 21.4 / 24.7 us at M = 1 / 2 / 4 / 8 (N = K = 8192) against 19.7 / 20.9 /
+#: 23.0 / 26.5 without and the ring's 20.7 / 21.3 / 22.5 / 24.3; tma with PDL 19.0 at M = 1, 52.4 at 1 x 28672 x 8192
+#: against gemv with PDL's 55.6 (fp16 there: 73.4 against 67.7)
+SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL = "auto", 4, True
 # the tma kernel's ring stages, K chunks per stage and most blocks per SM (fewer when registers or shared memory
-# allow fewer: one wave)
-TMA_STAGES, TMA_CPS, TMA_CTAS_PER_SM = 4, 2, 8
-# its consumer warps per block (GROUP / TMA_WARPS n16 tiles each) and the blocks per SM its registers are capped for
-# (__launch_bounds__ minimum; 1: no cap)
-TMA_WARPS, TMA_MINB = 4, 1
+# allow fewer: one wave): the best of 2 / 3 / 4 / 6 / 8 stages of 1 / 2 / 4 chunks at 1 x 28672 x 8192 (the sum of
+# its own loads-only and decode-only times there: 36.5 + 46.4 us; together 50.6); its consumer warps per block
+# (GROUP / TMA_WARPS n16 tiles each; 8 warps, or registers capped for 6 blocks per SM: slower)
+TMA_STAGES, TMA_CPS, TMA_CTAS_PER_SM, TMA_WARPS = 2, 4, 8, 4
 TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
@@ -144,22 +146,21 @@ class WonlyVariant:
     pf: int = 0  # gemv: chunks in flight per warp; tma: ring stages
     cps: int = 0  # tma: K chunks per ring stage
     pdl: bool = False  # sm_90: launched with programmatic dependent launch (WO_PDL)
-    l2pf: int = 0  # sm_90: chunks prefetched into L2 at the start (WO_L2PF)
-    minb: int = 1  # tma: blocks per SM its registers are capped for
 
     @classmethod
-    def gemv(cls, element: str, act: str, mt: int, pdl: bool = False, l2pf: int = 0) -> "WonlyVariant":
-        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF, pdl=pdl, l2pf=l2pf)
+    def gemv(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
+        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF, pdl=pdl)
 
     @classmethod
-    def tma(cls, element: str, act: str, mt: int, pdl: bool = False, l2pf: int = 0) -> "WonlyVariant":
-        return cls(element, act, mt, "tma", GROUP // TMA_WARPS, TMA_WARPS, TMA_STAGES, TMA_CPS, pdl, l2pf, TMA_MINB)
+    def tma(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
+        return cls(element, act, mt, "tma", GROUP // TMA_WARPS, TMA_WARPS, TMA_STAGES, TMA_CPS, pdl)
 
     @classmethod
-    def small(cls, element: str, act: str, mt: int, arch: str) -> "WonlyVariant":
-        """The small-M kernel of ``arch``: on sm_90 SM90_SMALL with PDL and L2 prefetches as set, else gemv."""
+    def small(cls, element: str, act: str, mt: int, arch: str, kernel: str = "gemv") -> "WonlyVariant":
+        """The small-M kernel of ``arch``: ``kernel`` ("gemv" | "tma", sm_90 only) on sm_90 with PDL as SM90_PDL
+        says, else gemv."""
         if sm_of(arch) == 90:
-            return getattr(cls, SM90_SMALL)(element, act, mt, SM90_PDL, SM90_L2PF)
+            return getattr(cls, kernel)(element, act, mt, SM90_PDL)
         return cls.gemv(element, act, mt)
 
     @property
@@ -182,7 +183,7 @@ class WonlyVariant:
     @property
     def sm90(self) -> bool:
         """Whether the variant needs sm_90 (bulk copies, griddepcontrol)."""
-        return self.kernel == "tma" or self.pdl or self.l2pf > 0
+        return self.kernel == "tma" or self.pdl
 
     @property
     def spec(self):
@@ -217,9 +218,9 @@ class WonlyVariant:
 
     @property
     def name(self) -> str:
-        tail = ("_pdl" if self.pdl else "") + (f"_l2pf{self.l2pf}" if self.l2pf else "")
+        tail = "_pdl" if self.pdl else ""
         if self.kernel == "tma":  # its configuration (the constants above may change between variants)
-            tail = f"_w{self.warps}s{self.pf}c{self.cps}" + (f"b{self.minb}" if self.minb > 1 else "") + tail
+            tail = f"_w{self.warps}s{self.pf}c{self.cps}" + tail
         if self.kernel in ("gemv", "tma"):
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
@@ -238,25 +239,32 @@ class WonlyVariant:
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
                 *{"gemv": (f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}"),
                   "tma": (f"-DWT_R={self.r}", f"-DWT_WARPS={self.warps}", f"-DWT_STAGES={self.pf}",
-                          f"-DWT_CPS={self.cps}", f"-DWT_MINB={self.minb}")}.get(self.kernel,
+                          f"-DWT_CPS={self.cps}")}.get(self.kernel,
                                                        (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")),
-                f"-DWO_PDL={int(self.pdl)}", f"-DWO_L2PF={self.l2pf}",
+                f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
 
 def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     """Every weight-only kernel a plan on ``arch`` can launch: the ring at every M tile, the direct-load kernel, and
-    on sm_90 the small-M kernel of WonlyVariant.small (the tma kernel, launched with PDL)."""
+    on sm_90 the small-M kernels of WonlyVariant.small (gemv and tma, launched with PDL)."""
     from mxcore import dtypes as _dt
 
     elements = list(dict.fromkeys(_dt.MX_ELEMENT.values()))
     out = ([WonlyVariant(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in MT_CHOICES]
            + [WonlyVariant.gemv(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in GEMV_MT])
     if sm_of(arch) == 90:
-        mts = TMA_MT if SM90_SMALL == "tma" else GEMV_MT
-        extra = [WonlyVariant.small(e, act, mt, arch) for e in elements for act in ("f16", "bf16") for mt in mts]
+        extra = [WonlyVariant.small(e, act, mt, arch, k) for k, mts in (("gemv", GEMV_MT), ("tma", TMA_MT))
+                 for e in elements for act in ("f16", "bf16") for mt in mts]
         out += [v for v in dict.fromkeys(extra) if v not in out]
     return out
+
+
+def sm90_small(act: str, n: int, sms: int) -> str:
+    """sm_90's small-M kernel for ``act`` activations ("f16" | "bf16") and N = ``n`` (SM90_SMALL)."""
+    if SM90_SMALL != "auto":
+        return SM90_SMALL
+    return "tma" if act == "bf16" and -(-n // (16 * GROUP)) >= sms else "gemv"
 
 
 def small_kernel(arch: str, m: int) -> bool:
@@ -389,9 +397,10 @@ class WonlyPlan(Plan):
             raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
         if small_kernel(dev.arch, m):
-            mts = TMA_MT if (sm_of(dev.arch) == 90 and SM90_SMALL == "tma") else GEMV_MT
+            kernel = sm90_small(da.elem, n, dev.sms) if sm_of(dev.arch) == 90 else "gemv"
+            mts = TMA_MT if kernel == "tma" else GEMV_MT
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
-            self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch)
+            self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
         else:
             mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
             self.variant_ = WonlyVariant(db.elem, da.elem, mt)
