@@ -11,7 +11,8 @@
 // The decode costs 13 operations per 4 registers of bf16 (wo4_reg); the block factors take a slower path only in
 // chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
 //
-// Under WO_PDL the records of the first WG_PF chunks are requested before the dependent part (wonly_common.cuh: wo_dependent_part), the activations after it.
+// Under WO_PDL the records of the first WG_PF chunks are requested before the dependent part (wonly_common.cuh:
+// wo_dependent_part), the activations after it.
 //
 // -D: those of wonly_common.cuh, and WG_R (n16 tiles per warp: 1, 2, 4 or 8) WG_WARPS (warps per block; WG_R *
 // WG_WARPS a multiple of 8) WG_PF (chunks in flight per warp).

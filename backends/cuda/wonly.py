@@ -49,7 +49,8 @@ __all__ = ["GEMV_FILE", "PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FOR
            "wonly_path"]
 
 WONLY_FILE, GEMV_FILE, TMA_FILE, PACK_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "gemm_wonly_tma.cu", "wonly_pack.cu"
-KERNELS = {"ring": (WONLY_FILE, "mx_wonly_gemm"), "gemv": (GEMV_FILE, "mx_wonly_gemv"), "tma": (TMA_FILE, "mx_wonly_tma")}
+KERNELS = {"ring": (WONLY_FILE, "mx_wonly_gemm"), "gemv": (GEMV_FILE, "mx_wonly_gemv"),
+           "tma": (TMA_FILE, "mx_wonly_tma")}
 WONLY_PATHS = ("registers", "staged")
 #: bf16 activations with M up to this run on the registers path by default, larger M on the staged path (H200,
 #: bf16 x mxfp4, N = K = 8192, kernel time against cuBLAS bf16: registers 1.07 / 0.74 / 0.40 at M = 16 / 32 / 64,
@@ -239,8 +240,8 @@ class WonlyVariant:
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
                 *{"gemv": (f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}"),
                   "tma": (f"-DWT_R={self.r}", f"-DWT_WARPS={self.warps}", f"-DWT_STAGES={self.pf}",
-                          f"-DWT_CPS={self.cps}")}.get(self.kernel,
-                                                       (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")),
+                          f"-DWT_CPS={self.cps}"),
+                  "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
