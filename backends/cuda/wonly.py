@@ -7,11 +7,17 @@
     (``WO4_POS``), fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk
     contiguous, K permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16
     consecutive bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53
-    bytes per element for mxfp4 (codes + scales), read once per launch.  Two kernels read the records
-    (``wonly_common.cuh`` holds what they share): ``gemm_wonly_gemv.cu`` (M <= GEMV_MAX_M) loads them straight
-    into registers, each warp on its own two tiles a few chunks ahead, no shared memory and no barrier;
-    ``gemm_wonly.cu`` (larger M) streams the records and the activation rows through a cp.async ring (blocks of
-    4 warps x 2 n16 tiles).  Both decode codes to the activation's 16-bit type in registers (exact: bit
+    bytes per element for mxfp4 (codes + scales), read once per launch.  Three kernels read the records
+    (``wonly_common.cuh`` holds what they share), chosen by M (``small_kernel``, ``sm90_small``):
+    ``gemm_wonly_gemv.cu`` (small M) loads them straight into registers, each warp on its own two tiles a few
+    chunks ahead, no shared memory and no barrier; ``gemm_wonly_tma.cu`` (sm_90, small M, bf16 with N of at least
+    one record group per SM) has a producer warp stream a block's contiguous records with bulk copies into a
+    shared-memory ring (mbarriers) while four consumer warps decode; ``gemm_wonly.cu`` (larger M) streams the
+    records and the activation rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles).  On sm_90 the
+    small-M kernels are launched with programmatic dependent launch (``RawLaunch(pdl=True)``): a launch may start
+    while the previous kernel in the stream finishes and requests its first records before it waits for it
+    (``wonly_common.cuh`` says why that is safe; ``records_written``).  All decode codes to the activation's
+    16-bit type in registers (exact: bit
     placement and one multiply by a power of two), multiply with ``mma.sync`` m16n8k16 with the weight as the A
     operand (M is the mma's N: ceil(M/8) mma per 16 x 16 weight fragment) and apply each 32-K block's scale in
     fp32 (t = the block's two mma from zero; acc = fma(t, 2^(scale - 127), acc), explicit PTX so that CuPy's
@@ -80,10 +86,10 @@ GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 32
 #: against gemv with PDL's 55.6 (fp16 there: 73.4 against 67.7)
 SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL = "auto", 4, True
 # the tma kernel's ring stages, K chunks per stage and most blocks per SM (fewer when registers or shared memory
-# allow fewer: one wave): the best of 2 / 3 / 4 / 6 / 8 stages of 1 / 2 / 4 chunks at 1 x 28672 x 8192 (the sum of
-# its own loads-only and decode-only times there: 36.5 + 46.4 us; together 50.6); its consumer warps per block
-# (GROUP / TMA_WARPS n16 tiles each; 8 warps, or registers capped for 6 blocks per SM: slower)
-TMA_STAGES, TMA_CPS, TMA_CTAS_PER_SM, TMA_WARPS = 2, 4, 8, 4
+# allow fewer: one wave), and its consumer warps per block (GROUP / TMA_WARPS n16 tiles each).  A sweep of 2 / 3 / 4 /
+# 6 / 8 stages of 1 / 2 / 4 chunks at 1 x 28672 x 8192: 4 x 2 within 2-3 % of the best (2 x 4, which has not been
+# through the GPU test suite); 8 consumer warps, or registers capped for 6 blocks per SM: slower
+TMA_STAGES, TMA_CPS, TMA_CTAS_PER_SM, TMA_WARPS = 4, 2, 8, 4
 TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
