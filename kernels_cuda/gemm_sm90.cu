@@ -62,6 +62,7 @@
 // (split_fixup).  units: tail0 + (tiles - tail0) * splits (from the host).  splits = 1: no split.
 
 #include "mx_common.cuh"
+#include "async_sm90.cuh"
 
 #ifndef SM90_ELEM
 #define SM90_ELEM 0
@@ -207,30 +208,6 @@ struct __align__(64) TmaMap {
 // ---------------------------------------------------------------------------------------------------------------
 // one tiny wrapper per PTX instruction
 // ---------------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbarrier_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void fence_mbarrier_init() {
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ u32 mbarrier_try_wait_parity(u32 bar, u32 parity) {
-    u32 ok;
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    return ok;
-}
-__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
-    while (!mbarrier_try_wait_parity(bar, parity)) {
-    }
-}
 __device__ __forceinline__ void cp_async_bulk_tensor_2d(u32 dst, const TmaMap* map, int c0, int c1, u32 bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar) : "memory");

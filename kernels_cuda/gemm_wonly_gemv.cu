@@ -11,6 +11,9 @@
 // The decode costs 13 operations per 4 registers of bf16 (wo4_reg); the block factors take a slower path only in
 // chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
 //
+// Under WO_PDL the records of the first WG_PF chunks are requested before the dependent part (wonly_common.cuh:
+// wo_dependent_part), the activations after it.
+//
 // -D: those of wonly_common.cuh, and WG_R (n16 tiles per warp: 1, 2, 4 or 8) WG_WARPS (warps per block; WG_R *
 // WG_WARPS a multiple of 8) WG_PF (chunks in flight per warp).
 
@@ -37,23 +40,6 @@ __device__ __forceinline__ u32 wg_ld_s(const u8* p) {
 #endif
     return v;
 }
-// 8 activations from k on (row pointer xr, K elements): one 16-byte load inside K, zeros past it
-__device__ __forceinline__ uint4 wg_ld_x(const u16* xr, int k, int K) {
-    if (k + 8 <= K) {
-        uint4 v;
-        asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(xr + k));
-        return v;
-    }
-    u32 w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const u32 lo = k + 2 * i < K ? xr[k + 2 * i] : 0u, hi = k + 2 * i + 1 < K ? xr[k + 2 * i + 1] : 0u;
-        w[i] = lo | (hi << 16);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 struct WgChunk {  // what a warp loads of one K chunk
     uint4 q[WG_R];
     u32 sc[WG_R];
@@ -92,7 +78,7 @@ struct WgLoad {  // the loads of one chunk of a warp (chunk index set before use
         for (int blk = 0; blk < WO_BPC; ++blk)
 #pragma unroll
             for (int mt = 0; mt < WO_MT; ++mt)
-                ch.x[blk][mt] = xlive[mt] ? wg_ld_x(xr[mt], chunk * WO_KC + 32 * blk + xk, K) : make_uint4(0u, 0u, 0u, 0u);
+                ch.x[blk][mt] = xlive[mt] ? wo_ld_x(xr[mt], chunk * WO_KC + 32 * blk + xk, K) : make_uint4(0u, 0u, 0u, 0u);
     }
 };
 
@@ -122,14 +108,22 @@ mx_wonly_gemv(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
     ld.K = K;
 
     float acc[WG_R][WO_MT][4] = {};
-    if (live) {
-        WgChunk ring[WG_PF];
+    WgChunk ring[WG_PF];
+    if (live) {  // the first WG_PF chunks' records: weights only, before the dependent part
 #pragma unroll
         for (int p = 0; p < WG_PF; ++p)
             if (c_begin + p < c_end) {
                 ld.chunk = c_begin + p;
 #pragma unroll
                 for (int r = 0; r < WG_R; ++r) ld.record(ring[p], r);
+            }
+    }
+    wo_dependent_part();
+    if (live) {
+#pragma unroll
+        for (int p = 0; p < WG_PF; ++p)
+            if (c_begin + p < c_end) {
+                ld.chunk = c_begin + p;
                 ld.acts(ring[p]);
             }
         for (int c = c_begin; c < c_end; c += WG_PF) {

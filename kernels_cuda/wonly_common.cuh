@@ -1,6 +1,7 @@
-// mxcore weight-only kernels (gemm_wonly.cu: the cp.async ring; gemm_wonly_gemv.cu: direct loads, small M): the
-// packed fragment record, the code decode, the E8M0 block factors, the fp32 operations that keep subnormals, the
-// mma and the output store, defined once.
+// mxcore weight-only kernels (gemm_wonly.cu: the cp.async ring; gemm_wonly_gemv.cu: direct loads, small M;
+// gemm_wonly_tma.cu: bulk copies into a shared-memory ring, small M on sm_90): the packed fragment record, the code
+// decode, the E8M0 block factors, the fp32 operations that keep subnormals, the activation loads, the mma, the
+// output store and the programmatic-dependent-launch boundary, defined once.
 //
 // Packed weight (wonly_pack.cu writes it once per weight; backends/cuda/wonly.py caches it on the MXTensor):
 // records [n16 tile group of 8][K chunk][tile in the group], WO_REC bytes each, chunk = WO_KC K (64 for 4-bit
@@ -26,7 +27,25 @@
 // -D: WO_EBITS WO_MBITS WO_SPECIAL (0 none, 1 e4m3fn NaN, 2 e5m2 inf/NaN) WO_PACK4 (4-bit codes) WO_BF16 (activation
 // type bf16, else f16) WO_MUL (the 16-bit x2 bits of 2^(target bias - element bias)) WO_MT (m8 tiles per block)
 // WO_MMA (the mma mnemonic, from the layout record) and the fragment formulas WO_A_ROW WO_A_K WO_B_K WO_B_N
-// WO_C_ROW WO_C_COL WO_KPHYS.
+// WO_C_ROW WO_C_COL WO_KPHYS; WO_PDL (sm_90: launched with programmatic dependent launch, see wo_dependent_part).
+//
+// Programmatic dependent launch (WO_PDL, backends/cuda/plan.py RawLaunch(pdl=True)): a kernel may start while its
+// predecessor in the stream still runs.  Before wo_dependent_part() a kernel reads nothing but its packed weight
+// records (into registers or a shared-memory ring); the activations, the workspace, the split-K counters and the
+// output only after it, in every thread.  Safety of the early record reads, which the code relies on: the records
+// are written only by the pack kernel (wonly_pack.cu) or by a device copy of them (a plan's clone), and
+// backends/cuda/wonly.py launches an empty kernel normally right after each (records_written: mx_wonly_fence).  A
+// normally launched kernel starts only after everything before it in the stream completed, so whenever a PDL
+// kernel starts early (once its predecessor started; in a chain of PDL kernels, once the previous one passed its
+// own wait, since launch_dependents is issued only after the wait: the chain stays transitive), every record it
+// reads was complete before that.  Records written on another stream need the caller's usual event dependency.
+
+#ifndef WO_PDL
+#define WO_PDL 0
+#endif
+#if WO_PDL
+#include "async_sm90.cuh"
+#endif
 
 #define WO_KC (WO_PACK4 ? 64 : 32)    // K per chunk (16 bytes of codes per lane)
 #define WO_STEPS (WO_KC / 16)         // mma k16 steps per chunk
@@ -114,6 +133,33 @@ __device__ __forceinline__ bool wo_special(u32 v) {
 // the scale word of a lane's fragment row g (4 bytes with two blocks per chunk, else 2: the other two set to 1)
 __device__ __forceinline__ u32 wo_scale_word(u32 raw) { return WO_BPC == 2 ? raw : ((raw & 0xffffu) | 0x01010000u); }
 
+// 8 activations from k on (row pointer xr, K elements): one 16-byte load inside K (kept in L1: every warp of a
+// block reads them), zeros past it
+__device__ __forceinline__ uint4 wo_ld_x(const u16* xr, int k, int K) {
+    if (k + 8 <= K) {
+        uint4 v;
+        asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(xr + k));
+        return v;
+    }
+    u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 lo = k + 2 * i < K ? xr[k + 2 * i] : 0u, hi = k + 2 * i + 1 < K ? xr[k + 2 * i + 1] : 0u;
+        w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Where a kernel's dependent part starts (every thread, before its first read of the activations, the workspace,
+// the counters or the output): under WO_PDL, wait for the predecessor grid, then let the next kernel start.
+__device__ __forceinline__ void wo_dependent_part() {
+#if WO_PDL
+    griddep_wait();
+    griddep_launch_dependents();
+#endif
+}
+
 __device__ __forceinline__ float wo_fma(float a, float b, float c) {  // IEEE fma, subnormals kept
     float d;
     asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
@@ -190,9 +236,11 @@ __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* 
 // The epilogue of a block of `tiles` n16 tiles (a warp's R of them from tile0) and WO_MT m8 tiles from row m0:
 // accumulator (row, col) = (n within the tile, m within the m8 tile); C directly, or (split K) the fp32 partial
 // products [z][M][ldw] (rows past M are not stored) and the ordered finish.
+// holds = false: a warp without tiles (a producer warp) that only takes part in the split-K finish.
 template <int R>
 __device__ __forceinline__ void wo_epilogue(const float (&acc)[R][WO_MT][4], void* C, float* ws, u32* counters, int M,
-                                            int N, i64 ldc, int out_kind, int m0, int tile0, int tiles, int lane) {
+                                            int N, i64 ldc, int out_kind, int m0, int tile0, int tiles, int lane,
+                                            bool holds = true) {
     const bool direct = gridDim.z == 1;
     const int ldw = gridDim.x * tiles * 16;
     float* part = ws + (i64)blockIdx.z * M * ldw;
@@ -203,9 +251,9 @@ __device__ __forceinline__ void wo_epilogue(const float (&acc)[R][WO_MT][4], voi
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int n = (tile0 + r) * 16 + WO_C_ROW(lane, i), m = m0 + mt * 8 + WO_C_COL(lane, i);
-                if (direct && n < N && m < M)
+                if (holds && direct && n < N && m < M)
                     wo_store(C, (i64)m * ldc + n, acc[r][mt][i], out_kind);
-                else if (!direct && m < M)
+                else if (holds && !direct && m < M)
                     part[(i64)m * ldw + n] = acc[r][mt][i];
             }
     if (direct) return;

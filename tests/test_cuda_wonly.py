@@ -1,11 +1,15 @@
 """Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly.py) and
-both kernels of the registers path (direct loads, "gemv"; cp.async ring, "ring"; each forced at every M), against
-the float64 reference.  Every output is poisoned with NaN before the launch.
+every kernel of the registers path (direct loads, "gemv", with and without programmatic dependent launch on sm_90;
+cp.async ring, "ring"; sm_90's bulk-copy ring, "tma"; each forced at every M), against the float64 reference.
+Every output is poisoned with NaN before the launch.
 
 * exactly representable inputs: bit-exact (the registers path for every pair, any scale codes per column:
   0x00, 0x01, 0x7F, 0xFE; the staged path with scales spanning a few binades), NaN blocks (scale 0xFF) poison
   exactly the columns that read them, K tails, M from 1 to 130 (one m8 tile to several m64 row blocks), split K;
 * random MX weights quantized from normal data: within (K + 2) 2^-23 (|A| @ |B|) (+ the output rounding);
+* programmatic dependent launch: a chain of launches, each reading the previous one's output as its activations
+  right after a normal kernel poisoned it, gives the bits of the same chain run with a synchronization between
+  launches;
 * the API: torch CUDA tensors and CuPy arrays, an MXTensor weight reused across calls (its packed form cached),
   device float weights quantized on the GPU, a shared weight under a 3-D batch.
 """
@@ -67,14 +71,36 @@ def _device_act(a, act):
     return torch.as_tensor(a, device="cuda").to(torch.float16 if act == "fp16" else torch.bfloat16)
 
 
+KERNELS = ["gemv", "gemv-pdl", "ring", "tma"]
+
+
 def _force_kernel(monkeypatch, kernel: str) -> None:
-    """Run the registers path on one kernel whatever M is: "gemv" (direct loads) or "ring" (cp.async ring)."""
+    """Run the registers path on one kernel whatever M is: "gemv" (direct loads), "gemv-pdl" (the same launched with
+    programmatic dependent launch, sm_90), "ring" (cp.async ring) or "tma" (bulk copies, sm_90,
+    with PDL)."""
+    import cupy as cp
+
     from mxcore.backends.cuda import wonly
 
-    monkeypatch.setattr(wonly, "GEMV_MAX_M", 1 << 30 if kernel == "gemv" else 0)
+    sm90 = cp.cuda.Device().compute_capability == "90"
+    if kernel in ("gemv-pdl", "tma") and not sm90:
+        pytest.skip(f"the {kernel} kernel runs on sm_90 only")
+    small = kernel != "ring"
+    monkeypatch.setattr(wonly, "GEMV_MAX_M", 1 << 30 if small else 0)
+    monkeypatch.setattr(wonly, "SM90_SMALL_MAX_M", 1 << 30 if small else 0)
+    monkeypatch.setattr(wonly, "SM90_SMALL", kernel.partition("-")[0] if small else wonly.SM90_SMALL)
+    monkeypatch.setattr(wonly, "SM90_PDL", kernel != "gemv")
 
 
-@pytest.mark.parametrize("kernel", ["gemv", "ring"])
+def _check_kernel(p, kernel: str) -> None:
+    """The plan runs the forced kernel, launched with PDL where it should be."""
+    name, _, pdl = kernel.partition("-")
+    assert "registers" in p.variant and p.variant_.kernel == name, p.variant
+    sm90 = p.dev.arch.startswith("sm_90")
+    assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name == "tma" or bool(pdl)))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("fmt", MX)
 @pytest.mark.parametrize("act", ACTS)
@@ -85,7 +111,7 @@ def test_registers_exact(cuda_backend, rng, monkeypatch, act, fmt, shape, kernel
     b = _mx_weight(rng, k, n, fmt, [0x00, 0x01, 0x7F, 0x80, 0xFE] if fmt == "mxfp4" else [0x70, 0x7F, 0x85])
     got, p = _plan_out(cuda_backend, _device_act(a, act), b.to_device(_device_act(a[:1, :1], act)), (act, fmt),
                        "registers")
-    assert "registers" in p.variant and ("gemv" in p.variant) == (kernel == "gemv")
+    _check_kernel(p, kernel)
     want = _ref(a, b, (act, fmt))
     assert np.array_equal(got, want, equal_nan=True), (np.nanmax(np.abs(got - want)), p.variant)
 
@@ -101,7 +127,7 @@ def test_staged_exact_bf16(cuda_backend, rng, fmt):
         assert np.array_equal(got, want, equal_nan=True), (m, n, k, np.nanmax(np.abs(got - want)))
 
 
-@pytest.mark.parametrize("path", ["registers-gemv", "registers-ring", "staged"])
+@pytest.mark.parametrize("path", [f"registers-{k}" for k in KERNELS] + ["staged"])
 def test_nan_blocks_and_out_dtypes(cuda_backend, rng, monkeypatch, path):
     path, _, kernel = path.partition("-")
     if kernel:
@@ -120,7 +146,7 @@ def test_nan_blocks_and_out_dtypes(cuda_backend, rng, monkeypatch, path):
         assert np.array_equal(got, want, equal_nan=True), out_dtype
 
 
-@pytest.mark.parametrize("kernel", ["gemv", "ring"])
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e2m3", "mxfp8_e4m3"])
 @pytest.mark.parametrize("act", ACTS)
 def test_random_within_bound(cuda_backend, rng, monkeypatch, act, fmt, kernel):
@@ -130,11 +156,50 @@ def test_random_within_bound(cuda_backend, rng, monkeypatch, act, fmt, kernel):
         w = rng.standard_normal((k, n))
         b = mxcore.quantize_mx(w, fmt, axis=0)
         got, p = _plan_out(cuda_backend, _device_act(a, act), b, (act, fmt), "registers", split_k=split)
+        _check_kernel(p, kernel)
         a16 = np.asarray(_device_act(a, act).float().cpu(), np.float64)
         bf = mxcore.dequantize(b, dtype=np.float64)
         bound = (k + 2) * 2.0 ** -23 * (np.abs(a16) @ np.abs(bf)) + np.abs(a16 @ bf) * 2.0 ** -24
         err = np.abs(got - a16 @ bf)
         assert (err <= bound).all(), (m, n, k, p.variant, float((err / bound).max()))
+
+
+@pytest.mark.parametrize("kernel", ["gemv-pdl", "tma"])
+def test_pdl_chain(cuda_backend, rng, monkeypatch, kernel):
+    """Launches with programmatic dependent launch read their activations only after their predecessor finished: a
+    chain x -> y1 -> y2 -> y1 ... (each launch's fp16 output is the next one's activations, read in place, and a
+    normal fill poisons y1 with NaN right before the launch that writes it) gives the bits of the same chain with a
+    synchronization after every launch; split K (workspace, counters) in every launch."""
+    import cupy as cp
+
+    _force_kernel(monkeypatch, kernel)
+    m, n, k = 4, 2048, 2048
+    x = cp.asarray(_act_values(rng, m, k, "fp16").astype(np.float16))
+    w1, w2 = (_mx_weight(rng, k, n, "mxfp4", [0x79, 0x7A]).to_device(x) for _ in range(2))
+    y1, y2 = cp.empty((m, n), cp.float16), cp.empty((m, n), cp.float16)
+    mdt = dtypes.resolve(("fp16", "mxfp4"), "sm_90")
+    plans = [cuda_backend.plan(src, w, mdt, out_dtype="float16", out=dst, wonly_path="registers")
+             for src, w, dst in ((x, w1, y1), (y1, w2, y2), (y2, w1, y1))]
+    for p, src in zip(plans, (x, y1, y2)):
+        _check_kernel(p, kernel)
+        assert p.da.buf.data.ptr == src.data.ptr and p._splits > 1, p.variant  # read in place, split K
+
+    def chain(sync: bool):
+        for _ in range(8):
+            for i, p in enumerate(plans):
+                if i != 1:
+                    y1.fill(np.nan)  # a normal kernel right before the launch that writes y1
+                p.gemm()
+                if sync:
+                    cp.cuda.get_current_stream().synchronize()
+        cp.cuda.get_current_stream().synchronize()
+        return cp.asnumpy(y1), cp.asnumpy(y2)
+
+    want = chain(True)
+    assert np.isfinite(want[0]).all() and np.isfinite(want[1]).all()
+    for _ in range(3):
+        got = chain(False)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
 
 
 def test_api_paths_and_reuse(cuda_backend, rng):

@@ -37,9 +37,9 @@ def compile_jobs(arch: str) -> list[dict]:
                      "smem": 0, "threads": 256})
     from .wonly import PACK_FILE, all_wonly_variants, formula_options
 
-    for w in all_wonly_variants():  # the weight-only kernels (wonly.py): every kernel x element x activation x M tile
+    for w in all_wonly_variants(arch):  # the weight-only kernels (wonly.py): every kernel x element x activation x M tile
         jobs.append({"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly",
-                     "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel})",
+                     "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel}{', PDL' if w.pdl else ''})",
                      "options": [*w.options(), "-ftz=true"],  # CuPy compiles with it: the SASS checks see the same
                      "smem": w.smem_bytes, "threads": w.threads, "mma": "HMMA", "cp_async": w.kernel == "ring"})
     jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",

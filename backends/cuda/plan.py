@@ -11,6 +11,8 @@ slices + an ordered, deterministic reduction) is used when the output tiles cann
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from mxcore.errors import UnsupportedError
@@ -231,9 +233,14 @@ class CudaPlan(Plan):
 class RawLaunch:
     """One kernel launch through ``cuLaunchKernel`` with its parameter block packed once (ctypes values); a call
     sets the slots that change (device addresses) and launches on a raw stream handle.  What CuPy's kernel call
-    does per argument (type dispatch, packing) is done once here."""
+    does per argument (type dispatch, packing) is done once here.
 
-    def __init__(self, kernel, grid, block, smem: int, args):
+    ``pdl``: launch through ``cuLaunchKernelEx`` with the programmatic-stream-serialization attribute (sm_90,
+    programmatic dependent launch): the kernel may start before its predecessor in the stream has finished, so it
+    must execute ``griddepcontrol.wait`` before reading anything a predecessor may write (only kernels built for
+    it: the weight-only kernels compiled with WO_PDL)."""
+
+    def __init__(self, kernel, grid, block, smem: int, args, pdl: bool = False):
         import ctypes
         import threading
 
@@ -245,6 +252,7 @@ class RawLaunch:
         self.params = (ctypes.c_void_p * len(self.vals))(*[ctypes.addressof(v) for v in self.vals])
         self.pp = ctypes.addressof(self.params)
         self.lock = threading.Lock()
+        self.ex = _PdlLaunch(self.f, self.grid, self.block, self.smem) if pdl else None
 
     def set(self, i: int, a) -> None:
         """Argument ``i`` becomes ``a`` (of the same C type: an address, a number, a 'V<n>' array)."""
@@ -260,7 +268,54 @@ class RawLaunch:
         with self.lock:  # the parameter block is shared: set and launch atomically (cuLaunchKernel copies it)
             for i, ptr in slots:
                 vals[i].value = ptr
+            if self.ex is not None:
+                self.ex(stream, self.pp)
+                return
             driver.launchKernel(self.f, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.pp, 0)
+
+
+_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
+
+
+class _PdlLaunch:
+    """``cuLaunchKernelEx`` (libcuda through ctypes; CuPy does not wrap it) of one function and shape with the
+    programmatic-stream-serialization attribute set; the launch configuration is built once, the stream set per
+    call (under RawLaunch's lock)."""
+
+    def __init__(self, f: int, grid, block, smem: int):
+        import ctypes
+
+        from .sm90 import _LaunchConfig
+
+        class Attr(ctypes.Structure):  # CUlaunchAttribute: id (4 bytes, padded to 8), a 64-byte value union
+            _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
+
+        self.attr = Attr(_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (ctypes.c_int * 16)(1))  # allowed = 1
+        self.cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, None,
+                                 ctypes.cast(ctypes.pointer(self.attr), ctypes.c_void_p), 1)
+        self.cfg_p, self.f = ctypes.byref(self.cfg), ctypes.c_void_p(f)
+        self.launch = _launch_ex()
+
+    def __call__(self, stream: int, params: int) -> None:
+        self.cfg.stream = stream or None
+        err = self.launch(self.cfg_p, self.f, params, None)
+        if err != 0:
+            from mxcore.errors import DeviceError
+
+            raise DeviceError(f"cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {err}")
+
+
+@functools.lru_cache(maxsize=None)
+def _launch_ex():
+    """``cuLaunchKernelEx`` with its argument types set."""
+    import ctypes
+
+    from .sm90 import _driver
+
+    fn = _driver().cuLaunchKernelEx
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def _ctype(ctypes, a):

@@ -7,11 +7,18 @@
     (``WO4_POS``), fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk
     contiguous, K permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16
     consecutive bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53
-    bytes per element for mxfp4 (codes + scales), read once per launch.  Two kernels read the records
-    (``wonly_common.cuh`` holds what they share): ``gemm_wonly_gemv.cu`` (M <= GEMV_MAX_M) loads them straight
-    into registers, each warp on its own two tiles a few chunks ahead, no shared memory and no barrier;
-    ``gemm_wonly.cu`` (larger M) streams the records and the activation rows through a cp.async ring (blocks of
-    4 warps x 2 n16 tiles).  Both decode codes to the activation's 16-bit type in registers (exact: bit
+    bytes per element for mxfp4 (codes + scales), read once per launch.  Three kernels read the records
+    (``wonly_common.cuh`` holds what they share), chosen by M (``small_kernel``, ``sm90_small``):
+    ``gemm_wonly_gemv.cu`` (small M) loads them straight into registers, each warp on its own two tiles a few
+    chunks ahead, no shared memory and no barrier; ``gemm_wonly_tma.cu`` (sm_90, small M, bf16 with N of at least
+    one record group per SM) has a producer warp stream a block's contiguous records with bulk copies into a
+    shared-memory ring (mbarriers) while four consumer warps decode; ``gemm_wonly.cu`` (larger M) streams the
+    records and the activation rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles).  On sm_90 the
+    small-M kernels can be launched with programmatic dependent launch (``RawLaunch(pdl=True)``; SM90_PDL, and the
+    tma kernel by SM90_SMALL: built and measured, not yet the default, see SM90_SMALL): a launch may start
+    while the previous kernel in the stream finishes and requests its first records before it waits for it
+    (``wonly_common.cuh`` says why that is safe; ``records_written``).  All decode codes to the activation's
+    16-bit type in registers (exact: bit
     placement and one multiply by a power of two), multiply with ``mma.sync`` m16n8k16 with the weight as the A
     operand (M is the mma's N: ceil(M/8) mma per 16 x 16 weight fragment) and apply each 32-K block's scale in
     fp32 (t = the block's two mma from zero; acc = fma(t, 2^(scale - 127), acc), explicit PTX so that CuPy's
@@ -48,8 +55,9 @@ __all__ = ["GEMV_FILE", "PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FOR
            "WonlyVariant", "all_wonly_variants", "pack_weight", "packed_bytes", "registers_prep", "staged_prep",
            "wonly_path"]
 
-WONLY_FILE, GEMV_FILE, PACK_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "wonly_pack.cu"
-KERNELS = {"ring": (WONLY_FILE, "mx_wonly_gemm"), "gemv": (GEMV_FILE, "mx_wonly_gemv")}
+WONLY_FILE, GEMV_FILE, TMA_FILE, PACK_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "gemm_wonly_tma.cu", "wonly_pack.cu"
+KERNELS = {"ring": (WONLY_FILE, "mx_wonly_gemm"), "gemv": (GEMV_FILE, "mx_wonly_gemv"),
+           "tma": (TMA_FILE, "mx_wonly_tma")}
 WONLY_PATHS = ("registers", "staged")
 #: bf16 activations with M up to this run on the registers path by default, larger M on the staged path (H200,
 #: bf16 x mxfp4, N = K = 8192, kernel time against cuBLAS bf16: registers 1.07 / 0.74 / 0.40 at M = 16 / 32 / 64,
@@ -70,6 +78,22 @@ GEMV_MT = (1,)  # m8 tiles per block of the direct-load kernel (any M runs: grid
 # for (fewer when the registers allow fewer: one wave).  The best of a sweep on the H200 (tiles per warp 2 / 4 / 8,
 # warps 1 / 2 / 4 / 8, 1 to 4 chunks in flight, with and without L2 prefetches of the records 4 / 8 chunks ahead)
 GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 32
+#: sm_90: the small-M kernel ("gemv"; "tma": gemm_wonly_tma.cu, bulk copies into a shared-memory ring, a producer
+#: warp and TMA_WARPS consumer warps; "auto": tma for bf16 activations when the weight has at least one record group
+#: of 128 columns per SM, else gemv), the M up to which it runs (larger M: the ring), and PDL: launched with
+#: programmatic dependent launch (wonly_common.cuh).  H200, bf16 x mxfp4, kernel time of back-to-back launches
+#: (README): gemv with PDL 18.2 / 19.2 / 21.4 / 24.7 us at M = 1 / 2 / 4 / 8 (N = K = 8192) against 19.7 / 20.9 /
+#: 23.0 / 26.5 without and the ring's 20.7 / 21.3 / 22.5 / 24.3; tma with PDL 19.0 at M = 1, 52.4 at 1 x 28672 x 8192
+#: against gemv with PDL's 55.6 (fp16 there: 73.4 against 67.7)
+#: The defaults stay those of the GPU-tested tree (gemv without PDL up to M = 2) until the merged tree has been
+#: through the GPU suite: the rule measured best (README) is SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL = "auto", 4, True
+SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL = "gemv", 2, False
+# the tma kernel's ring stages, K chunks per stage and most blocks per SM (fewer when registers or shared memory
+# allow fewer: one wave), and its consumer warps per block (GROUP / TMA_WARPS n16 tiles each).  A sweep of 2 / 3 / 4 /
+# 6 / 8 stages of 1 / 2 / 4 chunks at 1 x 28672 x 8192: 4 x 2 within 2-3 % of the best (2 x 4, which has not been
+# through the GPU test suite); 8 consumer warps, or registers capped for 6 blocks per SM: slower
+TMA_STAGES, TMA_CPS, TMA_CTAS_PER_SM, TMA_WARPS = 4, 2, 8, 4
+TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
 # tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
@@ -129,11 +153,25 @@ class WonlyVariant:
     kernel: str = "ring"
     r: int = 0
     warps: int = 0
-    pf: int = 0
+    pf: int = 0  # gemv: chunks in flight per warp; tma: ring stages
+    cps: int = 0  # tma: K chunks per ring stage
+    pdl: bool = False  # sm_90: launched with programmatic dependent launch (WO_PDL)
 
     @classmethod
-    def gemv(cls, element: str, act: str, mt: int) -> "WonlyVariant":
-        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF)
+    def gemv(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
+        return cls(element, act, mt, "gemv", GEMV_R, GEMV_WARPS, GEMV_PF, pdl=pdl)
+
+    @classmethod
+    def tma(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
+        return cls(element, act, mt, "tma", GROUP // TMA_WARPS, TMA_WARPS, TMA_STAGES, TMA_CPS, pdl)
+
+    @classmethod
+    def small(cls, element: str, act: str, mt: int, arch: str, kernel: str = "gemv") -> "WonlyVariant":
+        """The small-M kernel of ``arch``: ``kernel`` ("gemv" | "tma", sm_90 only) on sm_90 with PDL as SM90_PDL
+        says, else gemv."""
+        if sm_of(arch) == 90:
+            return getattr(cls, kernel)(element, act, mt, SM90_PDL)
+        return cls.gemv(element, act, mt)
 
     @property
     def file(self) -> str:
@@ -145,12 +183,17 @@ class WonlyVariant:
 
     @property
     def threads(self) -> int:
-        return 32 * (self.warps if self.kernel == "gemv" else WARPS)
+        return 32 * {"gemv": self.warps, "tma": self.warps + 1}.get(self.kernel, WARPS)
 
     @property
     def tiles(self) -> int:
         """n16 tiles per block."""
         return self.r * self.warps if self.kernel == "gemv" else GROUP
+
+    @property
+    def sm90(self) -> bool:
+        """Whether the variant needs sm_90 (bulk copies, griddepcontrol)."""
+        return self.kernel == "tma" or self.pdl
 
     @property
     def spec(self):
@@ -179,13 +222,18 @@ class WonlyVariant:
     def smem_bytes(self) -> int:
         if self.kernel == "gemv":
             return 0
+        if self.kernel == "tma":
+            return self.pf * self.cps * GROUP * self.record_bytes
         return self.stages * (GROUP * self.record_bytes + self.mt * 8 * (192 if self.kc == 64 else 64))
 
     @property
     def name(self) -> str:
-        if self.kernel == "gemv":
-            return f"wonly_gemv_{self.act}_{self.element}_m{self.mt * 8}"
-        return f"wonly_{self.act}_{self.element}_m{self.mt * 8}"
+        tail = "_pdl" if self.pdl else ""
+        if self.kernel == "tma":  # its configuration (the constants above may change between variants)
+            tail = f"_w{self.warps}s{self.pf}c{self.cps}" + tail
+        if self.kernel in ("gemv", "tma"):
+            return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
+        return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
 
     def options(self) -> tuple:
         from mxcore import layouts
@@ -199,17 +247,39 @@ class WonlyVariant:
         return ("-std=c++17", f"-DWO_EBITS={sp.ebits}", f"-DWO_MBITS={sp.mbits}",
                 f"-DWO_SPECIAL={_SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0}", f"-DWO_PACK4={int(self.pack4)}",
                 f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
-                *((f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}") if self.kernel == "gemv" else
-                  (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")),
+                *{"gemv": (f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}"),
+                  "tma": (f"-DWT_R={self.r}", f"-DWT_WARPS={self.warps}", f"-DWT_STAGES={self.pf}",
+                          f"-DWT_CPS={self.cps}"),
+                  "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
+                f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
 
-def all_wonly_variants() -> list[WonlyVariant]:
+def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
+    """Every weight-only kernel a plan on ``arch`` can launch: the ring at every M tile, the direct-load kernel, and
+    on sm_90 the small-M kernels gemv and tma, each with and without PDL (whatever SM90_SMALL / SM90_PDL choose)."""
     from mxcore import dtypes as _dt
 
     elements = list(dict.fromkeys(_dt.MX_ELEMENT.values()))
-    return ([WonlyVariant(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in MT_CHOICES]
-            + [WonlyVariant.gemv(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in GEMV_MT])
+    out = ([WonlyVariant(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in MT_CHOICES]
+           + [WonlyVariant.gemv(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in GEMV_MT])
+    if sm_of(arch) == 90:
+        extra = [getattr(WonlyVariant, k)(e, act, mt, pdl) for k, mts in (("gemv", GEMV_MT), ("tma", TMA_MT))
+                 for pdl in (False, True) for e in elements for act in ("f16", "bf16") for mt in mts]
+        out += [v for v in dict.fromkeys(extra) if v not in out]
+    return out
+
+
+def sm90_small(act: str, n: int, sms: int) -> str:
+    """sm_90's small-M kernel for ``act`` activations ("f16" | "bf16") and N = ``n`` (SM90_SMALL)."""
+    if SM90_SMALL != "auto":
+        return SM90_SMALL
+    return "tma" if act == "bf16" and -(-n // (16 * GROUP)) >= sms else "gemv"
+
+
+def small_kernel(arch: str, m: int) -> bool:
+    """Whether M = ``m`` runs the small-M kernel (WonlyVariant.small) on ``arch``, else the cp.async ring."""
+    return m <= (SM90_SMALL_MAX_M if sm_of(arch) == 90 else GEMV_MAX_M)
 
 
 def wonly_path(mdt, m: int, option: str | None = None) -> str:
@@ -253,7 +323,18 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         kern(grid, (256,), (codes, np.int64(c0), np.int64(c1), scales, np.int64(s0), np.int64(s1), np.int32(k),
                             np.int32(n), np.int32(int(formats.get(element).bits == 4)), np.int32(nchunks),
                             np.int32(GROUP), np.int64(total), out))
+        records_written(stager.kernels, cp, stager.ordinal)
     return DevOperand(out, n, True, element, 0, k)
+
+
+def records_written(kernels, cp, ordinal: int) -> None:
+    """Launch an empty kernel normally on the current stream after packed records were written (the pack kernel, a
+    device copy): a kernel launched with programmatic dependent launch reads its records before waiting for its
+    predecessor (wonly_common.cuh), which is safe only when that predecessor started after the records were
+    complete; a normal launch starts only after everything before it completed, so whatever follows it may start
+    early.  Costs one empty launch per packed weight."""
+    kernels.get(cp, ordinal, ("wonly", "fence"), PACK_FILE, "mx_wonly_fence", ("-std=c++17", *formula_options()))(
+        (1,), (1,), ())
 
 
 def packed_bytes(element: str, k: int, n: int) -> int:
@@ -290,11 +371,27 @@ def _splits(sms: int, base: int, nchunks: int, force: int = 0, per_sm: int = CTA
     return -(-nchunks // per), per
 
 
-def _resident(props: dict, regs: int, threads: int) -> int:
-    """Blocks of ``threads`` threads using ``regs`` registers each that one SM holds at once (no shared memory)."""
+def _resident(props: dict, regs: int, threads: int, smem: int = 0) -> int:
+    """Blocks of ``threads`` threads using ``regs`` registers and ``smem`` bytes of shared memory each that one SM
+    holds at once."""
     warps = -(-threads // 32)
     by_regs = props.get("regsPerMultiprocessor", 65536) // (-(-regs * 32 // 256) * 256 * warps)
-    return max(1, min(by_regs, props.get("maxThreadsPerMultiProcessor", 2048) // threads, 32))
+    by_smem = (props.get("sharedMemPerMultiprocessor", 233472)
+               // (smem + props.get("reservedSharedMemPerBlock", 1024))) if smem else 32
+    return max(1, min(by_regs, by_smem, props.get("maxThreadsPerMultiProcessor", 2048) // threads, 32))
+
+
+def _even_smem(props: dict, blocks: int, sms: int, resident: int, smem: int, static: int) -> int:
+    """Dynamic shared memory for a one-wave grid of ``blocks`` launched with PDL: enough that an SM holds at most
+    ceil(blocks / sms) of them.  A PDL launch's blocks start on the SMs its predecessor frees first, which would
+    otherwise take up to ``resident`` blocks each and leave the last ones idle (H200, 16 x 28672 x 8192 on the
+    direct-load kernel: 145 us with PDL against 119 without, before this)."""
+    cap = -(-blocks // max(sms, 1))
+    if cap >= resident:
+        return smem
+    per_sm = props.get("sharedMemPerMultiprocessor", 233472) // cap - props.get("reservedSharedMemPerBlock", 1024)
+    want = min(per_sm - static, props.get("sharedMemPerBlockOptin", 232448) - static) // 128 * 128
+    return max(smem, want)
 
 
 class WonlyPlan(Plan):
@@ -309,9 +406,11 @@ class WonlyPlan(Plan):
         if sm_of(dev.arch) < 80:
             raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
-        if m <= GEMV_MAX_M:
-            mt = next((x for x in GEMV_MT if 8 * x >= m), GEMV_MT[-1])
-            self.variant_ = WonlyVariant.gemv(db.elem, da.elem, mt)
+        if small_kernel(dev.arch, m):
+            kernel = sm90_small(da.elem, n, dev.sms) if sm_of(dev.arch) == 90 else "gemv"
+            mts = TMA_MT if kernel == "tma" else GEMV_MT
+            mt = next((x for x in mts if 8 * x >= m), mts[-1])
+            self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
         else:
             mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
             self.variant_ = WonlyVariant(db.elem, da.elem, mt)
@@ -322,14 +421,24 @@ class WonlyPlan(Plan):
         with cp.cuda.Device(dev.ordinal):
             self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
                                                v.smem_bytes)
-            gemv = v.kernel == "gemv"
+            small = v.kernel in ("gemv", "tma")
             per_sm = CTAS_PER_SM
-            if gemv:  # one wave: no more blocks per SM than can be resident (registers, threads)
-                regs = int(self._kernel.attributes["num_regs"])
-                per_sm = min(GEMV_CTAS_PER_SM, _resident(dev.props, regs, v.threads))
+            if small:  # one wave: no more blocks per SM than can be resident (registers, shared memory, threads)
+                attrs = self._kernel.attributes
+                per_sm = min(GEMV_CTAS_PER_SM if v.kernel == "gemv" else TMA_CTAS_PER_SM,
+                             _resident(dev.props, int(attrs["num_regs"]), v.threads,
+                                       v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
             base = self._grid_xy[0] * self._grid_xy[1]
-            self._splits, self._per = _splits(dev.sms, base, self._nchunks, split, per_sm, gemv)
-            how = "direct loads" if gemv else "cp.async ring"
+            self._splits, self._per = _splits(dev.sms, base, self._nchunks, split, per_sm, small)
+            self._smem = v.smem_bytes
+            if small and v.pdl:  # see _even_smem
+                self._smem = _even_smem(dev.props, base * self._splits, dev.sms, per_sm, v.smem_bytes,
+                                        int(self._kernel.attributes.get("shared_size_bytes", 0)))
+                if self._smem > max(v.smem_bytes, 48 * 1024):
+                    self._kernel.max_dynamic_shared_size_bytes = max(
+                        self._smem, int(self._kernel.attributes.get("max_dynamic_shared_size_bytes", 0)))
+            how = {"gemv": "direct loads", "tma": "bulk copies to a shared-memory ring, warp-specialized"}.get(
+                v.kernel, "cp.async ring") + (", PDL" if v.pdl else "")
             self.variant = (f"{v.name} split {self._splits} (registers: packed weight decoded in registers, {how}, "
                             "mma.sync)")
             self._alloc()
@@ -349,10 +458,10 @@ class WonlyPlan(Plan):
         out, a, b = self.out, self.da, self.db
         if out is None or out.size == 0 or a.k == 0:
             return
-        self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (v.threads,), v.smem_bytes, (
+        self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (v.threads,), self._smem, (
             b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
             np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
-            np.int32(self._per)))
+            np.int32(self._per)), pdl=v.pdl)
 
     def gemm(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal):
@@ -383,6 +492,7 @@ class WonlyPlan(Plan):
         other = copy.copy(self)
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
             other.da, other.db, other.out = self.da.copy(), self.db.copy(), self.out.copy()
+            records_written(self.backend.kernels, self.cp, self.dev.ordinal)  # the copied records
             other._alloc()
         return other
 

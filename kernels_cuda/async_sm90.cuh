@@ -1,0 +1,42 @@
+// sm_90 asynchronous copies, their mbarriers and programmatic dependent launch: one tiny wrapper per PTX
+// instruction, shared by the wgmma family (gemm_sm90.cu) and the weight-only bulk-copy kernel (gemm_wonly_tma.cu).
+// Shared-memory operands are shared-window addresses (smem_u32).
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbarrier_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ u32 mbarrier_try_wait_parity(u32 bar, u32 parity) {
+    u32 ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    return ok;
+}
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
+    while (!mbarrier_try_wait_parity(bar, parity)) {
+    }
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, completing on `bar`
+__device__ __forceinline__ void cp_async_bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// Programmatic dependent launch (a kernel launched with the programmatic-stream-serialization attribute may start
+// before its predecessor in the stream has finished): griddepcontrol.wait blocks the executing thread until every
+// prerequisite grid has completed and its memory is visible; launch_dependents lets the next such kernel start
+// once every block of this grid has issued it (or exited).  Both are no-ops in a kernel launched normally.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
