@@ -397,6 +397,7 @@ def _on(x):
 # a codec call allocates its outputs and counters with CuPy (and some read a count back): never inside a CUDA graph
 _CAPTURED_CODEC = "a device codec call (quantize_mx, quantize_tensor, encode/decode)"
 
+
 def _i64(v) -> np.int64:
     return np.int64(v)
 

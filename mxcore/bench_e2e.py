@@ -17,9 +17,9 @@ For each dtype x shape, on torch CUDA (or CuPy) inputs of ``--input-dtype`` (fp1
 ``--weights quantized``: B is quantized once before the timed calls (``mxcore.quantize_mx`` / ``quantize_tensor``,
 the linear-layer call ``mxcore.matmul(x, w_q)``); the fp8 vendor pipeline then casts its B once as well.
 
-``--graph``: the end-to-end and vendor columns time a torch CUDA graph of ``--calls``-many such calls instead
-(captured once on a side stream after each input set's layout ran there three times; one replay + one sync per
-loop, divided by the calls): what a user who captures the region (``torch.cuda.graph``, ``torch.compile``'s
+``--graph``: the end-to-end and vendor columns time a torch CUDA graph of as many such calls as an eager loop
+makes instead (captured once on a side stream after each input set's layout ran there three times; one replay +
+one sync per loop, divided by the calls): what a user who captures the region (``torch.cuda.graph``, ``torch.compile``'s
 "reduce-overhead") gets — no host time per call.  2-D calls on mxcore's per-call paths only (others refuse capture
 with a typed error).
 
@@ -73,11 +73,12 @@ def _graphed(torch, fn, calls: int, warmup: int):
     return g.replay
 
 
-def _timed(fn, sync, calls: int, repeats: int, graph=None) -> float:
-    """Seconds per call of ``fn``: back-to-back eager calls, or (``graph``: torch) replays of a graph of them."""
+def _timed(fn, sync, calls: int, repeats: int, graph=None, sets: int = 1) -> float:
+    """Seconds per call of ``fn``: back-to-back eager calls, or (``graph``: torch) replays of a graph of them,
+    captured after three warm-up calls per input set that ``fn`` rotates over."""
     if graph is None:
         return _median_wall_per_call(fn, sync, calls, repeats)
-    return _median_wall_per_call(_graphed(graph, fn, calls, warmup=3 * calls), sync, 1, repeats) / calls
+    return _median_wall_per_call(_graphed(graph, fn, calls, warmup=3 * sets), sync, 1, repeats) / calls
 
 
 def _rotating(fns):
@@ -159,7 +160,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
             g = torch if graph else None
             try:
                 e2e = _timed(_rotating([lambda a=a, b=b: mxcore.matmul(a, b, dtype=dtype, backend=be.name)
-                                        for (a, _), b in zip(pairs, calls_b)]), sync, calls, repeats, g)
+                                        for (a, _), b in zip(pairs, calls_b)]), sync, calls, repeats, g, sets)
             except UnsupportedError as exc:  # --graph: a call with no per-call path refuses capture
                 if not graph:
                     raise
@@ -186,7 +187,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
                 vendor = ("torch fp8 pipeline", _rotating([_vendor_fp8(torch, a, b, once) for a, b in pairs]))
             if vendor is not None:
                 label, fn = vendor
-                t = _timed(fn, sync, calls, repeats, g)
+                t = _timed(fn, sync, calls, repeats, g, sets)
                 row.update(vendor=label, vendor_us=t * 1e6, vendor_tflops=flops / t / 1e12, e2e_over_vendor=t / e2e)
             rows.append(row)
             progress("    " + _fmt(row), flush=True)

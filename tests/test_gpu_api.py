@@ -447,7 +447,7 @@ def test_float_calls_on_wgmma_relaunch(cupy_device, kind, mnk):
         a, b = _exact(rng, (m, k)), _exact(rng, (k, n))
         if kind == "cupy":
             return cp.asarray(a.astype(np.float16)), cp.asarray(b.astype(np.float16))
-        return (torch.as_tensor(a, device="cuda").to(torch.bfloat16), torch.as_tensor(b, device="cuda").to(torch.bfloat16))
+        return tuple(torch.as_tensor(x, device="cuda").to(torch.bfloat16) for x in (a, b))
 
     results = []
     for _ in range(4):  # built, then relaunched

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
-__all__ = ["DeviceInfo", "address_of", "as_cupy", "capturing", "device_info", "external_stream", "ordinal_of", "refuse_capture",
-           "resolve_ordinal", "stream_for", "torch_stream"]
+__all__ = ["DeviceInfo", "address_of", "as_cupy", "capturing", "device_info", "external_stream", "ordinal_of",
+           "refuse_capture", "resolve_ordinal", "stream_for", "torch_stream", "unowned_view"]
 
 
 @dataclass(frozen=True)

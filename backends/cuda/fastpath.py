@@ -18,6 +18,8 @@ can be captured into a CUDA graph on the stream the layout ran on (entries a gra
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mxcore.arrays import array_kind
 from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
@@ -214,6 +216,17 @@ def _replayed(be, entry, ptrs, a):
     return out
 
 
+def _kept(cp, p, *direct) -> None:
+    """Make plan ``p`` fit to be kept across calls without holding the caller's arrays alive: its staging and
+    result callables dropped (they hold the operands), its output and the direct operands named in ``direct``
+    (``"da"``, ``"db"``) as unowned views (their layout stays; a call passes the addresses)."""
+    for name in direct:
+        d = getattr(p, name)
+        setattr(p, name, replace(d, buf=unowned_view(cp, d.buf)))
+    p.out = unowned_view(cp, p.out)
+    p._prep = p._like = None
+
+
 def _new_out(cp, p, a):
     """An uninitialised output like the plan's, of ``a``'s kind (a torch tensor on a's device, or CuPy)."""
     if array_kind(a) == "torch":
@@ -287,14 +300,14 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     One entry per layout (device, stream, A's dtype, shape and alignment, the weight's kind, format, shape and
     blocking axis, dtype, output), shared by every weight of that layout (the layers of a model): a weight's first
     call runs the generic path, which stages it once (cached on the weight); the layout's first call with a staged
-    weight records
-    A's quantization and staging and keeps the plan when both replay; later calls replay them, point the plan at
-    this call's staged weight (:func:`swap_weight`) and launch into a new output.  A weight-only pair whose
-    activations the kernel reads in place keeps the plan's packed launch and sets B's, A's and the output's
+    weight records A's quantization and staging and keeps the plan when both replay; later calls replay them, point
+    the plan at this call's staged weight (:func:`swap_weight`) and launch into a new output.  A weight-only pair
+    whose activations the kernel reads in place keeps the plan's packed launch and sets B's, A's and the output's
     addresses per call (registers path), or the staged path's bf16 GEMM launched at A's and the staged weight's
-    addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight (only the last one's staged buffers).  A kept layout checks a
-    weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
-    the first call checked), not buffer by buffer (:func:`_weight_on`, ~5 us)."""
+    addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight (only the last one's staged buffers)
+    and no activations.  A kept layout checks a weight by its staged form alone (cached on it under the plan's key:
+    staged on this GPU as a B operand, which the first call checked), not buffer by buffer (:func:`_weight_on`,
+    ~5 us)."""
     fa = _float_device(be, a)
     if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
         return None
@@ -334,8 +347,6 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
 
 def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: int):
     """The layout's first call with a staged weight: run it, recording what a replay needs; keep the entry."""
-    from dataclasses import replace
-
     from mxcore.backends import codec
 
     from .sm90 import Sm90Plan
@@ -356,11 +367,9 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
                 kind = "wonly"
             elif type(p) in (CudaPlan, Sm90Plan) and p.batch is None and p.out.size:  # staged: the bf16 GEMM
                 kind = "direct"
-                p.da = replace(p.da, buf=unowned_view(cp, p.da.buf))  # A's layout only: launch_at takes its address
             else:
                 return result
-            p._prep = p._like = None  # the staging and result callables hold the weight and A: not kept alive
-            p.out = unowned_view(cp, p.out)  # nor this call's result (its shape and dtype stay)
+            _kept(cp, p, "da")  # a call passes A's and the output's addresses (launch slots, or launch_at)
             be._fast[key] = (kind, p, wkey)
             return result
         with codec.recording() as rec:
@@ -447,8 +456,6 @@ def _call_entry(cp, p, a):
     """What a later call of ``fast_call``'s layout needs, or False (it builds a plan each time): ("relaunch",
     Relaunch, output shape, storage dtype) for an mma.sync plan, ("sm90", the plan, ...) for a 2-D wgmma plan —
     which then holds unowned views only (neither this call's operands nor its result stay alive)."""
-    from dataclasses import replace
-
     from .sm90 import Sm90Plan
 
     if not (p.da.direct and p.db.direct and p.out.size and p.da.k):
@@ -457,8 +464,6 @@ def _call_entry(cp, p, a):
         if type(p) is CudaPlan and p._launch is not None:
             return ("relaunch", p.launcher(), p._fold or tuple(p.out.shape), p.out.dtype)
         if type(p) is Sm90Plan and p.batch is None and p._fold is None and p.out.ndim == 2:
-            p.da, p.db = (replace(d, buf=unowned_view(cp, d.buf)) for d in (p.da, p.db))
-            p.out = unowned_view(cp, p.out)
-            p._prep = p._like = None  # the staging and result callables hold the operands
+            _kept(cp, p, "da", "db")
             return ("sm90", p, tuple(p.out.shape), p.out.dtype)
     return False
