@@ -86,8 +86,7 @@ def _force_kernel(monkeypatch, kernel: str) -> None:
     if kernel in ("gemv-pdl", "tma") and not sm90:
         pytest.skip(f"the {kernel} kernel runs on sm_90 only")
     small = kernel != "ring"
-    monkeypatch.setattr(wonly, "GEMV_MAX_M", 1 << 30 if small else 0)
-    monkeypatch.setattr(wonly, "SM90_SMALL_MAX_M", 1 << 30 if small else 0)
+    monkeypatch.setattr(wonly, "small_kernel", lambda *args: small)
     monkeypatch.setattr(wonly, "SM90_SMALL", kernel.partition("-")[0] if small else wonly.SM90_SMALL)
     monkeypatch.setattr(wonly, "SM90_PDL", kernel != "gemv")
 

@@ -192,3 +192,36 @@ def test_path_rule():
         wonly.wonly_path(f16, 8, "staged")
     with pytest.raises(UnsupportedError, match="wonly_path"):
         wonly.wonly_path(bf, 8, "shared")
+
+
+def test_kernel_rule_by_m_and_width():
+    """sm_90 runs the small-M kernel up to M = 4 for any weight, up to 32 for weights of at most 1/4 of a record
+    group per SM and (bf16 activations) up to 16 for at most 3/4 (H100 with 132 SMs: N = 4096 up to M = 32, N =
+    8192 up to 16 with bf16, 4 with fp16, N = 14336 up to 4); other archs up to GEMV_MAX_M whatever N is."""
+    sms = 132
+
+    def small(act, n, arch="sm_90", s=sms):
+        return [m for m in range(1, 65) if wonly.small_kernel(arch, act, m, n, s)]
+
+    for act in ("bf16", "f16"):
+        assert small(act, 4096) == list(range(1, 33))
+        assert small(act, 14336) == small(act, 28672) == list(range(1, 5))
+        for n in (16, 4096, 28672):
+            assert small(act, n, "sm_80", 108) == list(range(1, wonly.GEMV_MAX_M + 1))
+    assert small("bf16", 8192) == list(range(1, 17))
+    assert small("f16", 8192) == list(range(1, 5))
+
+
+def test_ring_split_cap_bounds_the_partials():
+    """The ring's K splits write at most 1 / RING_WS_SHARE of the packed weight's bytes as fp32 partials; a split
+    always remains, and the cap limits what _splits would otherwise choose (never a forced count)."""
+    for m, n, k in [(16, 4096, 4096), (32, 8192, 8192), (64, 8192, 1024), (9, 28672, 8192), (64, 128, 64)]:
+        w = wonly.packed_bytes("e2m1", k, n)
+        cap = wonly.ring_split_cap(m, n, w)
+        assert cap >= 1 and (cap == 1 or cap * 8 * m * n * wonly.RING_WS_SHARE <= w), (m, n, k, cap)
+    assert wonly.ring_split_cap(16, 4096, wonly.packed_bytes("e2m1", 4096, 4096)) == 17
+    assert wonly.ring_split_cap(64, 4096, wonly.packed_bytes("e2m1", 4096, 4096)) == 4
+    nchunks = 4096 // 64
+    assert wonly._splits(132, 32, nchunks)[0] == 16  # uncapped: 4 blocks per SM
+    assert wonly._splits(132, 32, nchunks, cap=8) == (8, 8)
+    assert wonly._splits(132, 32, nchunks, force=16, cap=8)[0] == 16

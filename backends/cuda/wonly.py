@@ -14,8 +14,8 @@
     one record group per SM) has a producer warp stream a block's contiguous records with bulk copies into a
     shared-memory ring (mbarriers) while four consumer warps decode; ``gemm_wonly.cu`` (larger M) streams the
     records and the activation rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles).  On sm_90 the
-    small-M kernels can be launched with programmatic dependent launch (``RawLaunch(pdl=True)``; SM90_PDL, and the
-    tma kernel by SM90_SMALL: built and measured, not yet the default, see SM90_SMALL): a launch may start
+    small-M kernels can be launched with programmatic dependent launch (``RawLaunch(pdl=True)``; SM90_PDL and
+    SM90_SMALL, the default there): a launch may start
     while the previous kernel in the stream finishes and requests its first records before it waits for it
     (``wonly_common.cuh`` says why that is safe; ``records_written``).  All decode codes to the activation's
     16-bit type in registers (exact: bit
@@ -68,6 +68,12 @@ GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
 # warps per block, cp.async ring depth, blocks per SM that split K aims for: the best of a sweep on the H200
 # (warps 2/4/8, stages 4/6/8, 2/4/8 blocks per SM at M = 1, 16, 64 with N = K = 8192 and 1 x 28672 x 8192)
 WARPS, STAGES, CTAS_PER_SM = 4, 4, 4
+#: the ring's split-K partials (8 M N bytes a split: written, then read by the finishing block) stay under 1 /
+#: RING_WS_SHARE of the packed weight's bytes (ring_split_cap).  H100, bf16 x mxfp4 16 x 4096 x 4096: 16 splits (the
+#: partials as large as the weight) 29.3 us, 8 splits 23.1, 4 splits 19.8, 2 splits 22.9.  A cap that binds
+#: a little measured slower (16 x 8192 x 8192 at 8 splits, not 9: 37.9 against 33.8 us; 32 x 8192 x 8192 likewise),
+#: so it only stops splits whose partials would outweigh the weight (fp16 activations at M >= 32 on narrow weights)
+RING_WS_SHARE = 1
 R = GROUP // WARPS  # n16 tiles per warp
 #: M up to this runs the direct-load kernel (gemm_wonly_gemv.cu), larger M the cp.async ring (gemm_wonly.cu).  H200,
 #: bf16 x mxfp4, N = K = 8192, kernel time: direct loads 19.4 / 20.5 / 22.4 / 25.8 us at M = 1 / 2 / 4 / 8, the ring
@@ -85,9 +91,18 @@ GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 32
 #: (README): gemv with PDL 18.2 / 19.2 / 21.4 / 24.7 us at M = 1 / 2 / 4 / 8 (N = K = 8192) against 19.7 / 20.9 /
 #: 23.0 / 26.5 without and the ring's 20.7 / 21.3 / 22.5 / 24.3; tma with PDL 19.0 at M = 1, 52.4 at 1 x 28672 x 8192
 #: against gemv with PDL's 55.6 (fp16 there: 73.4 against 67.7)
-#: The defaults stay those of the GPU-tested tree (gemv without PDL up to M = 2) until the merged tree has been
-#: through the GPU suite: the rule measured best (README) is SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL = "auto", 4, True
-SM90_SMALL, SM90_SMALL_MAX_M, SM90_PDL = "gemv", 2, False
+#: The default since session 9 (the merged tree through the GPU suite on an H100; bench there, before -> after:
+#: bf16 x mxfp4 1 x 8192 x 8192 1710 -> 1857 GB/s, 4 x 8192 x 8192 1555 -> 1601, 1 x 28672 x 8192 2129 -> 2196)
+SM90_SMALL, SM90_PDL = "auto", True
+#: sm_90: the M up to which the small-M kernel runs, by activation type and how narrow the weight is: (record
+#: groups of 128 columns per SM at most, M up to); larger M, or wider weights, run the ring.  A narrow weight gives
+#: the ring too few blocks without many K splits, each of a few chunks and an fp32 partial to write and sum.  H100,
+#: mxfp4 weights, kernel time in us, the ring / gemv with PDL (sweeps of session 9; bf16 activations unless noted):
+#: 16 x 4096 x 4096 19.8 with 4 splits, 29.3 with the 16 the ring chose / 17.9; 32 x 4096 x 4096 52.5 / 20.6;
+#: 16 x 4096 x 14336 37.3 / 32.7; 8 x 8192 x 8192 27.3 / 26.5; 16 x 8192 x 8192 33.8 / 33.8 (fp16: 34.9 / 40.2);
+#: the ring ahead for wider weights: 32 x 8192 x 8192 48.0 / 54.0, 32 x 14336 x 4096 40.1 / 60.0, 16 x 14336 x 4096
+#: 33.4 / 32.8, 16 x 28672 x 8192 86.8 / 124.7
+SM90_SMALL_M = {"bf16": ((0.25, 32), (0.75, 16), (float("inf"), 4)), "f16": ((0.25, 32), (float("inf"), 4))}
 # the tma kernel's ring stages, K chunks per stage and most blocks per SM (fewer when registers or shared memory
 # allow fewer: one wave), and its consumer warps per block (GROUP / TMA_WARPS n16 tiles each).  A sweep of 2 / 3 / 4 /
 # 6 / 8 stages of 1 / 2 / 4 chunks at 1 x 28672 x 8192: 4 x 2 within 2-3 % of the best (2 x 4, which has not been
@@ -277,9 +292,13 @@ def sm90_small(act: str, n: int, sms: int) -> str:
     return "tma" if act == "bf16" and -(-n // (16 * GROUP)) >= sms else "gemv"
 
 
-def small_kernel(arch: str, m: int) -> bool:
-    """Whether M = ``m`` runs the small-M kernel (WonlyVariant.small) on ``arch``, else the cp.async ring."""
-    return m <= (SM90_SMALL_MAX_M if sm_of(arch) == 90 else GEMV_MAX_M)
+def small_kernel(arch: str, act: str, m: int, n: int, sms: int) -> bool:
+    """Whether M = ``m`` of ``act`` activations ("f16" | "bf16") with N = ``n`` runs the small-M kernel
+    (WonlyVariant.small) on ``arch`` (``sms`` multiprocessors), else the cp.async ring."""
+    if sm_of(arch) != 90:
+        return m <= GEMV_MAX_M
+    groups = -(-n // (16 * GROUP))
+    return any(m <= most and groups <= share * sms for share, most in SM90_SMALL_M[act])
 
 
 def wonly_path(mdt, m: int, option: str | None = None) -> str:
@@ -362,13 +381,19 @@ def _activations(stager, a, od) -> DevOperand:
 
 
 def _splits(sms: int, base: int, nchunks: int, force: int = 0, per_sm: int = CTAS_PER_SM,
-            one_wave: bool = False) -> tuple[int, int]:
+            one_wave: bool = False, cap: int = 64) -> tuple[int, int]:
     """(splits, chunks per split): enough blocks for ``per_sm`` per SM when the tiles alone cannot give them
-    (``one_wave``: at most ``per_sm`` per SM)."""
+    (``one_wave``: at most ``per_sm`` per SM), at most ``cap`` splits unless ``force``d."""
     fill = (per_sm * sms // max(base, 1)) if one_wave else -(-per_sm * sms // max(base, 1))
-    want = force or (1 if base >= 2 * sms else max(1, min(fill, 64, max(1, nchunks // 4))))
+    want = force or (1 if base >= 2 * sms else max(1, min(fill, cap, 64, max(1, nchunks // 4))))
     per = -(-nchunks // max(1, want))
     return -(-nchunks // per), per
+
+
+def ring_split_cap(m: int, n_padded: int, weight_bytes: int) -> int:
+    """The most K splits of the cp.async ring: each split writes an fp32 partial of M x N that the finishing block
+    reads back (8 M N bytes of traffic), kept to 1 / RING_WS_SHARE of the packed weight's bytes."""
+    return max(1, weight_bytes // (RING_WS_SHARE * 8 * max(m, 1) * max(n_padded, 1)))
 
 
 def _resident(props: dict, regs: int, threads: int, smem: int = 0) -> int:
@@ -406,7 +431,7 @@ class WonlyPlan(Plan):
         if sm_of(dev.arch) < 80:
             raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
-        if small_kernel(dev.arch, m):
+        if small_kernel(dev.arch, da.elem, m, n, dev.sms):
             kernel = sm90_small(da.elem, n, dev.sms) if sm_of(dev.arch) == 90 else "gemv"
             mts = TMA_MT if kernel == "tma" else GEMV_MT
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
@@ -429,7 +454,8 @@ class WonlyPlan(Plan):
                              _resident(dev.props, int(attrs["num_regs"]), v.threads,
                                        v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
             base = self._grid_xy[0] * self._grid_xy[1]
-            self._splits, self._per = _splits(dev.sms, base, self._nchunks, split, per_sm, small)
+            cap = 64 if small else ring_split_cap(m, self._grid_xy[0] * v.tiles * 16, packed_bytes(db.elem, da.k, n))
+            self._splits, self._per = _splits(dev.sms, base, self._nchunks, split, per_sm, small, cap)
             self._smem = v.smem_bytes
             if small and v.pdl:  # see _even_smem
                 self._smem = _even_smem(dev.props, base * self._splits, dev.sms, per_sm, v.smem_bytes,
