@@ -285,11 +285,16 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     return out
 
 
+def record_groups(n: int) -> int:
+    """Packed record groups (GROUP n16 tiles, 128 columns each) of a weight with N = ``n``."""
+    return -(-n // (16 * GROUP))
+
+
 def sm90_small(act: str, n: int, sms: int) -> str:
     """sm_90's small-M kernel for ``act`` activations ("f16" | "bf16") and N = ``n`` (SM90_SMALL)."""
     if SM90_SMALL != "auto":
         return SM90_SMALL
-    return "tma" if act == "bf16" and -(-n // (16 * GROUP)) >= sms else "gemv"
+    return "tma" if act == "bf16" and record_groups(n) >= sms else "gemv"
 
 
 def small_kernel(arch: str, act: str, m: int, n: int, sms: int) -> bool:
@@ -297,7 +302,7 @@ def small_kernel(arch: str, act: str, m: int, n: int, sms: int) -> bool:
     (WonlyVariant.small) on ``arch`` (``sms`` multiprocessors), else the cp.async ring."""
     if sm_of(arch) != 90:
         return m <= GEMV_MAX_M
-    groups = -(-n // (16 * GROUP))
+    groups = record_groups(n)
     return any(m <= most and groups <= share * sms for share, most in SM90_SMALL_M[act])
 
 
@@ -321,7 +326,7 @@ def _record_geometry(element: str, k: int, n: int) -> tuple[int, int, int]:
     from mxcore import formats
 
     kc = 64 if formats.get(element).bits == 4 else 32
-    return -(-k // kc), -(-n // (16 * GROUP)), 512 + 16 * (kc // 32)
+    return -(-k // kc), record_groups(n), 512 + 16 * (kc // 32)
 
 
 def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOperand:
@@ -440,7 +445,7 @@ class WonlyPlan(Plan):
             mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
             self.variant_ = WonlyVariant(db.elem, da.elem, mt)
         v = self.variant_
-        groups = -(-n // (16 * GROUP))
+        groups = record_groups(n)
         self._nchunks = -(-da.k // v.kc)
         self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * mt)))
         with cp.cuda.Device(dev.ordinal):
