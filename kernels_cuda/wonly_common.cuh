@@ -68,14 +68,19 @@ __device__ __forceinline__ u32 wo_scale2(u32 r) {  // times 2^(target bias - ele
     return (WO_MUL != 0x3c003c00u && WO_MUL != 0x3f803f80u) ? wo_mul2(r, WO_MUL) : r;
 }
 
-// two byte codes in spread form (even k in bits 0..7, odd k in 16..23) -> two 16-bit values (low half: the even k)
-__device__ __forceinline__ u32 wo_decode2(u32 s) {
+// two byte codes in spread form (even k in bits 0..7, odd k in 16..23) -> their bits placed in two 16-bit values
+// (magnitude under the target exponent, sign to bit 15; low half: the even k), not yet multiplied
+__device__ __forceinline__ u32 wo_place2(u32 s) {
     constexpr int NB = WO_EBITS + WO_MBITS;                 // magnitude bits
     constexpr u32 MAG = ((1u << NB) - 1u) * 0x10001u;
     constexpr u32 SGN = (1u << NB) * 0x10001u;
     constexpr int TM = WO_BF16 ? 7 : 10;                    // target mantissa bits
+    return ((s & MAG) << (TM - WO_MBITS)) | ((s & SGN) << (15 - NB));
+}
+// the special codes of the spread pair s set in its multiplied values r
+__device__ __forceinline__ u32 wo_fix2(u32 r, u32 s) {
+    constexpr u32 MAG = ((1u << (WO_EBITS + WO_MBITS)) - 1u) * 0x10001u;
     const u32 mag = s & MAG;
-    u32 r = wo_scale2((mag << (TM - WO_MBITS)) | ((s & SGN) << (15 - NB)));
 #if WO_SPECIAL == 1  // e4m3fn: magnitude 0x7f is NaN
     r |= __vcmpeq2(mag, 0x007f007fu) & (WO_BF16 ? 0x7fc07fc0u : 0x7e007e00u);
 #elif WO_SPECIAL == 2 && WO_BF16  // e5m2: exponent 31 is inf (mantissa 0) or NaN; f16 keeps them by placement
@@ -83,29 +88,33 @@ __device__ __forceinline__ u32 wo_decode2(u32 s) {
     const u32 v = (r & 0x80008000u) | 0x7f807f80u | (__vcmpgtu2(mag, 0x007c007cu) & 0x00400040u);
     r = (r & ~sp) | (v & sp);
 #endif
+    (void)mag;
     return r;
 }
+// two byte codes in spread form -> two 16-bit values of the activation type
+__device__ __forceinline__ u32 wo_decode2(u32 s) { return wo_fix2(wo_scale2(wo_place2(s)), s); }
 
 __device__ __forceinline__ u32 wo_rotl(u32 x, int n) { return __funnelshift_l(x, x, n); }
 
-// register J (0..3) of a k16 step from its 4-bit code word (the WO4_POS placement)
+// register J (0..3) of a k16 step from its 4-bit code word (the WO4_POS placement), not yet multiplied
 template <int J>
-__device__ __forceinline__ u32 wo4_reg(u32 w) {
+__device__ __forceinline__ u32 wo4_place(u32 w) {
 #if WO_BF16  // magnitude to bits 6..8 / 22..24, sign to 15 / 31
     constexpr u32 K = 0x81c081c0u;
-    const u32 r = J == 0 ? (w << 6) & K
-                : J == 1 ? wo_rotl(w, 12) & K
-                : J == 2 ? (w << 2) & K
-                         : ((w >> 8) & 0x00400040u) | (w & 0x81808180u);
+    return J == 0 ? (w << 6) & K
+         : J == 1 ? wo_rotl(w, 12) & K
+         : J == 2 ? (w << 2) & K
+                  : ((w >> 8) & 0x00400040u) | (w & 0x81808180u);
 #else  // f16: magnitude to bits 9..11 / 25..27, sign to 15 / 31 (from the same placement: two or three parts)
     constexpr u32 MAG = 0x0e000e00u, SGN = 0x80008000u;
-    const u32 r = J == 0 ? ((w << 9) & MAG) | ((w << 6) & SGN)
-                : J == 1 ? (wo_rotl(w, 15) & MAG) | (wo_rotl(w, 12) & SGN)
-                : J == 2 ? ((w << 5) & MAG) | ((w << 2) & SGN)
-                         : ((w >> 5) & 0x02000200u) | ((w << 3) & 0x0c000c00u) | (w & SGN);
+    return J == 0 ? ((w << 9) & MAG) | ((w << 6) & SGN)
+         : J == 1 ? (wo_rotl(w, 15) & MAG) | (wo_rotl(w, 12) & SGN)
+         : J == 2 ? ((w << 5) & MAG) | ((w << 2) & SGN)
+                  : ((w >> 5) & 0x02000200u) | ((w << 3) & 0x0c000c00u) | (w & SGN);
 #endif
-    return wo_scale2(r);
 }
+template <int J>
+__device__ __forceinline__ u32 wo4_reg(u32 w) { return wo_scale2(wo4_place<J>(w)); }
 
 // register J (0..3) of k16 step s from a lane's 16 fragment bytes
 template <int J>
@@ -115,6 +124,18 @@ __device__ __forceinline__ u32 wo_reg(const uint4& q, int s) {
     return wo4_reg<J>(w[s]);
 #else
     return wo_decode2((w[2 * s + (J >> 1)] >> (8 * (J & 1))) & 0x00ff00ffu);
+#endif
+}
+// the same register multiplied by f (two equal 16-bit powers of two: 2^(target bias - element bias) times the
+// block scale, which the caller has checked keeps every value of the format exact)
+template <int J>
+__device__ __forceinline__ u32 wo_reg_by(const uint4& q, int s, u32 f) {
+    const u32 w[4] = {q.x, q.y, q.z, q.w};
+#if WO_PACK4
+    return wo_mul2(wo4_place<J>(w[s]), f);
+#else
+    const u32 sp = (w[2 * s + (J >> 1)] >> (8 * (J & 1))) & 0x00ff00ffu;
+    return wo_fix2(wo_mul2(wo_place2(sp), f), sp);
 #endif
 }
 

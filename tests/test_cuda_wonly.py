@@ -1,6 +1,6 @@
 """Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly.py) and
 every kernel of the registers path (direct loads, "gemv", with and without programmatic dependent launch on sm_90;
-cp.async ring, "ring"; sm_90's bulk-copy ring, "tma"; each forced at every M), against the float64 reference.
+cp.async ring, "ring"; sm_90's bulk-copy ring, "tma"; sm_90a's wgmma kernel, "wg"; each forced at every M), against the float64 reference.
 Every output is poisoned with NaN before the launch.
 
 * exactly representable inputs: bit-exact (the registers path for every pair, any scale codes per column:
@@ -71,19 +71,19 @@ def _device_act(a, act):
     return torch.as_tensor(a, device="cuda").to(torch.float16 if act == "fp16" else torch.bfloat16)
 
 
-KERNELS = ["gemv", "gemv-pdl", "ring", "tma"]
+KERNELS = ["gemv", "gemv-pdl", "ring", "tma", "wg"]
 
 
 def _force_kernel(monkeypatch, kernel: str) -> None:
     """Run the registers path on one kernel whatever M is: "gemv" (direct loads), "gemv-pdl" (the same launched with
-    programmatic dependent launch, sm_90), "ring" (cp.async ring) or "tma" (bulk copies, sm_90,
-    with PDL)."""
+    programmatic dependent launch, sm_90), "ring" (cp.async ring), "tma" (bulk copies, sm_90, with PDL) or "wg"
+    (wgmma with the weight as register A, sm_90a, with PDL)."""
     import cupy as cp
 
     from mxcore.backends.cuda import wonly
 
     sm90 = cp.cuda.Device().compute_capability == "90"
-    if kernel in ("gemv-pdl", "tma") and not sm90:
+    if kernel in ("gemv-pdl", "tma", "wg") and not sm90:
         pytest.skip(f"the {kernel} kernel runs on sm_90 only")
     small = kernel != "ring"
     monkeypatch.setattr(wonly, "small_kernel", lambda *args: small)
@@ -96,7 +96,7 @@ def _check_kernel(p, kernel: str) -> None:
     name, _, pdl = kernel.partition("-")
     assert "registers" in p.variant and p.variant_.kernel == name, p.variant
     sm90 = p.dev.arch.startswith("sm_90")
-    assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name == "tma" or bool(pdl)))
+    assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name in ("tma", "wg") or bool(pdl)))
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -113,6 +113,47 @@ def test_registers_exact(cuda_backend, rng, monkeypatch, act, fmt, shape, kernel
     _check_kernel(p, kernel)
     want = _ref(a, b, (act, fmt))
     assert np.array_equal(got, want, equal_nan=True), (np.nanmax(np.abs(got - want)), p.variant)
+
+
+@pytest.mark.parametrize("fmt", MX)
+@pytest.mark.parametrize("act", ACTS)
+def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
+    """The wgmma kernel decodes a chunk whose every scale code lies in wonly.fold_range straight to scaled 16-bit
+    values, any other chunk through the fp32 block-scale path.  Bit-exact on exact inputs with per-column codes at
+    both ends of the range and inside it (every chunk folded); within the bound on blocks whose codes vary along K,
+    inside the range, and with one 32-K block row of codes outside it (that chunk on the fp32 path, the others
+    folded); K tails, M across the wgmma N of 8..32 and row blocks beyond."""
+    from mxcore.backends.cuda import wonly
+
+    _force_kernel(monkeypatch, "wg")
+    spec = dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)]
+    lo, hi, _ = wonly.fold_range(spec, "f16" if act == "fp16" else "bf16")
+    assert lo <= hi
+    inside = np.asarray([lo, hi, (lo + hi) // 2], np.uint8)
+    outside = np.asarray([c for c in (lo - 1, hi + 1, 0xFE, 0x00) if 0 <= c <= 0xFE and not lo <= c <= hi], np.uint8)
+    for m, n, k in [(5, 160, 200), (16, 256, 1000), (33, 128, 384), (64, 300, 520), (72, 128, 128)]:
+        a = _act_values(rng, m, k, act, small=True)
+        b = _mx_weight(rng, k, n, fmt, inside)  # one code per column: exact sums
+        dev_a = _device_act(a, act)
+        got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
+        _check_kernel(p, "wg")
+        want = _ref(a, b, (act, fmt))
+        assert np.array_equal(got, want, equal_nan=True), ("folded", m, n, k, np.nanmax(np.abs(got - want)))
+        nb = -(-k // 32)
+        scales = rng.choice(inside, (nb, n))
+        variants = [("varying", scales)]
+        if nb > 2 and outside.size:
+            mixed = scales.copy()
+            mixed[nb // 2, :] = rng.choice(outside, n)
+            variants.append(("mixed", mixed))
+        for what, sc in variants:
+            w = MXTensor(b.codes, sc, fmt, 0)
+            got, p = _plan_out(cuda_backend, dev_a, w.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
+            wf = mxcore.dequantize(w, dtype=np.float64)
+            exact = a @ wf
+            bound = (k + 2) * 2.0 ** -23 * (np.abs(a) @ np.abs(wf)) + np.abs(exact) * 2.0 ** -24
+            err = np.abs(got - exact)
+            assert np.isfinite(got).all() and (err <= bound).all(), (what, m, n, k, float((err / bound).max()))
 
 
 @pytest.mark.parametrize("fmt", MX)
@@ -163,7 +204,7 @@ def test_random_within_bound(cuda_backend, rng, monkeypatch, act, fmt, kernel):
         assert (err <= bound).all(), (m, n, k, p.variant, float((err / bound).max()))
 
 
-@pytest.mark.parametrize("kernel", ["gemv-pdl", "tma"])
+@pytest.mark.parametrize("kernel", ["gemv-pdl", "tma", "wg"])
 def test_pdl_chain(cuda_backend, rng, monkeypatch, kernel):
     """Launches with programmatic dependent launch read their activations only after their predecessor finished: a
     chain x -> y1 -> y2 -> y1 ... (each launch's fp16 output is the next one's activations, read in place, and a

@@ -195,21 +195,64 @@ def test_path_rule():
 
 
 def test_kernel_rule_by_m_and_width():
-    """sm_90 runs the small-M kernel up to M = 4 for any weight, up to 32 for weights of at most 1/4 of a record
-    group per SM and (bf16 activations) up to 16 for at most 3/4 (H100 with 132 SMs: N = 4096 up to M = 32, N =
-    8192 up to 16 with bf16, 4 with fp16, N = 14336 up to 4); other archs up to GEMV_MAX_M whatever N is."""
+    """sm_90 runs the small-M kernels up to M = 4 for any weight, up to 32 for weights of at most 1/4 of a record
+    group per SM (direct loads), and the wgmma kernel for M in (4, 64] on wider weights (H100 with 132 SMs: N = 4096
+    direct loads up to M = 32; N = 8192, 14336, 28672: M up to 4 direct loads or bulk copies, then wgmma to 64);
+    other archs up to GEMV_MAX_M whatever N is.  bf16 with M in (32, 64] on wide weights takes the registers path
+    (the wgmma kernel), else the staged bf16 GEMM."""
     sms = 132
 
     def small(act, n, arch="sm_90", s=sms):
-        return [m for m in range(1, 65) if wonly.small_kernel(arch, act, m, n, s)]
+        return [m for m in range(1, 129) if wonly.small_kernel(arch, act, m, n, s)]
+
+    def kernels(act, n):
+        return {m: wonly.sm90_small(act, n, sms, m) for m in small(act, n)}
 
     for act in ("bf16", "f16"):
-        assert small(act, 4096) == list(range(1, 33))
-        assert small(act, 14336) == small(act, 28672) == list(range(1, 5))
+        assert small(act, 4096) == list(range(1, 33)) and set(kernels(act, 4096).values()) == {"gemv"}
+        for n in (8192, 14336, 28672):
+            assert small(act, n) == list(range(1, 65)), (act, n)
+            assert {m for m, k in kernels(act, n).items() if k == "wg"} == set(range(5, 65)), (act, n)
         for n in (16, 4096, 28672):
             assert small(act, n, "sm_80", 108) == list(range(1, wonly.GEMV_MAX_M + 1))
-    assert small("bf16", 8192) == list(range(1, 17))
-    assert small("f16", 8192) == list(range(1, 5))
+            assert not any(wonly.wg_rule("sm_80", m, n, 108) for m in range(1, 129))
+    bf = dtypes.resolve(("bf16", "mxfp4"), "sm_90")
+    assert [wonly.wonly_path(bf, m, None, "sm_90", 8192, sms) for m in (32, 33, 64, 65)] == \
+        ["registers", "registers", "registers", "staged"]
+    assert [wonly.wonly_path(bf, m, None, "sm_90", 4096, sms) for m in (32, 33)] == ["registers", "staged"]
+    assert wonly.wonly_path(bf, 64, None, "sm_80", 8192, 108) == "staged"
+    fp8 = dtypes.resolve(("bf16", "mxfp8"), "sm_90")  # byte codes: bf16 above WG_BYTE_MAX_M runs staged
+    assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms) for m in (32, 33)] == ["registers", "staged"]
+    assert wonly.wg_rule("sm_90", 64, 8192, sms, "f16", "e4m3fn") and not wonly.wg_rule("sm_90", 33, 8192, sms,
+                                                                                          "bf16", "e4m3fn")
+
+
+def test_fold_range():
+    """The wgmma kernel's folded decode: for every scale code in fold_range, every finite value of the format times
+    2^(code - 127) is a number of the activation type, and the factor 2^(target bias - element bias) 2^(code - 127)
+    is a normal one (exponent field code + offset); the codes just outside break one of the two (the bf16 x e2m1
+    range starts at code 0: its subnormal 2^-128 is a bf16 subnormal)."""
+    import ml_dtypes
+
+    for act, np_t, emin, emax in (("bf16", ml_dtypes.bfloat16, -126, 127), ("f16", np.float16, -14, 15)):
+        for el in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
+            spec = formats.get(el)
+            lo, hi, off = wonly.fold_range(el, act)
+            vals = formats.decode(np.arange(1 << spec.bits, dtype=np.uint8), el).astype(np.float64)
+            vals = vals[np.isfinite(vals)]
+
+            def exact(code):
+                v = vals * 2.0 ** (code - 127)
+                if np.abs(v).max() > float(ml_dtypes.finfo(np_t).max):
+                    return False
+                factor_exp = code - 127 + ((127 if act == "bf16" else 15) - spec.bias)
+                field = code + off
+                return (emin <= factor_exp <= emax and field == factor_exp + (127 if act == "bf16" else 15)
+                        and np.array_equal(v.astype(np_t).astype(np.float64), v))
+
+            assert all(exact(c) for c in range(lo, hi + 1)), (act, el)
+            assert (lo == 0 or not exact(lo - 1)) and not exact(hi + 1), (act, el, lo, hi)
+    assert wonly.fold_range("e2m1", "bf16")[:2] == (0, 128) and wonly.fold_range("e2m1", "f16")[:2] == (104, 128)
 
 
 def test_ring_split_cap_bounds_the_partials():

@@ -202,7 +202,8 @@ class CudaBackend(Backend):
         shape = (1, batch * m, n, k) if folds else (batch or 1, m, n, k)  # the rule sees the folded problem
         wpath = None
         if mdt.kind == WONLY_KIND:  # fp16/bf16 x MX weight: wonly.py (registers kernel, or the staged bf16 GEMM)
-            wpath = _wonly_path(mdt, shape[1], wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None))
+            wpath = _wonly_path(mdt, shape[1], wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None),
+                                dev.arch, n, dev.sms)
             if wpath == "registers" and (tile or family or fp8_path):
                 raise UnsupportedError("tile=, family= and fp8_path= choose kernels of the staged path; the registers "
                                        "path (wonly_path='registers') takes split_k only")

@@ -39,9 +39,12 @@ def compile_jobs(arch: str) -> list[dict]:
 
     for w in all_wonly_variants(arch):  # the weight-only kernels (wonly.py): every kernel x element x activation x M tile
         jobs.append({"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly",
+                     **({"arch": w.arch} if w.arch else {}),
                      "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel}{', PDL' if w.pdl else ''})",
-                     "options": [*w.options(), "-ftz=true"],  # CuPy compiles with it: the SASS checks see the same
-                     "smem": w.smem_bytes, "threads": w.threads, "mma": "HMMA", "cp_async": w.kernel == "ring"})
+                     # CuPy compiles with -ftz=true: the SASS checks see the same
+                     "options": [*(o for o in w.options() if not o.startswith("--gpu-architecture")), "-ftz=true"],
+                     "smem": w.smem_bytes, "threads": w.threads, "mma": "HGMMA" if w.kernel == "wg" else "HMMA",
+                     "cp_async": w.kernel in ("ring", "wg")})
     jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",
                  "dtype": "weight-only packing", "options": ["-std=c++17", *formula_options()], "smem": 0,
                  "threads": 256})

@@ -56,8 +56,9 @@ __all__ = ["GEMV_FILE", "PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FOR
            "wonly_path"]
 
 WONLY_FILE, GEMV_FILE, TMA_FILE, PACK_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "gemm_wonly_tma.cu", "wonly_pack.cu"
+WG_FILE = "gemm_wonly_wg.cu"
 KERNELS = {"ring": (WONLY_FILE, "mx_wonly_gemm"), "gemv": (GEMV_FILE, "mx_wonly_gemv"),
-           "tma": (TMA_FILE, "mx_wonly_tma")}
+           "tma": (TMA_FILE, "mx_wonly_tma"), "wg": (WG_FILE, "mx_wonly_wg")}
 WONLY_PATHS = ("registers", "staged")
 #: bf16 activations with M up to this run on the registers path by default, larger M on the staged path (H200,
 #: bf16 x mxfp4, N = K = 8192, kernel time against cuBLAS bf16: registers 1.07 / 0.74 / 0.40 at M = 16 / 32 / 64,
@@ -109,6 +110,23 @@ SM90_SMALL_M = {"bf16": ((0.25, 32), (0.75, 16), (float("inf"), 4)), "f16": ((0.
 # through the GPU test suite); 8 consumer warps, or registers capped for 6 blocks per SM: slower
 TMA_STAGES, TMA_CPS, TMA_CTAS_PER_SM, TMA_WARPS = 4, 2, 8, 4
 TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
+#: sm_90a: the wgmma kernel (gemm_wonly_wg.cu: the weight as wgmma's register A, the activations gathered into
+#: shared memory, the block scales folded into the decode) runs M in (WG_M[0], WG_M[1]] on weights wider than a
+#: quarter record group per SM (narrower ones give it too few blocks).  Its ring stages, K chunks per stage for m8
+#: tiles up to 2 and above, most blocks per SM, and m8 tiles per block (wgmma N = 8 WG_MT; M above 32 runs as row
+#: blocks of 32: m64 needs ~170 registers, one block per SM, and measured slower).  H100, bf16 x mxfp4, kernel time
+#: in us, the previous rule's kernel -> wg (session 10 sweeps; stages / chunks 4 / 2, 6 / 2, 8 / 2, 4 / 4 within 5 %
+#: of each other except 16 x 28672 x 8192: 4 / 4 65.2, 4 / 2 72.8): 16 x 8192 x 8192 33.5 -> 26.8; 32 x 8192 x 8192
+#: 49.0 -> 34.3; 64 x 8192 x 8192 61 (staged) -> 50.2; 32 x 14336 x 4096 48.3 -> 29.1; 16 x 28672 x 8192 85.6 ->
+#: 65.2; but 16 / 32 x 4096 x 4096 17.7 / 20.6 (direct loads) -> 18.8 / 33.3
+WG_M, WG_BYTE_MAX_M = (4, 64), 32
+WG_STAGES, WG_CTAS_PER_SM = 4, 2
+WG_MT = (1, 2, 4)
+
+
+def wg_cps(mt: int) -> int:
+    """K chunks per ring stage of the wgmma kernel with ``mt`` m8 tiles."""
+    return 4 if mt <= 2 else 2
 
 # The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
 # tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
@@ -181,6 +199,10 @@ class WonlyVariant:
         return cls(element, act, mt, "tma", GROUP // TMA_WARPS, TMA_WARPS, TMA_STAGES, TMA_CPS, pdl)
 
     @classmethod
+    def wg(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
+        return cls(element, act, mt, "wg", 1, 8, WG_STAGES, wg_cps(mt), pdl)
+
+    @classmethod
     def small(cls, element: str, act: str, mt: int, arch: str, kernel: str = "gemv") -> "WonlyVariant":
         """The small-M kernel of ``arch``: ``kernel`` ("gemv" | "tma", sm_90 only) on sm_90 with PDL as SM90_PDL
         says, else gemv."""
@@ -198,7 +220,7 @@ class WonlyVariant:
 
     @property
     def threads(self) -> int:
-        return 32 * {"gemv": self.warps, "tma": self.warps + 1}.get(self.kernel, WARPS)
+        return 32 * {"gemv": self.warps, "tma": self.warps + 1, "wg": 9}.get(self.kernel, WARPS)
 
     @property
     def tiles(self) -> int:
@@ -207,8 +229,13 @@ class WonlyVariant:
 
     @property
     def sm90(self) -> bool:
-        """Whether the variant needs sm_90 (bulk copies, griddepcontrol)."""
-        return self.kernel == "tma" or self.pdl
+        """Whether the variant needs sm_90 (bulk copies, griddepcontrol; wgmma: sm_90a)."""
+        return self.kernel in ("tma", "wg") or self.pdl
+
+    @property
+    def arch(self) -> str | None:
+        """The architecture the variant must be compiled for when not the device's own (wgmma: sm_90a)."""
+        return "sm_90a" if self.kernel == "wg" else None
 
     @property
     def spec(self):
@@ -239,6 +266,9 @@ class WonlyVariant:
             return 0
         if self.kernel == "tma":
             return self.pf * self.cps * GROUP * self.record_bytes
+        if self.kernel == "wg":  # per stage: the activation rows (64 K x 2 bytes per token), the records; 1 KB aligned
+            rows = self.cps * (self.kc // 32) // 2 * self.mt * 8 * 128
+            return self.pf * (-(-(rows + self.cps * GROUP * self.record_bytes) // 1024) * 1024) + 1024
         return self.stages * (GROUP * self.record_bytes + self.mt * 8 * (192 if self.kc == 64 else 64))
 
     @property
@@ -246,7 +276,9 @@ class WonlyVariant:
         tail = "_pdl" if self.pdl else ""
         if self.kernel == "tma":  # its configuration (the constants above may change between variants)
             tail = f"_w{self.warps}s{self.pf}c{self.cps}" + tail
-        if self.kernel in ("gemv", "tma"):
+        if self.kernel == "wg":
+            tail = f"_s{self.pf}c{self.cps}" + tail
+        if self.kernel in ("gemv", "tma", "wg"):
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
 
@@ -265,9 +297,40 @@ class WonlyVariant:
                 *{"gemv": (f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}"),
                   "tma": (f"-DWT_R={self.r}", f"-DWT_WARPS={self.warps}", f"-DWT_STAGES={self.pf}",
                           f"-DWT_CPS={self.cps}"),
+                  "wg": ("--gpu-architecture=sm_90a", f"-DWW_STAGES={self.pf}", f"-DWW_CPS={self.cps}",
+                         *(f"-DWW_{k}={v}" for k, v in zip(("SLO", "SHI", "EOFF"), fold_range(self.element, self.act))),
+                         f'-DWW_WGMMA="{_wgmma_ptx(self.mt * 8, self.act)}"'),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
+
+
+def _wgmma_ptx(n: int, act: str) -> str:
+    from mxcore.layouts import hopper
+
+    fmt = {"f16": "fp16", "bf16": "bf16"}[act]
+    return hopper.wgmma_ptx(n, fmt, fmt)
+
+
+def fold_range(element: str, act: str) -> tuple[int, int, int]:
+    """(lo, hi, offset): the E8M0 scale codes s in [lo, hi] for which the wgmma kernel decodes a code of ``element``
+    straight to its scaled value in ``act`` ("f16" | "bf16") with one multiply of the placed bits by the 16-bit
+    power of two 2^(target bias - element bias) * 2^(s - 127), exactly: that factor is a normal number of the
+    target, and every finite value of the format times 2^(s - 127) is representable (its lowest bit, the format's
+    smallest subnormal, stays above the target's, its largest finite value below the target's largest exponent).
+    ``offset``: the factor's exponent field is s + offset.  Codes outside (e.g. 0xFF, the NaN scale, always) take
+    the fp32 block-scale path.  bf16 x e2m1: [0, 128]; f16 x e2m1: [102, 128]."""
+    from mxcore import formats
+
+    sp = formats.get(element)
+    tbias, tmant = (127, 7) if act == "bf16" else (15, 10)
+    temin, temax = 1 - tbias, tbias
+    shift = tbias - sp.bias                      # log2 of the placement's multiplier
+    lsb = sp.emin - sp.mbits                     # exponent of the format's smallest subnormal
+    top = int(np.floor(np.log2(sp.max_normal)))  # exponent of its largest finite value
+    lo = max(0, temin - shift + 127, temin - tmant - lsb + 127)
+    hi = min(254, temax - shift + 127, temax - top + 127)
+    return (lo, hi, tbias + shift - 127) if lo <= hi else (255, 0, 0)
 
 
 def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
@@ -279,8 +342,10 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     out = ([WonlyVariant(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in MT_CHOICES]
            + [WonlyVariant.gemv(e, act, mt) for e in elements for act in ("f16", "bf16") for mt in GEMV_MT])
     if sm_of(arch) == 90:
-        extra = [getattr(WonlyVariant, k)(e, act, mt, pdl) for k, mts in (("gemv", GEMV_MT), ("tma", TMA_MT))
-                 for pdl in (False, True) for e in elements for act in ("f16", "bf16") for mt in mts]
+        extra = [getattr(WonlyVariant, k)(e, act, mt, pdl) for k, mts in (("gemv", GEMV_MT), ("tma", TMA_MT),
+                                                                          ("wg", WG_MT))
+                 for pdl in ((False, True) if k != "wg" else (SM90_PDL,))
+                 for e in elements for act in ("f16", "bf16") for mt in mts]
         out += [v for v in dict.fromkeys(extra) if v not in out]
     return out
 
@@ -290,24 +355,40 @@ def record_groups(n: int) -> int:
     return -(-n // (16 * GROUP))
 
 
-def sm90_small(act: str, n: int, sms: int) -> str:
-    """sm_90's small-M kernel for ``act`` activations ("f16" | "bf16") and N = ``n`` (SM90_SMALL)."""
+def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str = "e2m1") -> bool:
+    """Whether M = ``m`` of ``act`` activations with N = ``n`` and an ``element`` weight runs the wgmma kernel on
+    ``arch`` (``sms`` multiprocessors): WG_M, and bf16 x byte codes (fp8 weights, twice the bytes of fp4) up to
+    WG_BYTE_MAX_M (H100, bf16 x mxfp8 64 x 8192 x 8192: staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8)."""
+    from mxcore import formats
+
+    top = WG_BYTE_MAX_M if act == "bf16" and formats.get(element).bits == 8 else WG_M[1]
+    return bool(arch) and sm_of(arch) == 90 and WG_M[0] < m <= top and record_groups(n) > 0.25 * sms
+
+
+def sm90_small(act: str, n: int, sms: int, m: int = 1, element: str = "e2m1") -> str:
+    """sm_90's small-M kernel for M = ``m`` of ``act`` activations ("f16" | "bf16"), N = ``n`` and an ``element``
+    weight (SM90_SMALL)."""
     if SM90_SMALL != "auto":
         return SM90_SMALL
+    if wg_rule("sm_90", m, n, sms, act, element):
+        return "wg"
     return "tma" if act == "bf16" and record_groups(n) >= sms else "gemv"
 
 
-def small_kernel(arch: str, act: str, m: int, n: int, sms: int) -> bool:
+def small_kernel(arch: str, act: str, m: int, n: int, sms: int, element: str = "e2m1") -> bool:
     """Whether M = ``m`` of ``act`` activations ("f16" | "bf16") with N = ``n`` runs the small-M kernel
     (WonlyVariant.small) on ``arch`` (``sms`` multiprocessors), else the cp.async ring."""
     if sm_of(arch) != 90:
         return m <= GEMV_MAX_M
+    if wg_rule(arch, m, n, sms, act, element):
+        return True
     groups = record_groups(n)
     return any(m <= most and groups <= share * sms for share, most in SM90_SMALL_M[act])
 
 
-def wonly_path(mdt, m: int, option: str | None = None) -> str:
-    """"registers" or "staged" for ``mdt`` (a weight-only pair) with M = ``m``; ``option`` forces one."""
+def wonly_path(mdt, m: int, option: str | None = None, arch: str = "", n: int = 0, sms: int = 0) -> str:
+    """"registers" or "staged" for ``mdt`` (a weight-only pair) with M = ``m`` (and N = ``n`` on ``arch`` with
+    ``sms`` multiprocessors: the wgmma kernel's M); ``option`` forces one."""
     if option is not None:
         if option not in WONLY_PATHS:
             raise UnsupportedError(f"wonly_path={option!r}; choose one of {', '.join(WONLY_PATHS)} (or None: the rule)")
@@ -315,7 +396,10 @@ def wonly_path(mdt, m: int, option: str | None = None) -> str:
             raise UnsupportedError(f"wonly_path='staged' decodes the weight to bf16 and multiplies bf16; "
                                    f"{mdt.a.name} activations run on wonly_path='registers'")
         return option
-    return "registers" if (mdt.a.name != "bf16" or m <= REGISTERS_MAX_M) else "staged"
+    from mxcore import dtypes
+
+    wg = wg_rule(arch, m, n, sms, "bf16", dtypes.MX_ELEMENT.get(mdt.b.name, "e2m1"))
+    return "registers" if (mdt.a.name != "bf16" or m <= REGISTERS_MAX_M or wg) else "staged"
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -436,9 +520,9 @@ class WonlyPlan(Plan):
         if sm_of(dev.arch) < 80:
             raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
-        if small_kernel(dev.arch, da.elem, m, n, dev.sms):
-            kernel = sm90_small(da.elem, n, dev.sms) if sm_of(dev.arch) == 90 else "gemv"
-            mts = TMA_MT if kernel == "tma" else GEMV_MT
+        if small_kernel(dev.arch, da.elem, m, n, dev.sms, db.elem):
+            kernel = sm90_small(da.elem, n, dev.sms, m, db.elem) if sm_of(dev.arch) == 90 else "gemv"
+            mts = {"tma": TMA_MT, "wg": WG_MT}.get(kernel, GEMV_MT)
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
             self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
         else:
@@ -451,15 +535,16 @@ class WonlyPlan(Plan):
         with cp.cuda.Device(dev.ordinal):
             self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
                                                v.smem_bytes)
-            small = v.kernel in ("gemv", "tma")
+            small = v.kernel in ("gemv", "tma", "wg")
             per_sm = CTAS_PER_SM
             if small:  # one wave: no more blocks per SM than can be resident (registers, shared memory, threads)
                 attrs = self._kernel.attributes
-                per_sm = min(GEMV_CTAS_PER_SM if v.kernel == "gemv" else TMA_CTAS_PER_SM,
+                per_sm = min({"gemv": GEMV_CTAS_PER_SM, "tma": TMA_CTAS_PER_SM, "wg": WG_CTAS_PER_SM}[v.kernel],
                              _resident(dev.props, int(attrs["num_regs"]), v.threads,
                                        v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
             base = self._grid_xy[0] * self._grid_xy[1]
-            cap = 64 if small else ring_split_cap(m, self._grid_xy[0] * v.tiles * 16, packed_bytes(db.elem, da.k, n))
+            cap = (64 if v.kernel in ("gemv", "tma")
+                   else ring_split_cap(m, self._grid_xy[0] * v.tiles * 16, packed_bytes(db.elem, da.k, n)))
             self._splits, self._per = _splits(dev.sms, base, self._nchunks, split, per_sm, small, cap)
             self._smem = v.smem_bytes
             if small and v.pdl:  # see _even_smem
@@ -468,10 +553,12 @@ class WonlyPlan(Plan):
                 if self._smem > max(v.smem_bytes, 48 * 1024):
                     self._kernel.max_dynamic_shared_size_bytes = max(
                         self._smem, int(self._kernel.attributes.get("max_dynamic_shared_size_bytes", 0)))
-            how = {"gemv": "direct loads", "tma": "bulk copies to a shared-memory ring, warp-specialized"}.get(
+            how = {"gemv": "direct loads", "tma": "bulk copies to a shared-memory ring, warp-specialized",
+                   "wg": "bulk copies and a gathered activation ring, warp-specialized"}.get(
                 v.kernel, "cp.async ring") + (", PDL" if v.pdl else "")
+            mma = "wgmma with the weight as register A" if v.kernel == "wg" else "mma.sync"
             self.variant = (f"{v.name} split {self._splits} (registers: packed weight decoded in registers, {how}, "
-                            "mma.sync)")
+                            f"{mma})")
             self._alloc()
 
     def _alloc(self) -> None:

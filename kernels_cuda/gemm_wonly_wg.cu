@@ -1,0 +1,327 @@
+// mxcore weight-only GEMM on wgmma (sm_90a; backends/cuda/wonly.py): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16
+// activations and W an MX weight in the packed fragment records of wonly_common.cuh, for the M where mma.sync runs
+// out of issue slots (tens of rows).  Any M runs (grid.y covers M in steps of 8 * WO_MT).
+//
+// Swapped product: C^T = W^T X^T, one wgmma.mma_async m64n(8 WO_MT)k16 per k16 step and half of the block's record
+// group, with the weight as the register-A operand (a record's lane fragment is exactly the register-A fragment
+// of the warp's 16 rows: wgmma's register A is mma.sync's m16 A per warp) and the activations as B from shared
+// memory (K-major, 128-byte swizzle, one 128-byte row of 64 K per token).  Warp w of the consumer warpgroup owns
+// tiles 2w and 2w + 1 of the group: half r's wgmma covers tiles r, 2 + r, 4 + r, 6 + r.
+//
+// Block scales: on a chunk whose every scale byte s lies in [WW_SLO, WW_SHI] (checked by every consumer warp on
+// the same 8 records, so the decision is warpgroup-uniform), each code is decoded straight to its scaled value,
+// the placed bits times 2^(target bias - element bias) * 2^(s - 127) in one exact 16-bit multiply (the range is
+// where that factor is a normal 16-bit number and every value of the format times it is representable:
+// backends/cuda/wonly.py fold_range), and the wgmma accumulate over the whole K range in fp32.  Any other chunk
+// (scale codes near 0x00 / 0xFF, NaN blocks, or fp16's narrow range) runs block by block exactly as the mma.sync
+// kernels do: the block's two wgmma into a zeroed scratch, then acc = fma(t, 2^(s - 127), acc) in fp32.
+//
+// Warp specialization: warp 4 is the producer.  Per ring stage (WW_CPS K chunks) its lane 0 bulk-copies the
+// group's records (contiguous) completing on the stage's "full" mbarrier by byte count, and all its lanes gather
+// the activations with 4-byte cp.async into the stage's swizzled rows (the records permute K inside each 32-K
+// block, WO_KPHYS, so that a lane's 8 K of a block are contiguous; the rows put them back in k16 order: physical
+// word (block b, lane t, i) of a token goes to 16-byte chunk 4 (b & 1) + i, word t, of its row), then, a stage
+// later (cp.async.wait_group), fences them to the async proxy and arrives.  Consumers release a stage ("empty",
+// one arrive per warp) once the wgmma that read it completed.
+//
+// Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
+// (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
+//
+// -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, one of 1, 2, 4, 8), WW_STAGES, WW_CPS (K chunks
+// per stage; WW_CPS * WO_BPC even), WW_SLO / WW_SHI (the scale codes decoded with their factor), WW_WGMMA (the
+// wgmma mnemonic, from mxcore.layouts.hopper).
+
+#include "mx_common.cuh"
+#include "async_sm90.cuh"
+#include "wonly_common.cuh"
+
+#define WW_MP (8 * WO_MT)                               // tokens per block (the wgmma N)
+#define WW_BPS (WW_CPS * WO_BPC)                        // 32-K blocks per stage
+#define WW_UNITS (WW_BPS / 2)                           // 64-K activation rows per token per stage
+#define WW_ACT_BYTES (WW_UNITS * WW_MP * 128)
+#define WW_REC_BYTES (WW_CPS * WO_GROUP * WO_REC)
+#define WW_STAGE_BYTES ((WW_ACT_BYTES + WW_REC_BYTES + 1023) / 1024 * 1024)
+#define WW_THREADS 288
+#define WW_LAG 1                                        // activation stages in flight before the producer arrives
+static_assert(WW_CPS % 2 == 0, "the decode alternates two register buffers by chunk parity inside a stage");
+static_assert(WW_STAGES >= 3, "a stage is released while the next one is multiplied; the producer runs one ahead");
+
+__device__ __forceinline__ void ww_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void ww_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ww_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// K-major operand in shared memory, 128-byte swizzle (rows of 128 bytes, 8-row atoms of 1024 bytes)
+__device__ __forceinline__ u64 ww_desc(u32 addr) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(16 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// d (+)= A (registers a) * B (desc); acc = 0 overwrites d
+#if WO_MT == 1
+__device__ __forceinline__ void ww_mma(float (&d)[4], const u32 (&a)[4], u64 desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n" WW_WGMMA " {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+#elif WO_MT == 2
+__device__ __forceinline__ void ww_mma(float (&d)[8], const u32 (&a)[4], u64 desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n" WW_WGMMA
+                 " {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+#elif WO_MT == 4
+__device__ __forceinline__ void ww_mma(float (&d)[16], const u32 (&a)[4], u64 desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n" WW_WGMMA
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20,"
+                 " p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+#elif WO_MT == 8
+__device__ __forceinline__ void ww_mma(float (&d)[32], const u32 (&a)[4], u64 desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" WW_WGMMA
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,"
+                 " %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+#else
+#error "WO_MT is 1, 2, 4 or 8"
+#endif
+
+__device__ __forceinline__ void ww_cp4(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void ww_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ww_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ww_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// The producer's activation gather of one stage (K from k0, WW_UNITS rows of 64 K per token).  Instruction
+// (unit, row group, block b of the unit, i) moves word i of 8 tokens x 4 lanes t, physical K k0 + 64 unit + 32 b +
+// 8 t + 2 i, to 16-byte chunk 4 b + i (swizzled by the row) of the token's row, word t: 32 distinct banks.  xr:
+// the lane's token rows (row group g: token m0 + 8 g + lane / 4, clamped into M), live: 4 bytes for a token
+// inside M, 0 (zero fill) past it; K is checked only in a stage that reaches past it.
+template <bool INSIDE>
+__device__ __forceinline__ void ww_gather_(u32 act, const u16* const (&xr)[WO_MT], const u32 (&live)[WO_MT], int K,
+                                           int k0, int lane) {
+    const int t = lane & 3, rr = lane >> 2;
+    const u32 dl = act + rr * 128 + 4 * t;
+#pragma unroll
+    for (int u = 0; u < WW_UNITS; ++u)
+#pragma unroll
+        for (int g = 0; g < WO_MT; ++g) {
+            const u16* src = xr[g] + k0 + 64 * u + 8 * t;
+#pragma unroll
+            for (int b = 0; b < 2; ++b)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const u32 dst = dl + (u * WW_MP + g * 8) * 128 + (((4 * b + i) ^ rr) << 4);
+                    if (INSIDE) {
+                        ww_cp4(dst, src + 32 * b + 2 * i, live[g]);
+                    } else {
+                        const int k = k0 + 64 * u + 32 * b + 8 * t + 2 * i;
+                        const u32 bytes = live[g] ? (u32)max(0, min(2, K - k)) * 2u : 0u;
+                        ww_cp4(dst, bytes ? (const void*)(src + 32 * b + 2 * i) : (const void*)xr[0], bytes);
+                    }
+                }
+        }
+}
+__device__ __forceinline__ void ww_gather(u32 act, const u16* const (&xr)[WO_MT], const u32 (&live)[WO_MT], int K,
+                                          int k0, int lane) {
+    if (k0 + WW_UNITS * 64 <= K)
+        ww_gather_<true>(act, xr, live, K, k0, lane);
+    else
+        ww_gather_<false>(act, xr, live, K, k0, lane);
+}
+
+// factor of scale byte k of word e (e = the scale bytes plus the exponent offset, each in [1, 254]): the 16-bit
+// power of two with exponent field e_k in both halves (bf16: bits 7..14; f16 takes the field at bits 10..14)
+template <int BYTE>
+__device__ __forceinline__ u32 ww_factor(u32 e) {
+    const u32 two = __byte_perm(e, 0u, (BYTE << 4) | (BYTE << 12) | 0x0404);  // byte k at bytes 1 and 3, zeros else
+    return WO_BF16 ? two >> 1 : two << 2;
+}
+
+// whether every scale byte of a stage chunk's record group lies in [WW_SLO, WW_SHI] (each warp reads all 8 records'
+// scale words: the same answer in every consumer warp)
+__device__ __forceinline__ bool ww_foldable(const u8* chunk_recs, int lane) {
+    bool ok = true;
+#pragma unroll
+    for (int j = 0; j < WO_BPC; ++j) {
+        const int word = lane * WO_BPC + j;  // 4 * WO_BPC words per record
+        const u32 v = *reinterpret_cast<const u32*>(chunk_recs + (word / (4 * WO_BPC)) * WO_REC + 512 + 4 * (word % (4 * WO_BPC)));
+        ok &= (__vcmpgeu4(v, WW_SLO * 0x01010101u) & __vcmpleu4(v, WW_SHI * 0x01010101u)) == 0xffffffffu;
+    }
+    return __all_sync(0xffffffffu, ok);
+}
+
+#ifndef WW_MINB
+#define WW_MINB (WO_MT <= 4 ? 2 : 1)  // blocks per SM the registers must allow
+#endif
+extern "C" __global__ void __launch_bounds__(WW_THREADS, WW_MINB)
+mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
+            u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
+    extern __shared__ u8 smem_raw[];
+    __shared__ __align__(8) u64 bars[2 * WW_STAGES];  // full[s], then empty[s]
+    const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    u8* const ring_ptr = smem_raw + (ring - smem_u32(smem_raw));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int m0 = blockIdx.y * WW_MP;
+    const int c_begin = blockIdx.z * per, c_end = min(nchunks, c_begin + per);
+    const int stages = (c_end - c_begin + WW_CPS - 1) / WW_CPS;
+    const u32 full0 = smem_u32(bars), empty0 = full0 + 8 * WW_STAGES;
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < WW_STAGES; ++s) {
+            mbarrier_init(full0 + 8 * s, 1 + 32);  // the record copy's expect_tx arrive, then 32 producer lanes
+            mbarrier_init(empty0 + 8 * s, 8);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    constexpr int D = 4 * WO_MT;   // accumulator registers (the wgmma's, and the fp32 block-scale path's)
+    float acc[D], fb[D];
+#pragma unroll
+    for (int i = 0; i < D; ++i) {  // pinned here: no zeroing of a wgmma accumulator may sink into the main loop
+        asm volatile("mov.b32 %0, 0;" : "=f"(acc[i]));
+        fb[i] = 0.f;
+    }
+
+    if (warp == 8) {  // producer
+        const u8* src = W + ((i64)blockIdx.x * nchunks + c_begin) * (WO_GROUP * WO_REC);
+        const u32 total = (u32)(c_end - c_begin) * (WO_GROUP * WO_REC);
+        auto records = [&](int st) {
+            const int s = st % WW_STAGES;
+            const u32 off = (u32)st * WW_REC_BYTES, bytes = min((u32)WW_REC_BYTES, total - off);
+            mbarrier_arrive_expect_tx(full0 + 8 * s, bytes);
+            cp_async_bulk_g2s(ring + s * WW_STAGE_BYTES + WW_ACT_BYTES, src + off, bytes, full0 + 8 * s);
+        };
+        if (lane == 0)
+            for (int st = 0; st < min(stages, WW_STAGES); ++st) records(st);
+        __syncwarp();
+        wo_dependent_part();
+        const u16* xr[WO_MT];
+        u32 live[WO_MT];
+#pragma unroll
+        for (int g = 0; g < WO_MT; ++g) {
+            const int m = m0 + 8 * g + (lane >> 2);
+            xr[g] = reinterpret_cast<const u16*>(X) + (i64)min(m, M - 1) * lda;
+            live[g] = m < M ? 4u : 0u;
+        }
+        for (int st = 0; st < stages; ++st) {
+            const int s = st % WW_STAGES;
+            if (st >= WW_STAGES) {
+                mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
+                if (lane == 0) records(st);
+            }
+            ww_gather(ring + s * WW_STAGE_BYTES, xr, live, K, (c_begin + st * WW_CPS) * WO_KC, lane);
+            ww_cp_commit();
+            if (st >= WW_LAG) {  // stage st - LAG's gather is complete: hand it to the async proxy, then arrive
+                ww_cp_wait<WW_LAG>();
+                ww_fence_async();
+                mbarrier_arrive(full0 + 8 * ((st - WW_LAG) % WW_STAGES));
+            }
+        }
+        ww_cp_wait<0>();
+        ww_fence_async();
+        for (int st = max(0, stages - WW_LAG); st < stages; ++st) mbarrier_arrive(full0 + 8 * (st % WW_STAGES));
+    } else {  // consumer warpgroup h = warp / 4 multiplies half h of the group: warp w's tile is 2 (w % 4) + h
+        wo_dependent_part();
+        const int g = lane >> 2, tile = 2 * (warp & 3) + (warp >> 2);
+        u32 a[2][2 * WO_BPC][4];  // [buffer][k16 step of the chunk][register]
+        float t[D];               // the fp32 path's block product (written by wgmma only)
+#pragma unroll
+        for (int i = 0; i < D; ++i) t[i] = 0.f;
+        for (int st = 0; st < stages; ++st) {
+            const int s = st % WW_STAGES;
+            mbarrier_wait(full0 + 8 * s, (st / WW_STAGES) & 1);
+            const u32 act = ring + s * WW_STAGE_BYTES;
+            const u8* recs = ring_ptr + s * WW_STAGE_BYTES + WW_ACT_BYTES;
+#pragma unroll
+            for (int cc = 0; cc < WW_CPS; ++cc) {
+                const int c = c_begin + st * WW_CPS + cc;
+                if (c >= c_end) break;
+                const u8* crec = recs + cc * WO_GROUP * WO_REC;
+                const u8* rec = crec + tile * WO_REC;
+                const uint4 q = *reinterpret_cast<const uint4*>(rec + lane * 16);
+#if WO_BPC == 2
+                const u32 sc = *reinterpret_cast<const u32*>(rec + 512 + g * 4);
+#else
+                const u32 sc = wo_scale_word(*reinterpret_cast<const u16*>(rec + 512 + g * 2));
+#endif
+                if (ww_foldable(crec, lane)) {
+                    const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
+                    ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
+                    if (cc == WW_CPS - 1 && st > 0 && lane == 0) mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+                    // each live byte + WW_EOFF lies in [1, 254]: no carry or borrow between them (the padding bytes
+                    // of a one-block word sit above the live ones)
+                    const u32 e = WW_EOFF >= 0 ? sc + (u32)WW_EOFF * 0x01010101u : sc - (u32)(-WW_EOFF) * 0x01010101u;
+                    const u32 f[4] = {ww_factor<0>(e), ww_factor<1>(e), ww_factor<2>(e), ww_factor<3>(e)};
+#pragma unroll
+                    for (int u = 0; u < 2 * WO_BPC; ++u) {  // k16 step u: block u / 2; registers 0, 2: row g, 1, 3: g + 8
+                        const u32 f0 = f[2 * (u >> 1)], f1 = f[2 * (u >> 1) + 1];
+                        a[buf][u][0] = wo_reg_by<0>(q, u, f0);
+                        a[buf][u][1] = wo_reg_by<1>(q, u, f1);
+                        a[buf][u][2] = wo_reg_by<2>(q, u, f0);
+                        a[buf][u][3] = wo_reg_by<3>(q, u, f1);
+                    }
+                    ww_fence();
+#pragma unroll
+                    for (int u = 0; u < 2 * WO_BPC; ++u) {
+                        const int bb = cc * WO_BPC + (u >> 1);  // block of the stage
+                        ww_mma(acc, a[buf][u], ww_desc(act + (bb >> 1) * WW_MP * 128 + 32 * (2 * (bb & 1) + (u & 1))), 1);
+                    }
+                    ww_commit();
+                } else {  // block by block: the block's wgmma into t, then fb += 2^(s - 127) t in fp32
+                    ww_wait<0>();
+                    if (cc == WW_CPS - 1 && st > 0 && lane == 0) mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+                    const bool special = __any_sync(0xffffffffu, wo_special(sc));
+#pragma unroll
+                    for (int blk = 0; blk < WO_BPC; ++blk) {
+                        u32 b2[2][4];
+#pragma unroll
+                        for (int s2 = 0; s2 < 2; ++s2) {
+                            b2[s2][0] = wo_reg<0>(q, 2 * blk + s2);
+                            b2[s2][1] = wo_reg<1>(q, 2 * blk + s2);
+                            b2[s2][2] = wo_reg<2>(q, 2 * blk + s2);
+                            b2[s2][3] = wo_reg<3>(q, 2 * blk + s2);
+                        }
+                        const int bb = cc * WO_BPC + blk;
+                        ww_fence();
+#pragma unroll
+                        for (int s2 = 0; s2 < 2; ++s2)
+                            ww_mma(t, b2[s2], ww_desc(act + (bb >> 1) * WW_MP * 128 + 32 * (2 * (bb & 1) + s2)), s2);
+                        ww_commit();
+                        ww_wait<0>();
+                        const float f0 = wo_factor(sc, 16 * blk, special);      // W^T row g
+                        const float f1 = wo_factor(sc, 16 * blk + 8, special);  // row g + 8
+#pragma unroll
+                        for (int i = 0; i < D; ++i) fb[i] = wo_fma(t[i], (i & 2) ? f1 : f0, fb[i]);
+                    }
+                }
+            }
+        }
+        ww_wait<0>();
+#pragma unroll
+        for (int i = 0; i < D; ++i) acc[i] = wo_add(acc[i], fb[i]);
+    }
+
+    float out[1][WO_MT][4];
+#pragma unroll
+    for (int mt = 0; mt < WO_MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[0][mt][i] = acc[mt * 4 + i];
+    wo_epilogue<1>(out, C, ws, counters, M, N, ldc, out_kind, m0, blockIdx.x * WO_GROUP + 2 * (warp & 3) + (warp >> 2),
+                   WO_GROUP, lane, warp < 8);
+}
