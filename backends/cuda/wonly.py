@@ -1,19 +1,23 @@
 """Weight-only MX products on NVIDIA: fp16/bf16 activations A (M x K) times an MX weight B (K x N, E8M0 scales per
 32 K), the ``"wonly"`` kind of :mod:`mxcore.dtypes`.  Two paths, chosen by :func:`wonly_path`:
 
-``registers`` (every pair, any M; the default for fp16 and for M <= 32)
+``registers`` (every pair, any M; the default for fp16, for M <= 32, and on sm_90 where the wgmma kernel runs)
     The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``: 4-bit codes two per byte,
     placed so that a register of two bf16 values comes out of its word with 2.25 integer operations on average
     (``WO4_POS``), fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk
     contiguous, K permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16
     consecutive bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53
-    bytes per element for mxfp4 (codes + scales), read once per launch.  Three kernels read the records
+    bytes per element for mxfp4 (codes + scales), read once per launch.  Four kernels read the records
     (``wonly_common.cuh`` holds what they share), chosen by M (``small_kernel``, ``sm90_small``):
     ``gemm_wonly_gemv.cu`` (small M) loads them straight into registers, each warp on its own two tiles a few
     chunks ahead, no shared memory and no barrier; ``gemm_wonly_tma.cu`` (sm_90, small M, bf16 with N of at least
     one record group per SM) has a producer warp stream a block's contiguous records with bulk copies into a
     shared-memory ring (mbarriers) while four consumer warps decode; ``gemm_wonly.cu`` (larger M) streams the
-    records and the activation rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles).  On sm_90 the
+    records and the activation rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles);
+    ``gemm_wonly_wg.cu`` (sm_90a, 4 < M <= 64 on weights wider than a quarter record group per SM: ``wg_rule``)
+    multiplies on wgmma with the decoded weight as the register-A operand, the activations gathered into
+    swizzled shared-memory rows, and folds the block scales into the decode where ``fold_range`` says that is
+    exact (else an fp32 block-scale path per chunk).  On sm_90 the
     small-M kernels can be launched with programmatic dependent launch (``RawLaunch(pdl=True)``; SM90_PDL and
     SM90_SMALL, the default there): a launch may start
     while the previous kernel in the stream finishes and requests its first records before it waits for it
