@@ -28,8 +28,8 @@
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
 //
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, one of 1, 2, 4, 8), WW_STAGES, WW_CPS (K chunks
-// per stage; WW_CPS * WO_BPC even), WW_SLO / WW_SHI (the scale codes decoded with their factor), WW_WGMMA (the
-// wgmma mnemonic, from mxcore.layouts.hopper).
+// per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
+// the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper).
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -57,44 +57,21 @@ __device__ __forceinline__ u64 ww_desc(u32 addr) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(16 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
 }
 
-// d (+)= A (registers a) * B (desc); acc = 0 overwrites d
+// d (+)= A (registers a) * B (desc); acc = 0 overwrites d.  WW_MMA_ASM: the instruction with its operands
+// numbered (backends/cuda/wonly.py writes it for the N = 8 WO_MT of the variant: d first, then a, desc, acc)
+#define WW_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #if WO_MT == 1
-__device__ __forceinline__ void ww_mma(float (&d)[4], const u32 (&a)[4], u64 desc, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n" WW_WGMMA " {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
-}
+#define WW_D WW_F4(0)
 #elif WO_MT == 2
-__device__ __forceinline__ void ww_mma(float (&d)[8], const u32 (&a)[4], u64 desc, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n" WW_WGMMA
-                 " {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
-}
+#define WW_D WW_F4(0), WW_F4(4)
 #elif WO_MT == 4
-__device__ __forceinline__ void ww_mma(float (&d)[16], const u32 (&a)[4], u64 desc, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n" WW_WGMMA
-                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20,"
-                 " p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
-}
-#elif WO_MT == 8
-__device__ __forceinline__ void ww_mma(float (&d)[32], const u32 (&a)[4], u64 desc, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" WW_WGMMA
-                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,"
-                 " %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
-}
+#define WW_D WW_F4(0), WW_F4(4), WW_F4(8), WW_F4(12)
 #else
-#error "WO_MT is 1, 2, 4 or 8"
+#error "WO_MT is 1, 2 or 4"
 #endif
+__device__ __forceinline__ void ww_mma(float (&d)[4 * WO_MT], const u32 (&a)[4], u64 desc, int acc) {
+    asm volatile(WW_MMA_ASM : WW_D : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
 
 __device__ __forceinline__ void ww_cp4(u32 dst, const void* src, u32 bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");

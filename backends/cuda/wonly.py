@@ -303,17 +303,24 @@ class WonlyVariant:
                           f"-DWT_CPS={self.cps}"),
                   "wg": ("--gpu-architecture=sm_90a", f"-DWW_STAGES={self.pf}", f"-DWW_CPS={self.cps}",
                          *(f"-DWW_{k}={v}" for k, v in zip(("SLO", "SHI", "EOFF"), fold_range(self.element, self.act))),
-                         f'-DWW_WGMMA="{_wgmma_ptx(self.mt * 8, self.act)}"'),
+                         f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"'),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
 
-def _wgmma_ptx(n: int, act: str) -> str:
+def _wgmma_asm(mt: int, act: str) -> str:
+    """The wg kernel's ``wgmma.mma_async m64n(8 mt)k16`` with A from registers, as one line of inline PTX whose
+    operands are numbered as ww_mma passes them: the 4 mt accumulators, the 4 A registers, B's descriptor, and
+    whether to accumulate (the scale-d predicate)."""
     from mxcore.layouts import hopper
 
     fmt = {"f16": "fp16", "bf16": "bf16"}[act]
-    return hopper.wgmma_ptx(n, fmt, fmt)
+    nd = 4 * mt
+    d = ", ".join(f"%{i}" for i in range(nd))
+    a = ", ".join(f"%{nd + i}" for i in range(4))
+    return (f"{{ .reg .pred p; setp.ne.b32 p, %{nd + 5}, 0; {hopper.wgmma_ptx(8 * mt, fmt, fmt)} {{{d}}}, {{{a}}}, "
+            f"%{nd + 4}, p, 1, 1, 0; }}")
 
 
 def fold_range(element: str, act: str) -> tuple[int, int, int]:
