@@ -52,8 +52,10 @@ template <int N>
 __device__ __forceinline__ void ww_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-// K-major operand in shared memory, 128-byte swizzle (rows of 128 bytes, 8-row atoms of 1024 bytes)
-__device__ __forceinline__ u64 ww_desc(u32 addr) {
+// K-major operand in shared memory, 128-byte swizzle (rows of 128 bytes, 8-row atoms of 1024 bytes): the B of k16
+// step s (0, 1) of 32-K block bb of the stage whose activation rows start at act (two blocks per 64-K row)
+__device__ __forceinline__ u64 ww_desc(u32 act, int bb, int s) {
+    const u32 addr = act + (bb >> 1) * WW_MP * 128 + 32 * (2 * (bb & 1) + s);
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(16 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
 }
 
@@ -217,6 +219,11 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         wo_dependent_part();
         const int g = lane >> 2, tile = 2 * (warp & 3) + (warp >> 2);
         u32 a[2][2 * WO_BPC][4];  // [buffer][k16 step of the chunk][register]
+        // the previous stage is free once the second chunk of this one passed its wait (every wgmma of the previous
+        // stage completed): one arrive per warp
+        const auto release = [&](int st, int cc) {
+            if (cc == WW_CPS - 1 && st > 0 && lane == 0) mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+        };
         float t[D];               // the fp32 path's block product (written by wgmma only)
 #pragma unroll
         for (int i = 0; i < D; ++i) t[i] = 0.f;
@@ -240,7 +247,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 if (ww_foldable(crec, lane)) {
                     const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
                     ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
-                    if (cc == WW_CPS - 1 && st > 0 && lane == 0) mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+                    release(st, cc);
                     // each live byte + WW_EOFF lies in [1, 254]: no carry or borrow between them (the padding bytes
                     // of a one-block word sit above the live ones)
                     const u32 e = WW_EOFF >= 0 ? sc + (u32)WW_EOFF * 0x01010101u : sc - (u32)(-WW_EOFF) * 0x01010101u;
@@ -256,13 +263,12 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                     ww_fence();
 #pragma unroll
                     for (int u = 0; u < 2 * WO_BPC; ++u) {
-                        const int bb = cc * WO_BPC + (u >> 1);  // block of the stage
-                        ww_mma(acc, a[buf][u], ww_desc(act + (bb >> 1) * WW_MP * 128 + 32 * (2 * (bb & 1) + (u & 1))), 1);
+                        ww_mma(acc, a[buf][u], ww_desc(act, cc * WO_BPC + (u >> 1), u & 1), 1);
                     }
                     ww_commit();
                 } else {  // block by block: the block's wgmma into t, then fb += 2^(s - 127) t in fp32
                     ww_wait<0>();
-                    if (cc == WW_CPS - 1 && st > 0 && lane == 0) mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+                    release(st, cc);
                     const bool special = __any_sync(0xffffffffu, wo_special(sc));
 #pragma unroll
                     for (int blk = 0; blk < WO_BPC; ++blk) {
@@ -274,11 +280,9 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                             b2[s2][2] = wo_reg<2>(q, 2 * blk + s2);
                             b2[s2][3] = wo_reg<3>(q, 2 * blk + s2);
                         }
-                        const int bb = cc * WO_BPC + blk;
                         ww_fence();
 #pragma unroll
-                        for (int s2 = 0; s2 < 2; ++s2)
-                            ww_mma(t, b2[s2], ww_desc(act + (bb >> 1) * WW_MP * 128 + 32 * (2 * (bb & 1) + s2)), s2);
+                        for (int s2 = 0; s2 < 2; ++s2) ww_mma(t, b2[s2], ww_desc(act, cc * WO_BPC + blk, s2), s2);
                         ww_commit();
                         ww_wait<0>();
                         const float f0 = wo_factor(sc, 16 * blk, special);      // W^T row g

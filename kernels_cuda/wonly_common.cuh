@@ -116,27 +116,25 @@ __device__ __forceinline__ u32 wo4_place(u32 w) {
 template <int J>
 __device__ __forceinline__ u32 wo4_reg(u32 w) { return wo_scale2(wo4_place<J>(w)); }
 
+// the codes of register J (0..3) of k16 step s in a lane's 16 fragment bytes: the step's word of 8 4-bit codes, or
+// the register's two byte codes in spread form
+template <int J>
+__device__ __forceinline__ u32 wo_codes(const uint4& q, int s) {
+    const u32 w[4] = {q.x, q.y, q.z, q.w};
+    return WO_PACK4 ? w[s] : (w[2 * s + (J >> 1)] >> (8 * (J & 1))) & 0x00ff00ffu;
+}
 // register J (0..3) of k16 step s from a lane's 16 fragment bytes
 template <int J>
 __device__ __forceinline__ u32 wo_reg(const uint4& q, int s) {
-    const u32 w[4] = {q.x, q.y, q.z, q.w};
-#if WO_PACK4
-    return wo4_reg<J>(w[s]);
-#else
-    return wo_decode2((w[2 * s + (J >> 1)] >> (8 * (J & 1))) & 0x00ff00ffu);
-#endif
+    const u32 c = wo_codes<J>(q, s);
+    return WO_PACK4 ? wo4_reg<J>(c) : wo_decode2(c);
 }
 // the same register multiplied by f (two equal 16-bit powers of two: 2^(target bias - element bias) times the
 // block scale, which the caller has checked keeps every value of the format exact)
 template <int J>
 __device__ __forceinline__ u32 wo_reg_by(const uint4& q, int s, u32 f) {
-    const u32 w[4] = {q.x, q.y, q.z, q.w};
-#if WO_PACK4
-    return wo_mul2(wo4_place<J>(w[s]), f);
-#else
-    const u32 sp = (w[2 * s + (J >> 1)] >> (8 * (J & 1))) & 0x00ff00ffu;
-    return wo_fix2(wo_mul2(wo_place2(sp), f), sp);
-#endif
+    const u32 c = wo_codes<J>(q, s);
+    return WO_PACK4 ? wo_mul2(wo4_place<J>(c), f) : wo_fix2(wo_mul2(wo_place2(c), f), c);
 }
 
 // 2^(code - 127) in fp32 for the scale byte at bit sh of `sc`, exact: code 0 is the subnormal 2^-127, 0xff is NaN.
