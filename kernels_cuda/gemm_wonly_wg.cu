@@ -138,7 +138,8 @@ __device__ __forceinline__ bool ww_foldable(const u8* chunk_recs, int lane) {
 #pragma unroll
     for (int j = 0; j < WO_BPC; ++j) {
         const int word = lane * WO_BPC + j;  // 4 * WO_BPC words per record
-        const u32 v = *reinterpret_cast<const u32*>(chunk_recs + (word / (4 * WO_BPC)) * WO_REC + 512 + 4 * (word % (4 * WO_BPC)));
+        const u8* rec = chunk_recs + (word / (4 * WO_BPC)) * WO_REC;
+        const u32 v = *reinterpret_cast<const u32*>(rec + 512 + 4 * (word % (4 * WO_BPC)));
         ok &= (__vcmpgeu4(v, WW_SLO * 0x01010101u) & __vcmpleu4(v, WW_SHI * 0x01010101u)) == 0xffffffffu;
     }
     return __all_sync(0xffffffffu, ok);
@@ -253,7 +254,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                     const u32 e = WW_EOFF >= 0 ? sc + (u32)WW_EOFF * 0x01010101u : sc - (u32)(-WW_EOFF) * 0x01010101u;
                     const u32 f[4] = {ww_factor<0>(e), ww_factor<1>(e), ww_factor<2>(e), ww_factor<3>(e)};
 #pragma unroll
-                    for (int u = 0; u < 2 * WO_BPC; ++u) {  // k16 step u: block u / 2; registers 0, 2: row g, 1, 3: g + 8
+                    // k16 step u: block u / 2; registers 0, 2: row g, 1, 3: g + 8
+                    for (int u = 0; u < 2 * WO_BPC; ++u) {
                         const u32 f0 = f[2 * (u >> 1)], f1 = f[2 * (u >> 1) + 1];
                         a[buf][u][0] = wo_reg_by<0>(q, u, f0);
                         a[buf][u][1] = wo_reg_by<1>(q, u, f1);

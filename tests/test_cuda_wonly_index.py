@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from mxcore import dtypes, formats, layouts
-from mxcore.backends.cuda import variants, wonly
+from mxcore.backends.cuda import variants, wonly, wonly_records
 
 RECORDS = {act: layouts.get(name) for act, name in wonly._RECORD.items()}
 
 
 def _f(key, **kw):
-    params, expr = wonly.WONLY_FORMULAS[key]
+    params, expr = wonly_records.WONLY_FORMULAS[key]
     return variants.eval_formula(expr, **kw)
 
 
@@ -31,7 +31,7 @@ def test_packed_k_order():
     for b in range(2):
         for s in range(2):
             for k in range(16):
-                p = wonly.eval_wonly("WO_KPHYS", b=b, s=s, k=k)
+                p = wonly_records.eval_wonly("WO_KPHYS", b=b, s=s, k=k)
                 assert p // 32 == b and p not in seen
                 seen.add(p)
     assert seen == set(range(64))
@@ -42,7 +42,7 @@ def test_packed_k_order():
                 for j in range(2):
                     for h in range(2):
                         kk = _f("WO_B_K", lane=lane, j=j, h=h)
-                        assert wonly.eval_wonly("WO_KPHYS", b=b, s=s, k=kk) == 32 * b + 8 * t + 2 * (2 * s + j) + h
+                        assert wonly_records.eval_wonly("WO_KPHYS", b=b, s=s, k=kk) == 32 * b + 8 * t + 2 * (2 * s + j) + h
 
 
 @pytest.mark.parametrize("act", sorted(RECORDS))
@@ -99,7 +99,7 @@ def _decode_like_kernel(codes: np.ndarray, element: str, act: str) -> np.ndarray
 
 
 def _pos4(j: int, p: int, b: int) -> int:
-    return wonly.eval_wonly("WO4_POS", j=j, t=wonly.eval_wonly("WO4_T", p=p, b=b), b=b)
+    return wonly_records.eval_wonly("WO4_POS", j=j, t=wonly_records.eval_wonly("WO4_T", p=p, b=b), b=b)
 
 
 def _pack4_word(codes: np.ndarray) -> np.ndarray:
@@ -173,9 +173,9 @@ def test_decode_every_code(element, act):
 
 def test_packed_geometry():
     # 4-bit codes: 64 K per 544-byte record (512 fragment bytes + 32 scale bytes); byte codes: 32 K per 528 bytes
-    assert wonly.packed_bytes("e2m1", 8192, 8192) == 8192 // 16 * 8192 // 64 * 544
-    assert wonly.packed_bytes("e4m3fn", 64, 128) == 8 * 2 * 528
-    assert wonly.packed_bytes("e2m1", 65, 1) == 8 * 2 * 544  # N padded to a tile group of 128, K to chunks
+    assert wonly_records.packed_bytes("e2m1", 8192, 8192) == 8192 // 16 * 8192 // 64 * 544
+    assert wonly_records.packed_bytes("e4m3fn", 64, 128) == 8 * 2 * 528
+    assert wonly_records.packed_bytes("e2m1", 65, 1) == 8 * 2 * 544  # N padded to a tile group of 128, K to chunks
     v = wonly.WonlyVariant("e2m1", "bf16", 8)
     assert v.kc == 64 and v.record_bytes == 544 and 0 < v.smem_bytes <= 227 * 1024 and v.stages >= 2
 
@@ -259,11 +259,11 @@ def test_ring_split_cap_bounds_the_partials():
     """The ring's K splits write at most 1 / RING_WS_SHARE of the packed weight's bytes as fp32 partials; a split
     always remains, and the cap limits what _splits would otherwise choose (never a forced count)."""
     for m, n, k in [(16, 4096, 4096), (32, 8192, 8192), (64, 8192, 1024), (9, 28672, 8192), (64, 128, 64)]:
-        w = wonly.packed_bytes("e2m1", k, n)
+        w = wonly_records.packed_bytes("e2m1", k, n)
         cap = wonly.ring_split_cap(m, n, w)
         assert cap >= 1 and (cap == 1 or cap * 8 * m * n * wonly.RING_WS_SHARE <= w), (m, n, k, cap)
-    assert wonly.ring_split_cap(16, 4096, wonly.packed_bytes("e2m1", 4096, 4096)) == 17
-    assert wonly.ring_split_cap(64, 4096, wonly.packed_bytes("e2m1", 4096, 4096)) == 4
+    assert wonly.ring_split_cap(16, 4096, wonly_records.packed_bytes("e2m1", 4096, 4096)) == 17
+    assert wonly.ring_split_cap(64, 4096, wonly_records.packed_bytes("e2m1", 4096, 4096)) == 4
     nchunks = 4096 // 64
     assert wonly._splits(132, 32, nchunks)[0] == 16  # uncapped: 4 blocks per SM
     assert wonly._splits(132, 32, nchunks, cap=8) == (8, 8)

@@ -35,7 +35,8 @@ def compile_jobs(arch: str) -> list[dict]:
     for kname in PREP_KERNELS:
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
-    from .wonly import PACK_FILE, all_wonly_variants, formula_options
+    from .wonly import all_wonly_variants
+    from .wonly_records import PACK_FILE, formula_options
 
     for w in all_wonly_variants(arch):  # the weight-only kernels (wonly.py): every kernel x element x activation x M tile
         jobs.append({"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly",

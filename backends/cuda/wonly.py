@@ -2,9 +2,9 @@
 32 K), the ``"wonly"`` kind of :mod:`mxcore.dtypes`.  Two paths, chosen by :func:`wonly_path`:
 
 ``registers`` (every pair, any M; the default for fp16, for M <= 32, and on sm_90 where the wgmma kernel runs)
-    The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``: 4-bit codes two per byte,
-    placed so that a register of two bf16 values comes out of its word with 2.25 integer operations on average
-    (``WO4_POS``), fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk
+    The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``, ``wonly_records.py``: 4-bit
+    codes two per byte, placed so that a register of two bf16 values comes out of its word with 2.25 integer
+    operations on average (``WO4_POS``), fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk
     contiguous, K permuted inside each 32-K block (``WO_KPHYS``) so that a lane's activations of a block are 16
     consecutive bytes) and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53
     bytes per element for mxfp4 (codes + scales), read once per launch.  Four kernels read the records
@@ -54,12 +54,12 @@ from .._contract import Plan
 from .plan import OUT_KIND, RawLaunch
 from .stage import DevOperand
 from .variants import sm_of
+from .wonly_records import GROUP, chunk_k, formula_options, packed_bytes, record_bytes, record_groups, records_written
 
-__all__ = ["GEMV_FILE", "PACK_FILE", "REGISTERS_MAX_M", "WONLY_FILE", "WONLY_FORMULAS", "WONLY_PATHS", "WonlyPlan",
-           "WonlyVariant", "all_wonly_variants", "pack_weight", "packed_bytes", "registers_prep", "staged_prep",
-           "wonly_path"]
+__all__ = ["GEMV_FILE", "REGISTERS_MAX_M", "TMA_FILE", "WG_FILE", "WONLY_FILE", "WONLY_PATHS", "WonlyPlan",
+           "WonlyVariant", "all_wonly_variants", "fold_range", "registers_prep", "staged_prep", "wg_rule", "wonly_path"]
 
-WONLY_FILE, GEMV_FILE, TMA_FILE, PACK_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "gemm_wonly_tma.cu", "wonly_pack.cu"
+WONLY_FILE, GEMV_FILE, TMA_FILE = "gemm_wonly.cu", "gemm_wonly_gemv.cu", "gemm_wonly_tma.cu"
 WG_FILE = "gemm_wonly_wg.cu"
 KERNELS = {"ring": (WONLY_FILE, "mx_wonly_gemm"), "gemv": (GEMV_FILE, "mx_wonly_gemv"),
            "tma": (TMA_FILE, "mx_wonly_tma"), "wg": (WG_FILE, "mx_wonly_wg")}
@@ -69,7 +69,6 @@ WONLY_PATHS = ("registers", "staged")
 #: staged 0.75 / 0.73 / 0.68)
 REGISTERS_MAX_M = 32
 MT_CHOICES = (1, 2, 4, 8)  # m8 tiles per block (WO_MT)
-GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
 # warps per block, cp.async ring depth, blocks per SM that split K aims for: the best of a sweep on the H200
 # (warps 2/4/8, stages 4/6/8, 2/4/8 blocks per SM at M = 1, 16, 64 with N = K = 8192 and 1 x 28672 x 8192)
 WARPS, STAGES, CTAS_PER_SM = 4, 4, 4
@@ -132,50 +131,9 @@ def wg_cps(mt: int) -> int:
     """K chunks per ring stage of the wgmma kernel with ``mt`` m8 tiles."""
     return 4 if mt <= 2 else 2
 
-# The kernel's per-lane fragment indices (m16n8k16, weight as A), emitted as -D macros; the CPU test
-# tests/test_cuda_wonly_index.py checks them against mxcore.layouts.  j: register, h: element in it, i: accumulator.
-WONLY_FORMULAS = {
-    "WO_A_ROW": ("lane,j", "(lane >> 2) + ((j & 1) << 3)"),
-    "WO_A_K": ("lane,j,h", "((lane & 3) << 1) + ((j >> 1) << 3) + h"),
-    "WO_B_K": ("lane,j,h", "((lane & 3) << 1) + (j << 3) + h"),
-    "WO_B_N": ("lane", "lane >> 2"),
-    "WO_C_ROW": ("lane,i", "(lane >> 2) + ((i >> 1) << 3)"),
-    "WO_C_COL": ("lane,i", "((lane & 3) << 1) + (i & 1)"),
-    # the packed K order: k (0..15) of k16 step s of 32-K block b -> K offset in the chunk.  Lane t's B registers
-    # (k = 2t, 2t+1, 2t+8, 2t+9 of both steps of a block) become the 8 consecutive K at 32b + 8t: one 16-byte
-    # load of the activations per block (a permutation inside each 32-K block: the block scales are unchanged)
-    "WO_KPHYS": ("b,s,k", "(b << 5) + (((k & 7) >> 1) << 3) + (s << 2) + ((k >> 3) << 1) + (k & 1)"),
-    # the 4-bit code placement in a k16 step's word (wonly_common.cuh): bit b (0 m, 1 e0, 2 e1, 3 sign) of the code
-    # in half p of register j sits at WO4_POS(j, WO4_T(p, b), b), where WO4_T is the bit the decode moves it to
-    # (bf16 placement: magnitude at 6..8, sign at 15, per half); j = 0 is shifted left 6, j = 1 rotated left 12,
-    # j = 2 shifted left 2, j = 3 keeps e0 e1 and the sign in place and shifts m right 8
-    "WO4_T": ("p,b", "(p << 4) + 6 + b + 6 * (b == 3)"),
-    "WO4_POS": ("j,t,b", "t - 6 * (j == 0) + (20 - 32 * (t >= 12)) * (j == 1) - 2 * (j == 2) + 8 * (j == 3) * (b == 0)"),
-}
 _RECORD = {"f16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
            "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"}
 _SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
-
-
-def eval_wonly(key: str, **names):
-    """Evaluate one of WONLY_FORMULAS in Python (ints or numpy arrays), as the C preprocessor expands it."""
-    import re
-
-    params, expr = WONLY_FORMULAS[key]
-    if set(names) != set(params.split(",")) or not re.fullmatch(r"[\sa-z0-9&>|<+()*=-]*", expr):
-        raise ValueError(f"{key}({params}) evaluated with {sorted(names)}")
-    return eval(expr, {"__builtins__": {}}, names)
-
-
-def formula_options() -> list[str]:
-    """The formulas as -D function-like macros (every parameter parenthesised)."""
-    import re
-
-    out = []
-    for name, (params, expr) in WONLY_FORMULAS.items():
-        body = re.sub(r"\b(" + "|".join(params.split(",")) + r")\b", r"(\1)", expr)
-        out.append(f"-D{name}({params})=({body})")
-    return out
 
 
 @dataclass(frozen=True)
@@ -253,11 +211,11 @@ class WonlyVariant:
 
     @property
     def kc(self) -> int:
-        return 64 if self.pack4 else 32
+        return chunk_k(self.element)
 
     @property
     def record_bytes(self) -> int:
-        return 512 + 16 * (self.kc // 32)
+        return record_bytes(self.element)
 
     @property
     def stages(self) -> int:
@@ -361,11 +319,6 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     return out
 
 
-def record_groups(n: int) -> int:
-    """Packed record groups (GROUP n16 tiles, 128 columns each) of a weight with N = ``n``."""
-    return -(-n // (16 * GROUP))
-
-
 def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str = "e2m1") -> bool:
     """Whether M = ``m`` of ``act`` activations with N = ``n`` and an ``element`` weight runs the wgmma kernel on
     ``arch`` (``sms`` multiprocessors): WG_M, and bf16 x byte codes (fp8 weights, twice the bytes of fp4) up to
@@ -411,56 +364,6 @@ def wonly_path(mdt, m: int, option: str | None = None, arch: str = "", n: int = 
 
     wg = wg_rule(arch, m, n, sms, "bf16", dtypes.MX_ELEMENT.get(mdt.b.name, "e2m1"))
     return "registers" if (mdt.a.name != "bf16" or m <= REGISTERS_MAX_M or wg) else "staged"
-
-
-# ------------------------------------------------------------------------------------------------------------
-# packing (staged once per weight: stage.py caches the DevOperand on the MXTensor)
-# ------------------------------------------------------------------------------------------------------------
-def _record_geometry(element: str, k: int, n: int) -> tuple[int, int, int]:
-    """(K chunks, tile groups, bytes per record) of the packed records of a (K, N) weight."""
-    from mxcore import formats
-
-    kc = 64 if formats.get(element).bits == 4 else 32
-    return -(-k // kc), record_groups(n), 512 + 16 * (kc // 32)
-
-
-def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOperand:
-    """The packed fragment records of a (K, N) MX weight (codes and scales: CuPy arrays, any strides) as a
-    :class:`DevOperand` (``buf``: uint8 records, ``elem``: the element format, ``k``: K, ``ld``: N)."""
-    from mxcore import formats
-
-    cp = stager.cp
-    nchunks, groups, rec = _record_geometry(element, k, n)
-    out = cp.empty(max(1, groups * GROUP * nchunks * rec), dtype=cp.uint8)
-    total = groups * GROUP * nchunks * 32
-    if total:
-        kern = stager.kernels.get(cp, stager.ordinal, ("wonly", "pack"), PACK_FILE, "mx_wonly_pack",
-                                  ("-std=c++17", *formula_options()))
-        c0, c1 = (s // codes.itemsize for s in codes.strides)
-        s0, s1 = (s // scales.itemsize for s in scales.strides)
-        grid = (max(1, min(-(-total // 256), 16 * stager.sms)),)
-        kern(grid, (256,), (codes, np.int64(c0), np.int64(c1), scales, np.int64(s0), np.int64(s1), np.int32(k),
-                            np.int32(n), np.int32(int(formats.get(element).bits == 4)), np.int32(nchunks),
-                            np.int32(GROUP), np.int64(total), out))
-        records_written(stager.kernels, cp, stager.ordinal)
-    return DevOperand(out, n, True, element, 0, k)
-
-
-def records_written(kernels, cp, ordinal: int) -> None:
-    """Launch an empty kernel normally on the current stream after packed records were written (the pack kernel, a
-    device copy): a kernel launched with programmatic dependent launch reads its records before waiting for its
-    predecessor (wonly_common.cuh), which is safe only when that predecessor started after the records were
-    complete; a normal launch starts only after everything before it completed, so whatever follows it may start
-    early.  Costs one empty launch per packed weight."""
-    kernels.get(cp, ordinal, ("wonly", "fence"), PACK_FILE, "mx_wonly_fence", ("-std=c++17", *formula_options()))(
-        (1,), (1,), ())
-
-
-def packed_bytes(element: str, k: int, n: int) -> int:
-    """Bytes of the packed records of a (K, N) weight: what one launch reads of the weight (codes + scales, N
-    padded to whole tile groups of 128)."""
-    nchunks, groups, rec = _record_geometry(element, k, n)
-    return groups * GROUP * nchunks * rec
 
 
 # ------------------------------------------------------------------------------------------------------------
