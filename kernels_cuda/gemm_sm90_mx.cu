@@ -27,6 +27,19 @@
 // -1); every window whose live blocks fit that E uses it (empty windows too).  info[3] is set when some window of
 // some row does not: with info[3] = 0 in both operands every row and column has one factor over all of K, and the
 // GEMM adds the stages' scratch unscaled and applies 2^(Ea + Eb) once, in its epilogue.
+//
+// MXFP8 folded with its lost bits kept (lossy = 1; issue 11 part 1): e4m3 / e5m2 elements use their format's whole
+// range, so a block shifted down by d = E - e binades (E the row's / window's largest block exponent, shifts down
+// to -lo) keeps its elements only where they stay on the format's grid.  Each element is written as hi, its value
+// times 2^-d truncated toward zero onto the grid (the format's smallest subnormal when that is 0: hi keeps the
+// element's sign and never vanishes, so an inf of the other operand still meets a nonzero), and where
+// lo = value * 2^-d - hi is not 0 (exact in fp32) the entry {k, lo} is appended to the row's list (lo_ent [rows][cap],
+// lo_cnt [rows]; info[4] = 1 when a row has more than cap).  mx_sm90_lo_sort orders each row's list by k (the
+// GEMM adds the entries in that order: the bits do not depend on the atomics' order); B's are regrouped per 64
+// columns (mx_sm90_lo_groups).  The GEMM adds lo * (the other operand) back (gemm_sm90.cu: lo_stage, inside the main
+// loop from the stage's shared codes; mx_lo_correct in the epilogue of the turn-taking forms), exact per term.  When some row
+// overflowed, the operand is folded again without loss (only_if = &info[4]: mx_sm90_fold_rows / mx_sm90_fold with
+// lo = hi = 0 rerun, the lists emptied): the per-32 path of part 1 for blocks of different scales.
 
 #include "mx_common.cuh"
 
@@ -119,6 +132,45 @@ __device__ __forceinline__ u32 e4m3_shifted(u32 c, int ebits, int mbits, int bia
     return sign | (u32)(sig << (q + 9));  // subnormal: sig * 2^(q + 9) units of 2^-9
 }
 
+// An fp8 code's value (ebits, mbits, bias; sign above them; finite codes): exact in fp32
+__device__ __forceinline__ float fp8_code_value(u32 c, int ebits, int mbits, int bias) {
+    const int ef = (int)(c >> mbits) & ((1 << ebits) - 1), m = (int)c & ((1 << mbits) - 1);
+    const int sig = ef ? (1 << mbits) | m : m;
+    const float v = (float)sig * __int_as_float(((ef ? ef : 1) - bias - mbits + 127) << 23);
+    return (c >> (ebits + mbits)) & 1u ? -v : v;
+}
+
+// zero magnitude, or NaN / inf (specials: 1 = e4m3fn's S.1111.111, 2 = IEEE's all-ones exponent)
+__device__ __forceinline__ bool fp8_plain(u32 c, int ebits, int mbits, int specials) {
+    const u32 mag = c & ((1u << (ebits + mbits)) - 1);
+    return mag == 0 || (specials == 1 && mag == (1u << (ebits + mbits)) - 1) ||
+           (specials == 2 && (int)(mag >> mbits) == (1 << ebits) - 1);
+}
+
+// An fp8 code times 2^s (s <= 0) in the same format, truncated toward zero onto the format's grid; a nonzero value
+// that truncates to 0 becomes the smallest subnormal of its sign.  NaN / inf codes (specials: 1 = e4m3fn's S.1111.111,
+// 2 = IEEE's all-ones exponent) and zeros are returned as they are.
+__device__ __forceinline__ u32 fp8_shift_trunc(u32 c, int ebits, int mbits, int bias, int specials, int s) {
+    const u32 sign = c & (1u << (ebits + mbits)), mag = c & (sign - 1);
+    const int ef = (int)(mag >> mbits), m = (int)mag & ((1 << mbits) - 1);
+    if (s == 0 || fp8_plain(c, ebits, mbits, specials)) return c;
+    const int sig = ef ? (1 << mbits) | m : m;
+    const int q = (ef ? ef : 1) - bias - mbits + s;  // value = sig * 2^q
+    const int p = 31 - __clz(sig);                  // value = 1.f * 2^(q + p)
+    if (q + p >= 1 - bias) return sign | (u32)((q + p + bias) << mbits) | (u32)((sig << (mbits - p)) & ((1 << mbits) - 1));
+    const int sh = (1 - bias - mbits) - q;  // subnormal units of 2^(1 - bias - mbits); sh > 0 here
+    const int n = sh < 31 ? sig >> sh : 0;
+    return sign | (u32)(n ? n : 1);
+}
+
+// what a lossy fold took off code c shifted by 2^d (d < 0) when written as code h (lut): the rest, exact in fp32;
+// 0 for zeros, NaN / inf and values that stayed on the grid
+__device__ __forceinline__ float lost_bits(u32 c, u32 h, int d, int ebits, int mbits, int bias, int specials) {
+    if (fp8_plain(c, ebits, mbits, specials)) return 0.f;
+    return fp8_code_value(c, ebits, mbits, bias) * __int_as_float((d + 127) << 23) -
+           fp8_code_value(h, ebits, mbits, bias);
+}
+
 // One block per (32 rows, 128-K window): the codes tile is loaded coalesced in the source's own layout (16 bytes per
 // thread along whichever of K / rows is contiguous) into shared memory as [row][k]; then 8 lanes per row, one
 // 16-element run each, decide the window together (shuffles) and write its e4m3 codes as one 128-byte row segment.
@@ -129,13 +181,17 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
              int rows, int blocks, int K, int role, int rows_pad, int blocks_pad, int ebits, int mbits, int bias,
              int lo, int hi_shift, const int* __restrict__ row_e, u8* __restrict__ elems, i64 ldk,
              int* __restrict__ out, i64 ld, u8* __restrict__ folded, u8* __restrict__ nan_rows,
-             int* __restrict__ info) {
-    // every (shift, code) pair's e4m3 code: lut[(d - lo) * ncodes + c] (at most 15 shifts x 64 codes)
-    __shared__ u8 lut[15 * 64];
+             int* __restrict__ info, int lossy, int specials, int cap, int* __restrict__ lo_cnt,
+             int2* __restrict__ lo_ent, int* __restrict__ slots, const int* __restrict__ only_if) {
+    if (only_if != nullptr && *only_if == 0) return;  // the lossless rerun: only after a list overflowed
+    // every (shift, code) pair's code: lut[(d - lo) * ncodes + c]: e4m3 (fp4 / fp6, 15 shifts x 64 codes at most),
+    // or with lossy the same fp8 format, truncated (16 shifts x 256 codes)
+    __shared__ u8 lut[16 * 256];
     __shared__ __align__(16) u8 tile[FOLD_ROWS * FOLD_PITCH];
     const int ncodes = 1 << (1 + ebits + mbits);
     for (int i = threadIdx.x; i < (hi_shift - lo + 1) * ncodes; i += blockDim.x)
-        lut[i] = (u8)e4m3_shifted(i % ncodes, ebits, mbits, bias, lo + i / ncodes);
+        lut[i] = (u8)(lossy ? fp8_shift_trunc(i % ncodes, ebits, mbits, bias, specials, lo + i / ncodes)
+                            : e4m3_shifted(i % ncodes, ebits, mbits, bias, lo + i / ncodes));
     const int r0 = blockIdx.x * FOLD_ROWS, w = blockIdx.y, k0 = 128 * w, t = threadIdx.x;
     // load: rows-contiguous sources (B's [K][N] codes) 16 rows of one k per thread, else 16 k of one row
     if (cs_r == 1 && cs_k != 1) {
@@ -193,14 +249,62 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
     if (!fold && run == 0) folded[w] = 0;
     const int not_whole = !whole && r < rows;
     // elements: this lane's 16 codes (zeros in NaN / zero blocks)
+    int nlost = 0;  // lossy: this lane's elements whose shift lost bits
+    const u32 v4[4] = {v.x, v.y, v.z, v.w};
     if (r < rows && k0 + 16 * run < ldk) {
-        const u8* tab = lut + ((fold ? sc - 127 - E : 0) - lo) * ncodes;
+        const int d = fold ? sc - 127 - E : 0;
+        const u8* tab = lut + (d - lo) * ncodes;
         const u32 in[4] = {v.x, v.y, v.z, v.w};
         u32 o[4] = {0, 0, 0, 0};
         if (live)
 #pragma unroll
             for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(in[q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
         *(uint4*)(elems + r * ldk + k0 + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
+        if (lossy && live && d != 0) {  // the bits the shift lost: how many of this lane's 16
+#pragma unroll
+            for (int q = 0; q < 16; ++q)
+                nlost += lost_bits((in[q / 4] >> (8 * (q % 4))) & 0xff, (o[q / 4] >> (8 * (q % 4))) & 0xff, d, ebits,
+                                   mbits, bias, specials) != 0.f;
+        }
+    }
+    if (lossy) {  // each as a {k, lo} entry of its row's list and of this block's slot (ordered by row, then k)
+        __shared__ int wsum[8];
+        int incl = nlost;
+        for (int o2 = 1; o2 < 32; o2 <<= 1) {
+            const int v2 = __shfl_up_sync(0xffffffffu, incl, o2);
+            if ((t & 31) >= o2) incl += v2;
+        }
+        if ((t & 31) == 31) wsum[t / 32] = incl;
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int w2 = 0; w2 < (int)blockDim.x / 32; ++w2) {
+            before += w2 < t / 32 ? wsum[w2] : 0;
+            total += wsum[w2];
+        }
+        int* const slot = slots + ((i64)w * gridDim.x + blockIdx.x) * LO_SLOT_INTS;
+        if (t == 0) {
+            slot[0] = total;
+            if (total > LO_SLOT_ENTRIES) info[5] = 1;  // the GEMM adds this operand's lost bits in its epilogue
+        }
+        if (nlost) {
+            const int d = sc - 127 - E;
+            const u8* tab = lut + (d - lo) * ncodes;
+            int at = incl - nlost + before;
+            for (int q = 0; q < 16; ++q) {
+                const u32 ci = (v4[q / 4] >> (8 * (q % 4))) & 0xff;
+                const float rest = lost_bits(ci, tab[ci], d, ebits, mbits, bias, specials);
+                if (rest == 0.f) continue;
+                const int k = k0 + 16 * run + q;
+                const int pos = atomicAdd(&lo_cnt[r], 1);
+                if (pos < cap)
+                    lo_ent[(i64)r * cap + pos] = make_int2(k, __float_as_int(rest));
+                else
+                    info[4] = 1;
+                if (at < LO_SLOT_ENTRIES)
+                    *(int2*)(slot + 4 + 2 * at) = make_int2((r - r0) | ((k - k0) << 8), __float_as_int(rest));
+                ++at;
+            }
+        }
     }
     // factors (one lane per block): the window's 2^E on all 4 blocks (folded), else each live block's own code
     int lo_enc = 0, hi = 0;
@@ -216,12 +320,40 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
     reduce_info(lo_enc, hi, 0, info);
 }
 
+// mx_sm90_fold's lossy lists, each row's entries ordered by k (distinct in a row): a warp per row, each lane ranks
+// its entries (up to 2 per lane: cap <= 64) against all of the row's and writes them at their rank
+extern "C" __global__ void __launch_bounds__(256)
+mx_sm90_lo_sort(int rows, int cap, const int* __restrict__ lo_cnt, int2* __restrict__ lo_ent) {
+    __shared__ int2 buf[8][64];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r = blockIdx.x * 8 + warp; r < rows; r += gridDim.x * 8) {
+        const int n = min(lo_cnt[r], cap);
+        if (n < 2) continue;
+        int2* const e = lo_ent + (i64)r * cap;
+        for (int i = lane; i < n; i += 32) buf[warp][i] = e[i];
+        __syncwarp();
+        for (int i = lane; i < n; i += 32) {
+            const int2 x = buf[warp][i];
+            int rank = 0;
+            for (int j = 0; j < n; ++j) rank += buf[warp][j].x < x.x;
+            e[rank] = x;
+        }
+        __syncwarp();
+    }
+}
+
 // one exponent per row for mx_sm90_fold: row_e[r] = E + 127 with E = max(e) - hi (clamped to [-127, 127]) when the
 // row's scale codes other than 0x00 / 0xFF span at most hi - lo binades (127 when it has none), else -1; and every
 // window's folded flag set to 1 (mx_sm90_fold clears it)
 extern "C" __global__ void __launch_bounds__(256)
 mx_sm90_fold_rows(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, int rows, int blocks, int lo, int hi_shift,
-                  int* __restrict__ row_e, u8* __restrict__ folded, int windows) {
+                  int* __restrict__ row_e, u8* __restrict__ folded, int windows, const int* __restrict__ only_if,
+                  int* __restrict__ info, int* __restrict__ lo_cnt) {
+    if (only_if != nullptr) {  // the lossless rerun of a lossy fold whose lists overflowed (info[4] = 1): start over
+        if (*only_if == 0) return;
+        if (blockIdx.x == 0 && threadIdx.x < 6 && threadIdx.x != 4) info[threadIdx.x] = 0;
+        for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) lo_cnt[r] = 0;
+    }
     const int lane = threadIdx.x % 32, warps = gridDim.x * blockDim.x / 32;
     for (int w = blockIdx.x * blockDim.x + threadIdx.x; w < windows; w += gridDim.x * blockDim.x) folded[w] = 1;
     for (int r = (blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {  // a warp per row

@@ -1,11 +1,12 @@
 """Kernel-only speed of the MX paths on one GPU, against the vendor in the same process.
 
 For each MX dtype (pair) and square size, on the wgmma family (sm_90): the exact block-scaled path
-(``mx_path="exact"``: mxfp8 per 32-K block, MXFP4 / MXFP6 folded into e4m3) and the bf16-decode path
-(``mx_path="decode"``) on the same device-quantized random normal operands, then cuBLASLt per-tensor fp8 (``torch._scaled_mm``) and cuBLAS bf16 (``torch.matmul``).
+(``mx_path="exact"``: MXFP4 / MXFP6 folded into e4m3, mxfp8 folded with its lost bits added back; path "exact32":
+mxfp8 per 32-K block, its codes as they are) and the bf16-decode path (``mx_path="decode"``) on the same device-quantized random normal operands, then cuBLASLt per-tensor fp8 (``torch._scaled_mm``) and cuBLAS bf16 (``torch.matmul``).
 CUDA events, median of ``repeats`` launches after warm-up, 3 plans rotated (``mxcore.bench.time_callable``).  Each
 row names the path the plan took (its variant) and, for folded operands, the fraction of 128-K windows folded and
-whether every row has one factor over all of K (the fastest tier, NOTES_SM90.md).
+whether every row has one factor over all of K (the fastest tier, NOTES_SM90.md), and for mxfp8 folds the entries
+of lost bits the GEMM added back (A, B).
 Run: ``python -m mxcore.bench_mx --sizes 8192,4096 --dtypes mxfp4,mxfp6_e2m3,mxfp6_e3m2,mxfp8,mxfp8+mxfp4``.
 """
 
@@ -23,14 +24,25 @@ def _rotating(plans):
     return call
 
 
+def _lost(p):
+    """(A's, B's) entries of lost bits of a lossy MXFP8 fold (the lists the GEMM adds back; -1: the operand's
+    lists overflowed and it was folded again without loss; 0: not such an operand), or None without one."""
+    fs = [getattr(d, "mx", None) for d in (p.da, p.db)]
+    if all(f is None or f.lo_cnt is None for f in fs):
+        return None
+    return tuple(0 if f is None or f.lo_cnt is None else -1 if int(f.info[4]) else int(f.lo_cnt.sum()) for f in fs)
+
+
 def bench_mx(sizes=(8192, 4096), dtypes=("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8"), paths=("exact", "decode"),
              repeats: int = 10, out=print) -> list[dict]:
-    """Rows of {dtype, size, path, variant, tflops, vs_fp8, vs_bf16, folded, whole}; printed as they come."""
+    """Rows of {dtype, size, path, variant, tflops, vs_fp8, vs_bf16, folded, whole, lost}; printed as they
+    come."""
     import cupy as cp
 
     import mxcore
     from mxcore import dtypes as _dt
     from mxcore.backends import get
+    from mxcore.backends.cuda import stage
     from mxcore.bench import time_callable
 
     be = get("cuda")
@@ -53,7 +65,12 @@ def bench_mx(sizes=(8192, 4096), dtypes=("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "m
             b = mxcore.quantize_mx(y, pair[1], axis=0)
             mdt = _dt.resolve(pair, be.target().arch)
             for path in paths:
-                p = be.plan(a, b, mdt, mx_path=path, family="wgmma")
+                fold8 = stage.MX8_FOLD
+                stage.MX8_FOLD = path != "exact32"
+                try:
+                    p = be.plan(a, b, mdt, mx_path="exact" if path == "exact32" else path, family="wgmma")
+                finally:
+                    stage.MX8_FOLD = fold8
                 plans = [p, p.clone(), p.clone()]
                 tf = flops / time_callable(measure, _rotating(plans), repeats) / 1e12
                 fa, fb = (getattr(getattr(o, "mx", None), "folded", None) for o in (p.da, p.db))
@@ -62,11 +79,14 @@ def bench_mx(sizes=(8192, 4096), dtypes=("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "m
                        "vs_bf16": tf / vendor["bf16"] if "bf16" in vendor else None,
                        "folded": None if fa is None or fb is None else (float(fa.mean()), float(fb.mean())),
                        "whole": None if fa is None or fb is None else (int(p.da.mx.info[3]) == 0 and
-                                                                      int(p.db.mx.info[3]) == 0)}
+                                                                      int(p.db.mx.info[3]) == 0),
+                       "lost": _lost(p)}
                 rows.append(row)
                 ratios = " ".join(f"{k} {row[k]:.2f}" for k in ("vs_fp8", "vs_bf16") if row[k] is not None)
                 fold = "" if row["folded"] is None else (f" | windows folded {row['folded'][0]:.2f}/"
                                                          f"{row['folded'][1]:.2f}, whole rows {row['whole']}")
+                if row["lost"] is not None:
+                    fold += f", lost-bit entries {row['lost'][0]}/{row['lost'][1]}"
                 out(f"  {d:16s} {s}^3 {path:7s} {tf:7.1f} TFLOP/s | {ratios} | {p.variant}{fold}")
                 for q in plans:
                     q.close()
@@ -80,7 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="8192,4096")
     ap.add_argument("--dtypes", default="mxfp4,mxfp6_e2m3,mxfp6_e3m2,mxfp8",
                     help="MX dtypes, or A+B pairs such as mxfp8+mxfp4")
-    ap.add_argument("--paths", default="exact,decode")
+    ap.add_argument("--paths", default="exact,decode", help="exact, exact32 (mxfp8 per 32-K block), decode")
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args(argv)
     bench_mx([int(v) for v in args.sizes.split(",") if v], args.dtypes.split(","), args.paths.split(","),

@@ -146,7 +146,8 @@ def test_staging_replays_only_when_it_covers_every_buffer():
     quant.steps += [("launch", None, (1,), (arr(100),), (256,), 0)]  # the codes (the quantization's recording)
     aux = arr(1000, 64)  # info at +0, NaN flags at +16, window flags at +40: views into one zeroed allocation
     rec.steps += [("zero", aux), ("launch", None, (1,), (arr(200), 7), (256,), 0)]
-    mx = SimpleNamespace(factors=arr(200), info=arr(1000), nan=arr(1016), folded=arr(1040))
+    mx = SimpleNamespace(factors=arr(200), info=arr(1000), nan=arr(1016), folded=arr(1040), lo_cnt=None, lo_ent=None,
+                         lo_slots=None)
     staged = SimpleNamespace(da=SimpleNamespace(buf=arr(100), exp_at=None, mx=mx),
                              db=SimpleNamespace(buf=arr(100), exp_at=None, mx=None))
     assert fastpath._replayable(fastpath._plan_buffers(staged), quant, rec)
@@ -193,3 +194,18 @@ def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     rows_pad = m if role == "a" else 80
     assert calls[2][1] == (-(-rows_pad // 32), 3) and fac.blocks_pad == 12 and fac.folded.shape == (3,)
     assert elems.shape == (m, ldk) and ldk == 304
+    assert fac.lo_cnt is None and fac.lo_ent is None
+    calls.clear()  # MXFP8: the lossy fold, its lists sorted, then the lossless fold gated on the overflow flag
+    elems, ldk, fac = st.mx_fold(codes, scales, role, k, "e4m3fn")
+    assert [c[0] for c in calls] == ["mx_sm90_fold_rows", "mx_sm90_fold", "mx_sm90_lo_sort", "mx_sm90_fold_rows",
+                                     "mx_sm90_fold"]
+    for name, grid, args in calls:
+        assert len(args) == params[name], (name, len(args), params[name])
+    assert fac.lo_cnt.shape == (m,) and fac.lo_ent.shape == (m, stage.LO_CAP, 2) and fac.info.shape == (8,)
+    only_if = [c[2][-3] if c[0] == "mx_sm90_fold_rows" else c[2][-1] for c in calls if "_lo_" not in c[0]]
+    windows, blocks32 = 3, -(-(m if role == "a" else 80) // 32)
+    assert fac.lo_slots.shape == (windows, blocks32, stage.LO_SLOT_INTS)
+    header = kernel_source("nvidia", sm90.SM90_MX_FILE)  # the slot's size, as the kernels define it
+    ents = int(re.search(r"#define LO_SLOT_ENTRIES (\d+)", header).group(1))
+    assert re.search(r"#define LO_SLOT_INTS \(4 \+ 2 \* LO_SLOT_ENTRIES\)", header) and stage.LO_SLOT_INTS == 4 + 2 * ents
+    assert [o is not stage._NULLP for o in only_if] == [False, False, True, True]  # the second pass is gated

@@ -254,7 +254,7 @@ def test_device_mxtensor_reuse(backend, rng, dtype):
     for a in (a1, a2):
         got = _run(backend, a.to_device(like), bd, dtype)
         np.testing.assert_array_equal(got, _ref(a, b, dtype))
-        assert [key for key in stage._STAGED[bd] if key[1:] == ("b", "mx_exact")], "B's staging is not cached"
+        assert [key for key in stage._STAGED[bd] if key[1:3] == ("b", "mx_exact")], "B's staging is not cached"
     x = rng.integers(-4, 5, size=(m, k)) * 2.0**9
     y = rng.integers(-4, 5, size=(k, n)) * 2.0**-7
     got = _run(backend, cp.asarray(x.astype(np.float32)), cp.asarray(y.astype(np.float32)), dtype)
@@ -329,7 +329,7 @@ def test_fold_tiers(backend, rng, dtype, k):
       each window within it): those rows fold per 128-K window (info[3] = 1, every window flag set);
     * "wide": those rows' window 0 spans 15 binades itself (blocks 0 and 3 at codes 108 and 123): window 0's flag
       is cleared and that stage runs per 32-K block for every row.
-    mxfp8 operands are read as they are (no flags: per-32 blocks)."""
+    mxfp8 operands are folded too (lossy, test_mxfp8_lost_bits_bit_exact); their elements here lose nothing."""
     import cupy as cp
 
     fmts = _fmts(dtype)
@@ -351,8 +351,8 @@ def test_fold_tiers(backend, rng, dtype, k):
         plan.gemm()
         np.testing.assert_array_equal(output_values(cp, out, "float32"), _ref(a, b, dtype))
         for d, fmt in zip((plan.da, plan.db), fmts):
-            if fmt.startswith("mxfp8"):
-                assert d.mx.folded is None
+            if fmt.startswith("mxfp8"):  # folded with its lost bits kept (test_mxfp8_lost_bits_bit_exact)
+                assert d.mx.lo_cnt is not None and int(d.mx.info[4]) == 0 and int(d.mx.info[5]) == 0
                 continue
             f, whole = cp.asnumpy(d.mx.folded), int(d.mx.info[3]) == 0
             assert f.shape == (-(-kb // 4),)
@@ -368,5 +368,215 @@ def test_bench_mx_reports_paths(backend):
     assert [(r["dtype"], r["path"]) for r in rows] == [("mxfp4", "exact"), ("mxfp4", "decode"),
                                                        ("mxfp8+mxfp4", "exact"), ("mxfp8+mxfp4", "decode")]
     assert "folded into e4m3" in rows[0]["variant"] and rows[0]["folded"] == (1.0, 1.0) and rows[0]["whole"]
-    assert "per-32 blocks" in rows[2]["variant"] and rows[2]["folded"] is None
+    assert "lost bits added back" in rows[2]["variant"] and rows[2]["folded"] is not None
+    assert rows[2]["lost"] is not None and rows[2]["lost"][0] >= 0 and rows[2]["lost"][1] == 0
     assert "bf16" in rows[1]["variant"] and all(r["tflops"] > 0 for r in rows)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# MXFP8 folded with its lost bits kept (gemm_sm90_mx.cu lossy mode; gemm_sm90.cu mx_lo_correct)
+# ----------------------------------------------------------------------------------------------------------------
+def _unit(fmt) -> float:
+    """The element format's smallest subnormal (e4m3 2^-9, e5m2 2^-16)."""
+    return 2.0**-16 if fmt == "mxfp8_e5m2" else 2.0**-9
+
+
+def _lossy_operand(rng, rows, k, fmt, axis, span=3, spread=(124, 127), p_odd=0.002):
+    """Rows (A: axis 1) / columns (B: axis 0) whose blocks' scale codes differ (so a fold shifts the lower blocks
+    down by up to 3 binades) and whose elements are multiples of 8 times the format's smallest subnormal (|m| <=
+    8 span: exact after any such shift) except a few odd multiples (probability p_odd, |m| <= 7): shifted, those
+    leave the grid, so the fold drops bits the GEMM must add back.  Block 0 of every row holds the row's largest
+    code.  Every product and partial sum stays exact in fp32 and a 128-K window's sum within the tensor core's
+    accumulator."""
+    kb = -(-k // 32)
+    m = 8 * rng.integers(-span, span + 1, size=(rows, k))
+    odd = rng.random((rows, k)) < p_odd
+    m = np.where(odd, rng.choice([-7, -5, -3, -1, 1, 3, 5, 7], size=(rows, k)), m)
+    sc = rng.integers(spread[0], spread[1] + 1, size=(rows, kb))
+    sc[:, 0] = spread[1]
+    vals = m * _unit(fmt)
+    if axis == 0:
+        return _mx(vals.T, sc.T, fmt, 0)
+    return _mx(vals, sc, fmt, 1)
+
+
+def _plain_operand(rng, rows, k, fmt, axis):
+    kb = -(-k // 32)
+    vals = rng.integers(-2, 3, size=(rows, k)).astype(np.float64)
+    sc = rng.integers(126, 129, size=(rows, kb))
+    return _mx(vals.T, sc.T, fmt, 0) if axis == 0 else _mx(vals, sc, fmt, 1)
+
+
+LOSSY_PAIRS = PAIRS + [("mxfp8_e4m3", "mxfp4")]
+
+
+@pytest.mark.parametrize("dtype", LOSSY_PAIRS, ids=_id)
+@pytest.mark.parametrize("side", ["a", "b", "both"])
+@pytest.mark.parametrize("shape", [(200, 300, 1000), (129, 200, 4100), (300, 600, 96)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_mxfp8_lost_bits_bit_exact(backend, rng, dtype, side, shape):
+    """Operands whose fold drops bits (small odd elements in blocks below the row's largest scale): the lists are
+    not empty, no row overflowed, every row folds whole (one factor per row), and the result is bit-exact against
+    the reference, i.e. the GEMM added every dropped bit back; fp32 and bf16 outputs."""
+    import cupy as cp
+
+    fmts = _fmts(dtype)
+    m, n, k = shape
+    if side == "both" and k > 512:
+        k = 512  # both sides' small elements: keep every partial sum within the tensor core's accumulator
+    lossy_a = side in ("a", "both")
+    lossy_b = side in ("b", "both") and fmts[1].startswith("mxfp8")
+    span = 1 if side == "both" else 3
+    a = _lossy_operand(rng, m, k, fmts[0], 1, span) if lossy_a else _plain_operand(rng, m, k, fmts[0], 1)
+    b = (_lossy_operand(rng, n, k, fmts[1], 0, span) if lossy_b else
+         _exact_operands(rng, 1, n, k, fmts)[1] if not fmts[1].startswith("mxfp8") else _plain_operand(rng, n, k, fmts[1], 0))
+    for out_dtype in ("float32", "bfloat16"):
+        out = poisoned_output(cp, m, n, out_dtype)
+        plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), out_dtype=out_dtype, out=out, family="wgmma",
+                            mx_path="exact")
+        assert "lost bits added back" in plan.variant, plan.variant
+        plan.gemm()
+        np.testing.assert_array_equal(output_values(cp, out, out_dtype), _ref(a, b, dtype, out_dtype))
+    for d, lossy in ((plan.da, lossy_a), (plan.db, lossy_b)):
+        if d.mx.lo_cnt is None:
+            continue
+        cnt = cp.asnumpy(d.mx.lo_cnt)
+        assert int(d.mx.info[4]) == 0 and int(d.mx.info[3]) == 0 and cnt.max() <= 64
+        assert int(d.mx.info[5]) == 0  # every slot fits: the main loop added them (lo_stage)
+        assert (cnt.sum() > 0) == lossy, cnt.sum()
+        if lossy:  # each row's list sorted by k, entries within K
+            ent = cp.asnumpy(d.mx.lo_ent)
+            r = int(np.argmax(cnt))
+            ks = ent[r, :cnt[r], 0]
+            assert (np.diff(ks) > 0).all() and ks.min() >= 32 and ks.max() < k, ks
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
+def test_mxfp8_lost_bits_slot_overflow_epilogue(backend, rng, dtype):
+    """32 rows of A with more dropped bits in one 128-K window than a slot holds (two per row there: 64 > 16), each
+    row's list well within its cap: the prep flags the slot (info[5]), the GEMM adds every operand's
+    lost bits in its epilogue from the lists instead of its main loop: still bit-exact."""
+    import cupy as cp
+
+    fmts = _fmts(dtype)
+    m, n, k = 160, 192, 512
+    a = _lossy_operand(rng, m, k, fmts[0], 1)
+    b = _lossy_operand(rng, n, k, fmts[1], 0)
+    va, sa = formats.decode(a.codes, a.element), a.scales.copy()
+    va[32:64, 128:130] = 3 * _unit(fmts[0])  # window 1, block 4: two odd elements per row, 2 binades down
+    sa[32:64, 4] = sa[32:64, 0] - 2
+    a = _mx(va, sa, fmts[0], 1)
+    got = _run(backend, a, b, dtype)
+    np.testing.assert_array_equal(got, _ref(a, b, dtype))
+    plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
+    assert int(plan.da.mx.info[5]) == 1 and int(plan.da.mx.info[4]) == 0
+    assert int(cp.asnumpy(plan.da.mx.lo_cnt).sum()) > 64
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
+def test_mxfp8_lost_bits_overflow_refolds(backend, rng, dtype):
+    """Rows with more dropped bits than a list holds (every element of blocks 7 binades below the row's largest,
+    odd): the prep flags the overflow (info[4]) and folds the operand again without loss (lists emptied, blocks of
+    different scales per 32-K block): still bit-exact."""
+    import cupy as cp
+
+    fmts = _fmts(dtype)
+    m, n, k = 150, 200, 512
+    a = _lossy_operand(rng, m, k, fmts[0], 1)
+    va, sa = formats.decode(a.codes, a.element), a.scales.copy()
+    va[7:12, 32:] = 3 * _unit(fmts[0])
+    sa[7:12, 1:] = 120
+    a = _mx(va, sa, fmts[0], 1)
+    b = _plain_operand(rng, n, k, fmts[1], 0)
+    got = _run(backend, a, b, dtype)
+    np.testing.assert_array_equal(got, _ref(a, b, dtype))
+    plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
+    assert int(plan.da.mx.info[4]) == 1 and int(cp.asnumpy(plan.da.mx.lo_cnt).sum()) == 0
+
+
+def test_mxfp8_lost_bits_meet_inf(backend, rng):
+    """An e4m3 element whose shifted value truncates to 0 is kept as the smallest subnormal of its sign (its list
+    entry the negative rest), so an e5m2 inf in B at that k still gives the reference's signed inf, and the list
+    entry is not multiplied by the inf (which would give inf - inf = NaN)."""
+    m, n, k = 64, 96, 256
+    fmts = ("mxfp8_e4m3", "mxfp8_e5m2")
+    va = np.zeros((m, k))
+    sa = np.full((m, k // 32), 127)
+    va[:, 0] = 1.0
+    sa[:, 1] = 117  # block 1: 10 binades below block 0
+    va[:, 40] = 2.0**-9 * np.where(np.arange(m) % 2, 1, -1)  # 2^-19 after the shift: below the grid
+    vb = np.ones((k, n))
+    sb = np.full((k // 32, n), 127)
+    b = _mx(vb, sb, fmts[1], 0)
+    cb = b.codes.copy()
+    pinf = formats.encode(np.array([2.0**16]), "e5m2", overflow="nan")[0]
+    cb[40, 5] = pinf
+    a, b = _mx(va, sa, fmts[0], 1), MXTensor(cb, b.scales, b.fmt, 0)
+    got = _run(backend, a, b, fmts)
+    want = _ref(a, b, fmts)
+    assert np.isinf(want[:, 5]).all() and (np.sign(want[:, 5]) == np.where(np.arange(m) % 2, 1, -1)).all()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", PAIRS, ids=_id)
+def test_mxfp8_heavy_tails_within_bound(backend, rng, dtype):
+    """Student-t (3 degrees of freedom) data quantized by quantize_mx: wide scale spreads within rows, many
+    dropped bits; within the bound of test_random_normal_within_bound, and the lists were used (not overflowed)."""
+    import mxcore
+
+    m, n, k = 256, 384, 4096
+    fmts = _fmts(dtype)
+    a = mxcore.quantize_mx(rng.standard_t(3, (m, k)).astype(np.float32), fmts[0], axis=1)
+    b = mxcore.quantize_mx(rng.standard_t(3, (k, n)).astype(np.float32), fmts[1], axis=0)
+    got = _run(backend, a, b, dtype)
+    a64, b64 = mxcore.dequantize(a, np.float64), mxcore.dequantize(b, np.float64)
+    ref, scale = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    p = _accumulator_bits(backend)
+    bound = 4 * 2.0**-p * scale + (k / 32 + 2) * 2.0**-23 * scale
+    err = np.abs(got - ref)
+    assert (err <= bound).all(), f"max err {err.max():.3g} vs bound {bound[err > bound].min():.3g}"
+    plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
+    import cupy as cp
+
+    lost = [int(cp.asnumpy(d.mx.lo_cnt).sum()) for d in (plan.da, plan.db)]
+    print(f"lost-bit entries A {lost[0]}, B {lost[1]}; overflow {int(plan.da.mx.info[4])}/{int(plan.db.mx.info[4])}")
+    assert sum(lost) > 0 or "mxfp8_e4m3" not in fmts  # e5m2's range keeps t(3) data whole at these spreads
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
+def test_mxfp8_lost_bits_window_tier(backend, rng, dtype):
+    """Rows whose scales span more than a whole-row fold allows (27 binades between windows 0 and 1): those rows fold
+    per 128-K window (info[3] = 1), so the GEMM promotes per stage and adds the lost bits in its epilogue, in true
+    units with their block factors (mx_lo_correct): bit-exact."""
+    import cupy as cp
+
+    fmts = _fmts(dtype)
+    m, n, k = 140, 200, 768
+    a = _lossy_operand(rng, m, k, fmts[0], 1)
+    va, sa = formats.decode(a.codes, a.element), a.scales.copy()
+    sa[3:7, 4:] -= 27  # windows 1.. of rows 3..6, 27 binades below window 0
+    va[3:7, :128] = 0  # window 0 of those rows sums to exactly 0 (B's rows 0 and 1 equal): the rest stays exact
+    va[3:7, 0], va[3:7, 1] = 8 * _unit(fmts[0]), -8 * _unit(fmts[0])
+    a = _mx(va, sa, fmts[0], 1)
+    b = _plain_operand(rng, n, k, fmts[1], 0)
+    vb = formats.decode(b.codes, b.element)
+    vb[1] = vb[0]
+    b = _mx(vb, b.scales, fmts[1], 0)
+    got = _run(backend, a, b, dtype)
+    np.testing.assert_array_equal(got, _ref(a, b, dtype))
+    plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
+    assert int(plan.da.mx.info[3]) == 1 and int(cp.asnumpy(plan.da.mx.lo_cnt).sum()) > 0
+
+
+@pytest.mark.parametrize("form", ["pingpong", "dual"])
+def test_mxfp8_lost_bits_overlap_forms(backend, rng, monkeypatch, form):
+    """The turn-taking and dual-scratch forms add a lossy fold's lost bits in their epilogue: bit-exact."""
+    from mxcore.backends.cuda import sm90
+
+    monkeypatch.setattr(sm90, "MX_PINGPONG", form == "pingpong")
+    monkeypatch.setattr(sm90, "MX_DUAL", form == "dual")
+    m, n, k = 200, 300, 512
+    a = _lossy_operand(rng, m, k, "mxfp8_e4m3", 1, span=1)
+    b = _lossy_operand(rng, n, k, "mxfp8_e4m3", 0, span=1)
+    got = _run(backend, a, b, "mxfp8_e4m3", tile="128x128" if form == "dual" else None)
+    np.testing.assert_array_equal(got, _ref(a, b, "mxfp8_e4m3"))

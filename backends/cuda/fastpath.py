@@ -73,7 +73,7 @@ def _operand_buffers(d) -> list:
     """The device arrays a GEMM reads from one staged operand (codes, MX factors and flags, device scale exponent)."""
     out = [d.buf, d.exp_at]
     if d.mx is not None:
-        out += [d.mx.factors, d.mx.info, d.mx.nan, d.mx.folded]
+        out += [d.mx.factors, d.mx.info, d.mx.nan, d.mx.folded, d.mx.lo_cnt, d.mx.lo_ent, d.mx.lo_slots]
     return [x for x in out if x is not None]
 
 

@@ -37,6 +37,7 @@ from mxcore.errors import UnsupportedError
 
 from .device import address_of, unowned_view
 from .plan import CudaPlan, RawLaunch, scale_args
+from .stage import LO_CAP
 from .variants import ELEMENTS
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
@@ -44,7 +45,8 @@ __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Vari
 
 SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
 SM90_MX_FILE = "gemm_sm90_mx.cu"
-SM90_MX_KERNELS = ("mx_sm90_block_factors", "mx_sm90_fold_rows", "mx_sm90_fold")  # fp8 factors; fp4/6 folded
+SM90_MX_KERNELS = ("mx_sm90_block_factors", "mx_sm90_fold_rows", "mx_sm90_fold",  # fp8 factors; folds
+                   "mx_sm90_lo_sort")  # a lossy MXFP8 fold's lists in k order
 MX_FACTOR_BYTES = 16  # per row of A / column of B per stage: 4 blocks of 32 K, one int32 factor each
 BM = 128  # two consumer warpgroups of 64 rows
 THREADS = 384  # producer + two consumers
@@ -264,6 +266,15 @@ _TMA_DTYPE = {1: 0, 2: 1, 4: 2}  # CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT
 _SWIZZLE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B = 0, 3, 3
 _NO_MAP = np.zeros(1, dtype="V128")  # an unused tensor-map parameter
 _NULL = np.uint64(0)
+_NO_LISTS = (_NULL, _NULL, _NULL, np.int64(0)) * 2 + (_NULL, _NULL, np.int32(0))
+
+
+def _lo_lists(d) -> tuple:
+    """A staged MX operand's lossy-fold lists as the kernel takes them (counts, entries: nulls without), then its
+    element codes and their row pitch (stage.py: Stager.mx_fold)."""
+    f = d.mx
+    lists = (_NULL, _NULL) if f.lo_cnt is None else (f.lo_cnt, f.lo_ent)
+    return (*lists, d.buf, np.int64(d.ld))
 
 
 @functools.lru_cache(maxsize=1)
@@ -368,8 +379,9 @@ class Sm90Plan(CudaPlan):
         else:
             v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile, store)
         self.variant_ = v
-        path = "" if not mx else (", MX folded into e4m3" if a.mx.folded is not None and b.mx.folded is not None
-                                  else ", MX per-32 blocks")
+        path = "" if not mx else (", MX per-32 blocks" if a.mx.folded is None or b.mx.folded is None
+                                  else ", MX folded into e4m3" if a.mx.lo_cnt is None and b.mx.lo_cnt is None
+                                  else ", MX folded, lost bits added back")
         self.variant = f"{v.name} (wgmma{path})"
         self._kmn = (n, m) if self._swap else (m, n)  # the kernel's M and N
         self.diagnostics = ()
@@ -417,14 +429,16 @@ class Sm90Plan(CudaPlan):
         self._map_a = operand_map(v, da, km, BM)
         self._map_b = operand_map(v, db, kn, v.bn // v.cluster)
         self._mx_args = (_NO_MAP, _NO_MAP, _NULL, _NULL, _NULL, _NULL, _NULL, _NULL, _NULL, np.int64(0), _NULL,
-                         np.int64(0))
+                         np.int64(0)) + _NO_LISTS
         if v.mx:  # int32 factors: A [M][blocks_pad] in boxes {4 blocks, 128 rows}, B [blocks_pad][N16] in {BN, 4}
             fa, fb = da.mx, db.mx
             map_sa = tensor_map(fa.factors.data.ptr, 4, fa.ld, km, fa.ld, 4, BM, swizzle=_SWIZZLE_NONE)
             map_sb = tensor_map(fb.factors.data.ptr, 4, fb.ld, fb.blocks_pad, fb.ld, v.bn, 4, swizzle=_SWIZZLE_NONE)
             folded = (fa.folded, fb.folded) if fa.folded is not None and fb.folded is not None else (_NULL, _NULL)
+            slots = tuple(_NULL if d.mx.lo_slots is None else d.mx.lo_slots for d in (da, db))
+            lists = (*_lo_lists(da), *_lo_lists(db), *slots, np.int32(LO_CAP))
             self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan, *folded, fa.factors, np.int64(fa.ld),
-                             fb.factors, np.int64(fb.ld))
+                             fb.factors, np.int64(fb.ld), *lists)
         # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
         out = self.out
         ob = v.tma_store

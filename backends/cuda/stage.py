@@ -46,15 +46,26 @@ _SRC_KIND = {"float64": 0, "float32": 1, "float16": 2, "bf16": 3}
 _DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4, "tf32_finite": 5}
 _SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
 MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
+#: a lossy MXFP8 fold (gemm_sm90_mx.cu): blocks shift down by at most this many binades, and each row keeps at most
+#: LO_CAP entries of lost bits (more: the operand is folded again without loss, per-32 blocks where scales differ)
+LO_SHIFT = 15
+LO_CAP = 64
+LO_SLOT_INTS = 36  # mx_common.cuh: a slot of 16 entries (checked against it by tests/test_cuda_backend.py)
+#: MXFP8 on the exact wgmma variant: folded with its lost bits kept (True), or its codes as they are with per-32
+#: block factors (False: part 1's per-block promotion everywhere)
+MX8_FOLD = True
 
 
 @dataclass
 class MXFactors:
     """An MX operand's block scales as the exact wgmma variant reads them (``gemm_sm90_mx.cu``): ``factors``
     int32 (A: [M][blocks_pad], B: [blocks_pad][ld] with columns permuted in 16s), ``ld`` its row pitch (elements),
-    ``blocks_pad`` = K/32 rounded up to whole 128-K stages, ``info`` int32 x 4 (live code range, any NaN block,
-    and for folded operands 1 when some row has no single factor over all of K), ``nan`` uint8 per row of A /
-    column of B (1: the row / column holds a NaN block)."""
+    ``blocks_pad`` = K/32 rounded up to whole 128-K stages, ``info`` int32 x 8 (live code range, any NaN block,
+    for folded operands 1 when some row has no single factor over all of K, and 1 when a lossy fold's list
+    overflowed), ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block); an MXFP8 operand
+    folded with its lost bits kept (:meth:`Stager.mx_fold`) has ``lo_cnt`` int32 per row and ``lo_ent`` int32
+    [rows][LO_CAP][2] ({k, lo bits} sorted by k), and ``lo_slots`` int32 [windows][rows / 32][LO_SLOT_INTS]: the
+    same per 128-K window and 32 rows (``mx_common.cuh``), as the GEMM's main loop copies them."""
 
     factors: object
     ld: int
@@ -62,10 +73,16 @@ class MXFactors:
     info: object
     nan: object
     folded: object = None  # uint8 per 128-K window (1: folded in every row; :meth:`Stager.mx_fold`), or None
+    lo_cnt: object = None  # lossy MXFP8 fold: entries per row (may exceed LO_CAP: then info[4] = 1, refolded)
+    lo_ent: object = None
+    lo_slots: object = None  # the same entries per 128-K window and 32 rows, as the GEMM's main loop copies them
 
     def copy(self) -> "MXFactors":
-        folded = None if self.folded is None else self.folded.copy()
-        return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy(), folded)
+        def cp(x):
+            return None if x is None else x.copy()
+
+        return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy(),
+                         cp(self.folded), cp(self.lo_cnt), cp(self.lo_ent), cp(self.lo_slots))
 
 
 @dataclass
@@ -235,7 +252,7 @@ class Stager:
         """Stage a prepared fp8/MX operand (``mxcore.operands.Operand``; 2-D).  ``src``: the user's quantized
         object (MXTensor / ScaledTensor), on which the staged buffer is cached (a cached operand costs nothing);
         ``uploaded``: a callable returning :meth:`upload`'s result (memoised by the caller across ``prep()``)."""
-        key = (self.ordinal, role, path)
+        key = (self.ordinal, role, path, MX8_FOLD if path == "mx_exact" else None)
         cache = _STAGED.get(src) if src is not None else None
         if cache is not None and key in cache:
             return cache[key]
@@ -273,9 +290,9 @@ class Stager:
             return pack_weight(self, codes, scales, element, cols, op.shape[1])
         if path == "mx_exact":  # the exact wgmma variant: fp8 bytes + block factors, or fp4/fp6 folded into e4m3
             short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}.get(element)
-            if short is None:
+            if short is None or MX8_FOLD:
                 buf, ld, fac = self.mx_fold(codes, scales, role, cols, element)
-                return DevOperand(buf, ld, True, "e4m3", 0, cols, mx=fac)
+                return DevOperand(buf, ld, True, short or "e4m3", 0, cols, mx=fac)
             buf, ld = self._stage_bytes(codes, role, element)
             return DevOperand(buf, ld, True, short, 0, cols, mx=self.mx_factors(codes, scales, role, cols))
         # decode at 2^(scale - smax), epilogue 2^(smax - 127): smax an int, or read by the kernels on the device
@@ -354,10 +371,13 @@ class Stager:
             cs_r, cs_k, ss_r, ss_j = c1, c0, s1, s0
             rows_pad = ld = _round_up(max(rows, 1), 16)
             out = cp.empty((blocks_pad, ld), dtype=cp.int32)
-        # info (int32 x 4), the NaN flags and the per-window fold flags: one zeroed allocation
-        aux = zeros(cp, 16 + max(rows, 1) + blocks_pad // 4, cp.uint8)
-        fac = MXFactors(out, ld, blocks_pad, aux[:16].view(cp.int32), aux[16:16 + max(rows, 1)])
-        fac.folded = aux[16 + max(rows, 1):] if fold else None
+        # info (int32 x 8), the lossy lists' counts (int32 per row), the NaN flags and the per-window fold flags:
+        # one zeroed allocation
+        r1 = max(rows, 1)
+        aux = zeros(cp, 32 + 4 * r1 + r1 + blocks_pad // 4, cp.uint8)
+        fac = MXFactors(out, ld, blocks_pad, aux[:32].view(cp.int32), aux[32 + 4 * r1:32 + 5 * r1])
+        fac.folded = aux[32 + 5 * r1:] if fold else None
+        fac.lo_cnt = aux[32:32 + 4 * r1].view(cp.int32)  # used by a lossy fold only (mx_fold keeps it there)
         scale_args = (scales, np.int64(ss_r), np.int64(ss_j))
         args = scale_args + (codes, np.int64(cs_r), np.int64(cs_k), np.int32(rows), np.int32(blocks), np.int32(k),
                              np.int32(0 if role == "a" else 1), np.int32(rows_pad), np.int32(blocks_pad))
@@ -380,28 +400,49 @@ class Stager:
         return fac
 
     def mx_fold(self, codes, scales, role: str, k: int, element: str):
-        """An MXFP4 / MXFP6 operand for the exact wgmma variant (``gemm_sm90_mx.cu``'s ``mx_sm90_fold``): its
-        elements re-encoded exactly as e4m3 K-major rows, each 128-K window's block scales folded into one power
-        of two where the blocks' exponents span at most ``formats.exact_shifts(element, "e4m3fn")`` (else kept per
-        block; one power of two for a whole row where its scales allow: ``info[3]`` = 0 when every row has one), and
-        the block factors with the per-window ``folded`` flags.  Returns (elements, ld, MXFactors)."""
+        """An MX operand folded for the exact wgmma variant (``gemm_sm90_mx.cu``'s ``mx_sm90_fold``), as K-major
+        rows with each 128-K window's block scales folded into one power of two where the blocks' exponents allow
+        (one power of two for a whole row where its scales allow: ``info[3]`` = 0 when every row has one), and the
+        block factors with the per-window ``folded`` flags.  MXFP4 / MXFP6: re-encoded exactly as e4m3 where the
+        exponents span at most ``formats.exact_shifts(element, "e4m3fn")``, else kept per block.  MXFP8 (e4m3 /
+        e5m2, in their own format): blocks shift down by up to :data:`LO_SHIFT` binades, the bits that leaves off
+        kept as sorted lists per row (``lo_cnt`` / ``lo_ent``) that the GEMM adds back; a list longer than
+        :data:`LO_CAP` folds the operand again without loss (the per-32 path where block scales differ), decided
+        on the device.  Returns (elements, ld, MXFactors)."""
         from mxcore import formats
 
         cp = self.cp
         spec = formats.get(element)
-        lo, hi = formats.exact_shifts(element, "e4m3fn")
+        lossy = spec.bits == 8
+        lo, hi = (-LO_SHIFT, 0) if lossy else formats.exact_shifts(element, "e4m3fn")
         scale_args, args, rows, rows_pad, fac = self._factor_args(codes, scales, role, k, fold=True)
         ldk = _round_up(max(k, 1), 16)
         elems = cp.empty((rows, ldk), dtype=cp.uint8)
         windows = fac.blocks_pad // 4
+        if not lossy:
+            fac.lo_cnt = None
+        else:
+            fac.lo_ent = cp.empty((max(rows, 1), LO_CAP, 2), dtype=cp.int32)
+            fac.lo_slots = cp.empty((max(windows, 1), -(-max(rows_pad, 1) // 32), LO_SLOT_INTS), dtype=cp.int32)
         if rows_pad:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
-            launch(self._factor_kernel("mx_sm90_fold_rows"), (max(1, min(-(-rows // 8), 8 * self.sms)),), (256,),
-                   scale_args + (np.int32(rows), np.int32(-(-k // MX_BLOCK_KERNEL)), np.int32(lo), np.int32(hi),
-                                 row_e, fac.folded, np.int32(windows)))
-            launch(self._factor_kernel("mx_sm90_fold"), (-(-rows_pad // 32), windows), (256,), args + (
-                np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(lo), np.int32(hi), row_e,
-                elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info))
+            rows_grid = (max(1, min(-(-rows // 8), 8 * self.sms)),)
+            lists = (np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent, fac.lo_slots) if lossy else (np.int32(0), _NULLP,
+                                                                                            _NULLP, _NULLP)
+            passes = [(lo, hi, _NULLP)]
+            if lossy:  # after an overflow (info[4]), again without loss
+                passes.append((0, 0, fac.info[4:5]))
+            for i, (plo, phi, only_if) in enumerate(passes):
+                launch(self._factor_kernel("mx_sm90_fold_rows"), rows_grid, (256,), scale_args + (
+                    np.int32(rows), np.int32(-(-k // MX_BLOCK_KERNEL)), np.int32(plo), np.int32(phi), row_e,
+                    fac.folded, np.int32(windows), only_if, fac.info, fac.lo_cnt if lossy else _NULLP))
+                launch(self._factor_kernel("mx_sm90_fold"), (-(-rows_pad // 32), windows), (256,), args + (
+                    np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(plo), np.int32(phi),
+                    row_e, elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info,
+                    np.int32(lossy), np.int32(_SPECIAL.get(spec.specials, 0)), *lists, only_if))
+                if lossy and i == 0:  # each row's entries in k order (the GEMM adds them so)
+                    launch(self._factor_kernel("mx_sm90_lo_sort"), rows_grid, (256,), (
+                        np.int32(rows), np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent))
         return elems, ldk, fac
 
     def _code_table(self, element: str, dst: str, scaled: bool):
@@ -453,6 +494,9 @@ def _contiguous(cp, x):
     if not x.flags.c_contiguous:
         taint("a staging copy")
     return cp.ascontiguousarray(x)
+
+
+_NULLP = np.uint64(0)  # a null device pointer argument
 
 
 def _ptr(x):
