@@ -606,6 +606,9 @@ __device__ __forceinline__ void lo_runs(const int* __restrict__ slots_a, const i
 }
 __device__ __forceinline__ u32 lo_slots_issue(const int* __restrict__ slots_a, const int* __restrict__ slots_b,
                                               u32 fs, int kb, int m0, int n0, int M, int N) {
+    const bool lists = slots_a != nullptr || slots_b != nullptr;
+    st_shared_u32(fs, lists);  // the region's first word: slots follow (else the consumers read no further)
+    if (!lists) return 0;
     int na, nb;
     lo_runs(slots_a, slots_b, m0, n0, M, N, na, nb);
     for (int i = na; i < SM90_BM / 32; ++i) st_shared_u32(fs + 16 + i * LO_SLOT_BYTES, 0);
@@ -1043,17 +1046,16 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     wgmma_commit_group();
                     wgmma_wait_group<0>();
                     if (mx_whole) {  // no factors in this stage (the producer loaded none)
+                        // the region's first word: whether the stage carries slots of lost bits (lo_slots_issue)
+                        const bool lists = SM90_LO_DIAG < 2 && ld_shared_u32(fs) != 0;
+                        if (!lists) release_stage(empty0 + 8 * s, t);  // nothing more to read: hand it back at once
 #pragma unroll
                         for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
-                        // lost bits in this stage (its slots' counts; else zeros), read once the scratch is free
-                        const unsigned long long lo_n = SM90_LO_DIAG < 2 ? lo_counts(fs, r_loc) : 0;
-                        const bool due = lo_n != 0;
-#if SM90_LO_DIAG  // benchmark diagnostics only (wrong results): 1 skips the adds, 2 the slots too
-                        if (SM90_LO_DIAG == 0 && due) lo_stage(acc, sa, sb, fs, lo_n, r_loc, lane);
-#else
-                        if (due) lo_stage(acc, sa, sb, fs, lo_n, r_loc, lane);  // from the stage's shared codes
-#endif
-                        release_stage(empty0 + 8 * s, t);  // (each warp: once it is done with the stage)
+                        if (lists) {  // its slots' counts, read once the scratch is free, then the lost bits
+                            const unsigned long long lo_n = lo_counts(fs, r_loc);
+                            if (SM90_LO_DIAG == 0 && lo_n != 0) lo_stage(acc, sa, sb, fs, lo_n, r_loc, lane);
+                            release_stage(empty0 + 8 * s, t);  // (each warp: once it is done with the stage)
+                        }
                     } else {
                         const int ra0 = ld_shared_v4(fs + 16 * r_loc).x, ra1 = ld_shared_v4(fs + 16 * (r_loc + 8)).x;
                         if (mx_fast)

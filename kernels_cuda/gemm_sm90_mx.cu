@@ -33,13 +33,17 @@
 // to -lo) keeps its elements only where they stay on the format's grid.  Each element is written as hi, its value
 // times 2^-d truncated toward zero onto the grid (the format's smallest subnormal when that is 0: hi keeps the
 // element's sign and never vanishes, so an inf of the other operand still meets a nonzero), and where
-// lo = value * 2^-d - hi is not 0 (exact in fp32) the entry {k, lo} is appended to the row's list (lo_ent [rows][cap],
-// lo_cnt [rows]; info[4] = 1 when a row has more than cap).  mx_sm90_lo_sort orders each row's list by k (the
-// GEMM adds the entries in that order: the bits do not depend on the atomics' order); B's are regrouped per 64
-// columns (mx_sm90_lo_groups).  The GEMM adds lo * (the other operand) back (gemm_sm90.cu: lo_stage, inside the main
-// loop from the stage's shared codes; mx_lo_correct in the epilogue of the turn-taking forms), exact per term.  When some row
-// overflowed, the operand is folded again without loss (only_if = &info[4]: mx_sm90_fold_rows / mx_sm90_fold with
-// lo = hi = 0 rerun, the lists emptied): the per-32 path of part 1 for blocks of different scales.
+// lo = value * 2^-d - hi is not 0 (exact in fp32) the entry is kept twice:
+//   * in the block's slot (mx_common.cuh: per 32 rows and 128-K window, in row then k order, placed by a scan over
+//     the block's threads; info[5] = 1 when one holds more than LO_SLOT_ENTRIES), which the GEMM's main loop copies
+//     with each stage and adds from shared memory (gemm_sm90.cu: lo_stage, the fast whole-row tier);
+//   * in the row's list ({k, lo}: lo_ent [rows][cap], lo_cnt [rows]; info[4] = 1 when a row has more than cap),
+//     ordered by k by mx_sm90_lo_sort (appended by atomics; the GEMM adds them in k order, so the bits do not depend
+//     on the atomics' order), which the GEMM's epilogue adds in true units where the main loop did not
+//     (mx_lo_correct: the other tiers, a slot overflow, the turn-taking forms).
+// Either way the GEMM adds lo * (the other operand) back, exact per term.  When a row's list overflowed, the
+// operand is folded again without loss (only_if = &info[4]: mx_sm90_fold_rows / mx_sm90_fold with lo = hi = 0
+// rerun, lists and slots emptied): the per-32 path of part 1 for blocks of different scales.
 
 #include "mx_common.cuh"
 

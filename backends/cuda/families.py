@@ -5,7 +5,8 @@ family (sm_90a: wgmma + TMA) arrives as one module beside it (``sm90.py``); it r
 and its rule goes into :func:`family_for`.  ``family=`` (a ``plan`` / ``matmul`` option) forces one.
 
 MX operands on the wgmma family: every MX pair can run the exact block-scaled variant (the E8M0 scales applied in the
-kernel; MXFP4 / MXFP6 folded into e4m3 with one power of two per 128-K window where exact); the rule takes it where
+kernel; MXFP4 / MXFP6 folded into e4m3 with one power of two per row or 128-K window where exact, MXFP8 folded the
+same way in its own format with the bits that leaves off added back by the GEMM); the rule takes it where
 :data:`MX_FOLD_DEFAULT` (pairs of fp4 / fp6) / :data:`MX_EXACT_DEFAULT` (pairs with mxfp8) say it measured faster than
 decoding to bf16; ``mx_path`` forces either (:func:`mx_path`).
 """
@@ -22,13 +23,15 @@ __all__ = ["FAMILIES", "MX_EXACT_DEFAULT", "MX_FOLD_DEFAULT", "MX_PATHS", "famil
 FAMILIES = {"mma_sync": "sm_80 or newer", "wgmma": "sm_90 (sm_90a kernels: H100/H200/GH200)"}
 _KNOWN = ("mma_sync", "wgmma")
 MX_PATHS = ("exact", "decode")
-#: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H200, 8192^3 and
-#: 4096^3 (NOTES_SM90.md): the exact variant runs 400 / 320 TFLOP/s, the bf16-decode wgmma kernel 837 / 677: decode
+#: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H100, same run, kernel
+#: only (NOTES_SM90.md, session 11): mxfp8 folded with its lost bits added back 594 / 586 TFLOP/s at 8192^3 / 4096^3
+#: (the per-32 variant before it 396 / 363), the bf16-decode kernel 815 / 701: decode.  mxfp8 x mxfp4 runs 919 / 757
+#: exact against 819 / 708 decoded on random normal data, but its lost-bit work grows with wider-tailed activations:
+#: decode stays the rule for every pair with an mxfp8 operand
 MX_EXACT_DEFAULT = False
 #: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
 #: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against
-#: decode's 849 / 676 (NOTES_SM90.md): exact.  A pair with an mxfp8 operand runs per 32-K block (as mxfp8 pairs do:
-#: :data:`MX_EXACT_DEFAULT`)
+#: decode's 849 / 676 (NOTES_SM90.md): exact.  A pair with an mxfp8 operand follows :data:`MX_EXACT_DEFAULT`
 MX_FOLD_DEFAULT = True
 _MXFP8_ELEMENTS = ("e4m3fn", "e5m2")
 

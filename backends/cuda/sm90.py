@@ -11,10 +11,11 @@ the B tile through TMA multicast.
   accumulator every 128 K (one ring stage) by default, or fast accumulation (``fp8_accumulate="fast"``).
 * Exact OCP-MX fp8 (``mx``: mxfp8 e4m3/e5m2 and the mixed pair, blocks of 32 K, E8M0 scales): one k32 wgmma per
   block into a scratch accumulator, then ``main += 2^(ea + eb) * scratch`` in fp32 (the factor's bits built by one
-  integer add, then one FMA; exact, no subnormal arithmetic; see the kernel's SM90_MX).  The operands' codes are
-  read as the fp8 path reads them; their scales go through ``gemm_sm90_mx.cu`` once per operand
-  (:class:`~.stage.MXFactors`, cached on a quantized object like the staged codes) and are TMA-loaded with each
-  stage.
+  integer add, then one FMA; exact, no subnormal arithmetic; see the kernel's SM90_MX).  The operands' scales go
+  through ``gemm_sm90_mx.cu`` once per operand (:class:`~.stage.MXFactors`, cached on a quantized object like the
+  staged codes) and are TMA-loaded with each stage.  Folded operands (MXFP4 / MXFP6 into e4m3; mxfp8 in its own
+  format, its lost bits as lists and per-stage slots that the kernel adds back) promote once per 128 K, or once
+  per tile where every row and column has one factor.
 * Operands come from :class:`~.stage.Stager` unchanged (:class:`~.stage.DevOperand`: 16-byte aligned base, row
   pitch a multiple of 16 bytes, which is what TMA needs); this module encodes the two tensor maps per plan
   (``cuTensorMapEncodeTiled`` through the driver library, ctypes) and passes them by value.

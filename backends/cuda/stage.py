@@ -18,10 +18,12 @@ to the kernels as pointers (:attr:`DevOperand.exp_at`; the decode kernels' ``exp
 The staged buffer is cached on the quantized object (quantize once, multiply many times).
 
 Exact MX (``path="mx_exact"``: the sm_90a wgmma family's block-scaled variant, chosen by ``families.mx_path``):
-mxfp8 codes are staged as fp8 bytes exactly as the fp8 path stages them (K-major, in place when they already are),
-and the E8M0 scales go through ``gemm_sm90_mx.cu`` once into :class:`MXFactors` (int32 factor bits in the layout
-the kernel TMA-loads, the live range of scale codes, per-row NaN flags); MXFP4 / MXFP6 codes are re-encoded as e4m3
-with their block scales folded in (:meth:`Stager.mx_fold`, which also writes the factors and the fold flags).
+MXFP4 / MXFP6 codes are re-encoded as e4m3 with their block scales folded in, mxfp8 codes in their own format
+with their block scales folded in and the bits that leaves off kept as lists and slots the GEMM adds back
+(:meth:`Stager.mx_fold`, which also writes :class:`MXFactors`: int32 factor bits in the layout the kernel TMA-loads,
+the live range of scale codes, per-row NaN flags, the fold flags); with :data:`MX8_FOLD` off, mxfp8 codes are
+staged as fp8 bytes exactly as the fp8 path stages them and their scales go through ``gemm_sm90_mx.cu`` into
+:class:`MXFactors` (part 1's per-32 blocks).
 Nothing is read on the host.
 
 Batched operands (3-D) are staged into one buffer with a batch stride (0 for an operand shared by the batch).
