@@ -122,7 +122,8 @@
 #define SM90_MX_DIAG 0  // benchmark diagnostics only (wrong results): parts of the promotion removed
 #endif
 #ifndef SM90_LO_DIAG
-#define SM90_LO_DIAG 0  // benchmark diagnostics only (wrong results): 1 no lost-bit adds, 2 no slots either
+#define SM90_LO_DIAG 0  // benchmark diagnostics only (wrong results): 1 no lost-bit adds, 2 no slots either,
+                        // 3 B's adds only, 4 A's only
 #endif
 #ifndef SM90_MX_DUAL
 #define SM90_MX_DUAL 0  // 1: two scratch accumulators, block j+1's wgmma issued before block j's promotion
@@ -681,7 +682,7 @@ __device__ __forceinline__ void lo_stage(float (&acc)[SM90_ACC], u32 sa, u32 sb,
     constexpr int NA = SM90_BM / 32;
     const u32 sl_a = fs + 16 + (r_loc >> 5) * LO_SLOT_BYTES;                 // this thread's rows' A slot
     const int n_a = (int)(counts >> (5 * ((r_loc >> 5) & 1))) & 31;          // its count
-    for (unsigned long long bits = counts >> 10; bits != 0;) {  // B's slots with entries
+    for (unsigned long long bits = SM90_LO_DIAG == 4 ? 0 : counts >> 10; bits != 0;) {  // B's slots with entries
         const int f = (__ffsll(bits) - 1) / 5, i = NA + f;  // the lowest nonempty B slot
         const int n = (int)(bits >> (5 * f)) & 31;
         bits &= ~(31ull << (5 * f));
@@ -704,7 +705,7 @@ __device__ __forceinline__ void lo_stage(float (&acc)[SM90_ACC], u32 sa, u32 sb,
         }
     }
 #pragma unroll 1
-    for (int e = 0; e < n_a; ++e) {  // A's: lo * B_hi(k, col) for this thread's columns
+    for (int e = 0; e < (SM90_LO_DIAG == 3 ? 0 : n_a); ++e) {  // A's: lo * B_hi(k, col) for this thread's columns
         const int2 y = ld_shared_int2(sl_a + 16 + 8 * e);
         const int rr = y.x & 31;
         if (rr != (r_loc & 31) && rr != ((r_loc + 8) & 31)) continue;
@@ -889,8 +890,8 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     const int k0 = kb * SM90_BK;
 #if SM90_MX_FOLDS
                     // the stage's lost bits: the tile's slots of this window (lo_stage), or zero counts
-                    const int* const la = lo_in && SM90_LO_DIAG < 2 ? lo_slots_a : nullptr;
-                    const int* const lb = lo_in && SM90_LO_DIAG < 2 ? lo_slots_b : nullptr;
+                    const int* const la = lo_in && SM90_LO_DIAG != 2 ? lo_slots_a : nullptr;
+                    const int* const lb = lo_in && SM90_LO_DIAG != 2 ? lo_slots_b : nullptr;
                     const u32 lo_bytes = no_factors ? lo_slots_issue(la, lb, sb + SM90_B_BYTES, kb, m0, n0, M, N) : 0;
 #endif
 #if SM90_MX_FOLDS
@@ -1047,13 +1048,14 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     wgmma_wait_group<0>();
                     if (mx_whole) {  // no factors in this stage (the producer loaded none)
                         // the region's first word: whether the stage carries slots of lost bits (lo_slots_issue)
-                        const bool lists = SM90_LO_DIAG < 2 && ld_shared_u32(fs) != 0;
+                        const bool lists = SM90_LO_DIAG != 2 && ld_shared_u32(fs) != 0;
                         if (!lists) release_stage(empty0 + 8 * s, t);  // nothing more to read: hand it back at once
 #pragma unroll
                         for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
                         if (lists) {  // its slots' counts, read once the scratch is free, then the lost bits
                             const unsigned long long lo_n = lo_counts(fs, r_loc);
-                            if (SM90_LO_DIAG == 0 && lo_n != 0) lo_stage(acc, sa, sb, fs, lo_n, r_loc, lane);
+                            if ((SM90_LO_DIAG == 0 || SM90_LO_DIAG >= 3) && lo_n != 0)
+                                lo_stage(acc, sa, sb, fs, lo_n, r_loc, lane);
                             release_stage(empty0 + 8 * s, t);  // (each warp: once it is done with the stage)
                         }
                     } else {
