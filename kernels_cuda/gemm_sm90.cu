@@ -449,27 +449,28 @@ __device__ __forceinline__ void mx_promote_exact(float (&acc)[SM90_ACC], const f
                        [&](int i, int ra, int cf) { acc[i] = mx_add_exact(acc[i], part[i], ra, cf); });
 }
 
-// an fp8 code's value (E5M2: e5m2, else e4m3), exact, through the f16x2 conversion
+// two fp8 codes (low byte first; E5M2: e5m2, else e4m3) as an f16x2, exact
 template <int E5M2>
-__device__ __forceinline__ float fp8_value(u32 c) {
+__device__ __forceinline__ u32 fp8x2_f16x2(u32 c) {
     u32 h2;
     if (E5M2)
         asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e5m2x2 %0, t;}" : "=r"(h2) : "r"(c));
     else
         asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(h2) : "r"(c));
+    return h2;
+}
+// an fp8 code's value, exact
+template <int E5M2>
+__device__ __forceinline__ float fp8_value(u32 c) {
     float f;
-    asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l;}" : "=f"(f) : "r"(h2));
+    asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l;}" : "=f"(f) : "r"(fp8x2_f16x2<E5M2>(c)));
     return f;
 }
 // two fp8 codes (low byte first) as two exact floats
 template <int E5M2>
 __device__ __forceinline__ void fp8x2_values(u32 c, float& v0, float& v1) {
-    u32 h2;
-    if (E5M2)
-        asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e5m2x2 %0, t;}" : "=r"(h2) : "r"(c));
-    else
-        asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(h2) : "r"(c));
-    asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(v0), "=f"(v1) : "r"(h2));
+    asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}"
+        : "=f"(v0), "=f"(v1) : "r"(fp8x2_f16x2<E5M2>(c)));
 }
 __device__ __forceinline__ bool finite_f32(float x) { return (__float_as_int(x) & 0x7f800000) != 0x7f800000; }
 __device__ __forceinline__ float mx_term(float acc, float s, int ra, int cf, bool fast) {
@@ -565,9 +566,10 @@ __device__ __forceinline__ void mx_lo_correct(float (&acc)[SM90_ACC], int row0, 
 // The same lost bits added inside the main loop of the folded variants in the whole tier (every row and column with
 // one factor over all of K, mx_whole), where a stage's factor region is free (the producer loads no factors).  The
 // prep wrote them per 32 rows (columns of B) and 128-K window as slots (mx_common.cuh: LO_SLOT_INTS).  The producer
-// bulk-copies the tile's slots of the stage's window (A's 4 then B's BN / 32) into the region; a consumer adds them from shared memory, after
-// its scratch, into the main accumulator in folded units (the epilogue scales both): first B's against its rows of
-// A's codes (plus A's own entry at that (row, k)), then A's against its columns of B's codes.  Taken when no slot
+// bulk-copies the tile's slots of the stage's window (A's 4 then B's BN / 32) into the region; a consumer adds them
+// from shared memory, after its scratch, into the main accumulator in folded units (the epilogue scales both):
+// first B's against its rows of A's codes (plus A's own entry at that (row, k)), then A's against its columns of
+// B's codes.  Taken when no slot
 // overflowed (info[5] = 0 in both operands); else the epilogue adds the lost bits from the lists (mx_lo_correct).
 // The stage's codes: 128-byte rows, 16-byte chunks swizzled by row % 8.
 #define LO_SLOTS (SM90_BM / 32 + SM90_BN / 32)
@@ -632,7 +634,8 @@ __device__ __forceinline__ void lo_slots_copy(const int* __restrict__ slots_a, c
 // 5 bits each (a count is at most LO_SLOT_ENTRIES = 16), all loaded at once; 0: nothing to add in this stage
 __device__ __forceinline__ unsigned long long lo_counts(u32 fs, int r_loc) {
     const u32 a0 = fs + 16 + (r_loc >> 6) * (2 * LO_SLOT_BYTES);
-    unsigned long long packed = (unsigned long long)ld_shared_u32(a0) | (unsigned long long)ld_shared_u32(a0 + LO_SLOT_BYTES) << 5;
+    unsigned long long packed =
+        (unsigned long long)ld_shared_u32(a0) | (unsigned long long)ld_shared_u32(a0 + LO_SLOT_BYTES) << 5;
 #pragma unroll
     for (int i = SM90_BM / 32; i < LO_SLOTS; ++i)
         packed |= (unsigned long long)ld_shared_u32(fs + 16 + i * LO_SLOT_BYTES) << (5 * (i - SM90_BM / 32 + 2));
@@ -893,8 +896,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     const int* const la = lo_in && SM90_LO_DIAG != 2 ? lo_slots_a : nullptr;
                     const int* const lb = lo_in && SM90_LO_DIAG != 2 ? lo_slots_b : nullptr;
                     const u32 lo_bytes = no_factors ? lo_slots_issue(la, lb, sb + SM90_B_BYTES, kb, m0, n0, M, N) : 0;
-#endif
-#if SM90_MX_FOLDS
                     mbarrier_arrive_expect_tx(full, stage_tx + lo_bytes);
                     if (lo_bytes) lo_slots_copy(la, lb, sb + SM90_B_BYTES, kb, m0, n0, M, N, full);
 #else

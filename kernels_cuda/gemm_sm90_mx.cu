@@ -161,7 +161,8 @@ __device__ __forceinline__ u32 fp8_shift_trunc(u32 c, int ebits, int mbits, int 
     const int sig = ef ? (1 << mbits) | m : m;
     const int q = (ef ? ef : 1) - bias - mbits + s;  // value = sig * 2^q
     const int p = 31 - __clz(sig);                  // value = 1.f * 2^(q + p)
-    if (q + p >= 1 - bias) return sign | (u32)((q + p + bias) << mbits) | (u32)((sig << (mbits - p)) & ((1 << mbits) - 1));
+    if (q + p >= 1 - bias)
+        return sign | (u32)((q + p + bias) << mbits) | (u32)((sig << (mbits - p)) & ((1 << mbits) - 1));
     const int sh = (1 - bias - mbits) - q;  // subnormal units of 2^(1 - bias - mbits); sh > 0 here
     const int n = sh < 31 ? sig >> sh : 0;
     return sign | (u32)(n ? n : 1);

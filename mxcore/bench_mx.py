@@ -2,7 +2,9 @@
 
 For each MX dtype (pair) and square size, on the wgmma family (sm_90): the exact block-scaled path
 (``mx_path="exact"``: MXFP4 / MXFP6 folded into e4m3, mxfp8 folded with its lost bits added back; path "exact32":
-mxfp8 per 32-K block, its codes as they are) and the bf16-decode path (``mx_path="decode"``) on the same device-quantized random normal operands, then cuBLASLt per-tensor fp8 (``torch._scaled_mm``) and cuBLAS bf16 (``torch.matmul``).
+mxfp8 per 32-K block, its codes as they are) and the bf16-decode path (``mx_path="decode"``) on the same
+device-quantized random normal operands, then cuBLASLt per-tensor fp8 (``torch._scaled_mm``) and cuBLAS bf16
+(``torch.matmul``).
 CUDA events, median of ``repeats`` launches after warm-up, 3 plans rotated (``mxcore.bench.time_callable``).  Each
 row names the path the plan took (its variant) and, for folded operands, the fraction of 128-K windows folded and
 whether every row has one factor over all of K (the fastest tier, NOTES_SM90.md), and for mxfp8 folds the entries

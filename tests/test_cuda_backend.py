@@ -207,5 +207,6 @@ def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     assert fac.lo_slots.shape == (windows, blocks32, stage.LO_SLOT_INTS)
     header = kernel_source("nvidia", sm90.SM90_MX_FILE)  # the slot's size, as the kernels define it
     ents = int(re.search(r"#define LO_SLOT_ENTRIES (\d+)", header).group(1))
-    assert re.search(r"#define LO_SLOT_INTS \(4 \+ 2 \* LO_SLOT_ENTRIES\)", header) and stage.LO_SLOT_INTS == 4 + 2 * ents
+    assert re.search(r"#define LO_SLOT_INTS \(4 \+ 2 \* LO_SLOT_ENTRIES\)", header)
+    assert stage.LO_SLOT_INTS == 4 + 2 * ents
     assert [o is not stage._NULLP for o in only_if] == [False, False, True, True]  # the second pass is gated

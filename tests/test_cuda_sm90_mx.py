@@ -436,8 +436,12 @@ def test_mxfp8_lost_bits_bit_exact(backend, rng, dtype, side, shape):
     lossy_b = side in ("b", "both") and fmts[1].startswith("mxfp8")
     span = 1 if side == "both" else 3
     a = _lossy_operand(rng, m, k, fmts[0], 1, span) if lossy_a else _plain_operand(rng, m, k, fmts[0], 1)
-    b = (_lossy_operand(rng, n, k, fmts[1], 0, span) if lossy_b else
-         _exact_operands(rng, 1, n, k, fmts)[1] if not fmts[1].startswith("mxfp8") else _plain_operand(rng, n, k, fmts[1], 0))
+    if lossy_b:
+        b = _lossy_operand(rng, n, k, fmts[1], 0, span)
+    elif fmts[1].startswith("mxfp8"):
+        b = _plain_operand(rng, n, k, fmts[1], 0)
+    else:
+        b = _exact_operands(rng, 1, n, k, fmts)[1]
     for out_dtype in ("float32", "bfloat16"):
         out = poisoned_output(cp, m, n, out_dtype)
         plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), out_dtype=out_dtype, out=out, family="wgmma",
