@@ -425,24 +425,6 @@ __device__ __forceinline__ void mx_promote_fast(float (&acc)[SM90_ACC], const fl
     });
 }
 
-// 2^E * s added to acc with two normal factors (s * 2^e1) * 2^e2: exact whenever the term is a normal number
-// (E in [-254, 254]; the first product stays normal then); terms of E <= -253 (far below fp32) are not kept.
-__device__ __forceinline__ float mx_add_exact(float acc, float s, int ra, int cb) {
-    const int e = (ra >> 23) + (cb >> 23) - 127;  // ra = sa << 23 (sa <= 254), cb = (sb - 127) << 23
-    int e1, e2;
-    if (e > 127) {
-        e1 = 127;
-        e2 = e - 127;
-    } else if (e < -126) {
-        e1 = max(e + 126, -126);
-        e2 = -126;
-    } else {
-        e1 = e;
-        e2 = 0;
-    }
-    return fmaf(s * __int_as_float((e1 + 127) << 23), __int_as_float((e2 + 127) << 23), acc);
-}
-
 __device__ __forceinline__ void mx_promote_exact(float (&acc)[SM90_ACC], const float (&part)[SM90_ACC], int ra0,
                                                  int ra1, u32 cb) {
     mx_for_each_factor(ra0, ra1, [cb](int g) { return ld_shared_v4(cb + 64 * g); },
@@ -473,9 +455,6 @@ __device__ __forceinline__ void fp8x2_values(u32 c, float& v0, float& v1) {
         : "=f"(v0), "=f"(v1) : "r"(fp8x2_f16x2<E5M2>(c)));
 }
 __device__ __forceinline__ bool finite_f32(float x) { return (__float_as_int(x) & 0x7f800000) != 0x7f800000; }
-__device__ __forceinline__ float mx_term(float acc, float s, int ra, int cf, bool fast) {
-    return fast ? fmaf(s, __int_as_float(ra + cf), acc) : mx_add_exact(acc, s, ra, cf);
-}
 
 // The bits a lossy MXFP8 fold (gemm_sm90_mx.cu) took off the elements, added back at the end of a tile, after its
 // block factors: A = A_hi + A_lo and B = B_hi + B_lo (A_lo, B_lo: the sorted lists {k, lo} per row of A / column
@@ -955,7 +934,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #if SM90_MX
         // fast promotion when every live pair of block codes has E = ea + eb in [-126, 127] (info: the prep's ranges)
         // (these flags and mx_whole share one register: the consumers have none to spare)
-        const int mx_flags = ((255 - info_a[0]) + (255 - info_b[0]) >= 128 && info_a[1] + info_b[1] <= 381) |
+        const int mx_flags = mx_fast_pair(info_a, info_b) |
 #if SM90_MX_FOLDS
                              // every row of A and column of B folded with one factor over all of K (info[3] = 0 from
                              // mx_sm90_fold): the stages' scratch is added unscaled and 2^(Ea + Eb) applied once, in

@@ -181,13 +181,15 @@ __device__ __forceinline__ float lost_bits(u32 c, u32 h, int d, int ebits, int m
 // 16-element run each, decide the window together (shuffles) and write its e4m3 codes as one 128-byte row segment.
 #define FOLD_ROWS 32
 #define FOLD_PITCH 144  // 128 bytes of K + 16 (bank spread for the transposing stores)
-extern "C" __global__ void __launch_bounds__(256)
+// (256, 1): with no minimum given, ptxas spilled 4 bytes at 48 registers
+extern "C" __global__ void __launch_bounds__(256, 1)
 mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __restrict__ codes, i64 cs_r, i64 cs_k,
              int rows, int blocks, int K, int role, int rows_pad, int blocks_pad, int ebits, int mbits, int bias,
              int lo, int hi_shift, const int* __restrict__ row_e, u8* __restrict__ elems, i64 ldk,
              int* __restrict__ out, i64 ld, u8* __restrict__ folded, u8* __restrict__ nan_rows,
              int* __restrict__ info, int lossy, int specials, int cap, int* __restrict__ lo_cnt,
-             int2* __restrict__ lo_ent, int* __restrict__ slots, const int* __restrict__ only_if) {
+             int2* __restrict__ lo_ent, int* __restrict__ slots, const int* __restrict__ only_if,
+             u8* __restrict__ el_t, i64 ldt) {
     if (only_if != nullptr && *only_if == 0) return;  // the lossless rerun: only after a list overflowed
     // every (shift, code) pair's code: lut[(d - lo) * ncodes + c]: e4m3 (fp4 / fp6, 15 shifts x 64 codes at most),
     // or with lossy the same fp8 format, truncated (16 shifts x 256 codes)
@@ -256,11 +258,11 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
     // elements: this lane's 16 codes (zeros in NaN / zero blocks)
     int nlost = 0;  // lossy: this lane's elements whose shift lost bits
     const u32 v4[4] = {v.x, v.y, v.z, v.w};
+    u32 o[4] = {0, 0, 0, 0};
     if (r < rows && k0 + 16 * run < ldk) {
         const int d = fold ? sc - 127 - E : 0;
         const u8* tab = lut + (d - lo) * ncodes;
         const u32 in[4] = {v.x, v.y, v.z, v.w};
-        u32 o[4] = {0, 0, 0, 0};
         if (live)
 #pragma unroll
             for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(in[q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
@@ -310,6 +312,16 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                 ++at;
             }
         }
+        // the elements once more, transposed ([k][row], ldt bytes per k; zeros past rows): mx_lo_fix reads a k's
+        // codes of 32 consecutive rows as one 32-byte run
+        __syncthreads();  // every lane has read its run of the tile
+        *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
+        __syncthreads();
+        const int kt = t / 2, rh = 16 * (t % 2);
+        u32 q4[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int q = 0; q < 16; ++q) q4[q / 4] |= (u32)tile[(rh + q) * FOLD_PITCH + kt] << (8 * (q % 4));
+        *(uint4*)(el_t + (i64)(k0 + kt) * ldt + r0 + rh) = make_uint4(q4[0], q4[1], q4[2], q4[3]);
     }
     // factors (one lane per block): the window's 2^E on all 4 blocks (folded), else each live block's own code
     int lo_enc = 0, hi = 0;
@@ -375,5 +387,229 @@ mx_sm90_fold_rows(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, int rows, i
         }
         if (lane == 0)
             row_e[r] = emax < emin ? 127 : emax - emin <= hi_shift - lo ? min(max(emax - hi_shift, -127), 127) + 127 : -1;
+    }
+}
+
+// An fp8 code's value into v (format fmt = ebits | mbits << 4 | bias << 8 | specials << 16, specials as in
+// fp8_plain); false for zeros and NaN / inf (no term to add: see mx_lo_fix)
+__device__ __forceinline__ bool fp8_term_value(u32 c, int fmt, float& v) {
+    const int ebits = fmt & 15, mbits = (fmt >> 4) & 15, bias = (fmt >> 8) & 255, specials = fmt >> 16;
+    if (fp8_plain(c, ebits, mbits, specials)) return false;
+    v = fp8_code_value(c, ebits, mbits, bias);
+    return true;
+}
+
+// the lost bits at k of a row / column whose list (sorted by k) is ent[0 .. n), 0 when it has none there
+__device__ __forceinline__ float lo_at(const int2* __restrict__ ent, int n, int k) {
+    for (int j = 0; j < n; ++j) {
+        const int2 e = ent[j];
+        if (e.x >= k) return e.x == k ? __int_as_float(e.y) : 0.f;
+    }
+    return 0.f;
+}
+
+// The bits a lossy MXFP8 fold (mx_sm90_fold) took off the elements, added to the GEMM's fp32 result after it: the
+// GEMM gave A_hi B_hi (times the block factors); this adds A_lo (B_hi + B_lo) and then A_hi B_lo, from the sorted
+// lists {k, lo} per row of A / column of B (folded units) and the folded elements transposed (el_t: [k][row]), each
+// term an exact product (a few bits) times its two block factors 2^(ea + eb) (mx_term), added in fp32 in list
+// order: per element its row's entries, then its column's.  Terms whose element in the other operand is 0 or NaN /
+// inf are left out (the GEMM's product of that element with hi, which is never 0 where the element is not and
+// keeps its sign, is already the reference's).  A block per 32 x 256 tile of C (in shared memory), a thread per
+// column, so no two threads touch one element and the phases need no barrier:
+//   * the tile's rows' entries, flattened in row then list order into shared memory (up to FIX_LIST; more are
+//     read from the lists in global memory), each against the thread's column of B's elements at k;
+//   * the thread's column's entries, each against the tile's 32 rows of A's elements at k (one 32-byte run).
+// Element codes are decoded through per-block tables (0 for the codes that add nothing).  src (fp32, row pitch
+// lds) is read, dst (ldd; out_kind 0 fp32, 1 fp16, 2 bf16) written; in place (src == dst, fp32) tiles without
+// entries are left as they are.  fmt_a / fmt_b: the elements' formats (fp8_term_value); folded: 1 when both
+// operands are folded (mx_sm90_fold; else info[3] means nothing).
+#define FIX_ROWS 32
+#define FIX_COLS 256
+#define FIX_LIST 256
+#define FIX_GROUP 8  // the rows' entries whose codes of B one thread loads at once
+// one fp32 element from global to shared memory (cp.async; 0 where `in` is false), and the wait for a thread's own
+__device__ __forceinline__ void cp_async_f32(float* dst, const float* src, bool in) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)),
+                 "l"(in ? src : nullptr), "r"(in ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// what mx_lo_fix's two kinds of terms read (one thread's column)
+struct FixTerms {
+    float* v;  // v[FIX_COLS * r]: row r of the thread's column (shared)
+    const int4* list;
+    int total;
+    const int* ra_s;
+    const float *val_a, *val_b;
+    const int2* my;
+    int nb;
+    int2 first;
+    uint4 run0, run1;
+    int m0, M, col;
+    bool on;
+    int cf0, pc;
+    const int* fac_a;
+    i64 ld_fa;
+    const int* fac_b;
+    i64 ld_fb;
+    int cap;
+    const int* cnt_a;
+    const int2* ent_a;
+    const u8* elt_a;
+    i64 ldt_a;
+    const u8* elt_b;
+    i64 ldt_b;
+    bool fast, whole;
+};
+
+// acc + s * 2^(ea + eb) (ra, cf: the factors' bits); SIMPLE: the fast form (mx_term) known
+template <bool SIMPLE>
+__device__ __forceinline__ float fix_add(float acc, float s, int ra, int cf, bool fast) {
+    return SIMPLE ? fmaf(s, __int_as_float(ra + cf), acc) : mx_term(acc, s, ra, cf, fast);
+}
+
+// mx_lo_fix's terms for one thread's column: the rows' entries, then the column's own.  SIMPLE: every factor pair
+// in the fast form and one factor per row / column (ra_s, cf0).
+template <bool SIMPLE>
+__device__ __forceinline__ void fix_terms(const FixTerms& f) {
+    float* const v = f.v;
+    const bool whole = SIMPLE || f.whole;
+    // the rows' entries in row then list order: lo * (B_hi + B_lo)(col, k); B's codes of a group loaded at once
+    const int listed = min(f.total, FIX_LIST);
+    for (int i0 = 0; f.on && i0 < listed; i0 += FIX_GROUP) {
+        u32 code[FIX_GROUP];
+#pragma unroll
+        for (int j = 0; j < FIX_GROUP; ++j)
+            code[j] = i0 + j < listed ? f.elt_b[(i64)f.list[i0 + j].x * f.ldt_b + f.col] : 0;
+#pragma unroll
+        for (int j = 0; j < FIX_GROUP; ++j) {
+            float b = f.val_b[code[j]];
+            if (i0 + j >= listed || b == 0.f) continue;
+            const int4 en = f.list[i0 + j];
+            if (f.nb) b += lo_at(f.my, f.nb, en.x);  // the column's own lost bits there: the sum is exact in fp32
+            v[FIX_COLS * en.z] = fix_add<SIMPLE>(v[FIX_COLS * en.z], __int_as_float(en.y) * b, en.w,
+                                                 whole ? f.cf0 : f.fac_b[(en.x >> 5) * f.ld_fb + f.pc], f.fast);
+        }
+    }
+    if (f.on && f.total > FIX_LIST) {  // the entries past the list, from global memory (rows past the list's end)
+        int before = 0;                // the row's entries before it in the flattened order
+        for (int r = 0; r < FIX_ROWS; ++r) {
+            const int m = f.m0 + r, n = f.cnt_a != nullptr && m < f.M ? min(f.cnt_a[m], f.cap) : 0;
+            for (int e = max(0, FIX_LIST - before); e < n; ++e) {
+                const int2 en = f.ent_a[(i64)m * f.cap + e];
+                const int k = en.x, blk = k >> 5;
+                float b = f.val_b[f.elt_b[(i64)k * f.ldt_b + f.col]];
+                if (b == 0.f) continue;
+                if (f.nb) b += lo_at(f.my, f.nb, k);
+                v[FIX_COLS * r] = fix_add<SIMPLE>(v[FIX_COLS * r], __int_as_float(en.y) * b,
+                                                  whole ? f.ra_s[r] : f.fac_a[(i64)m * f.ld_fa + blk],
+                                                  whole ? f.cf0 : f.fac_b[blk * f.ld_fb + f.pc], f.fast);
+            }
+            before += n;
+        }
+    }
+    // the column's entries in list order, against the tile's 32 rows of A_hi at k (one 32-byte run): A_hi * lo
+    uint4 run0 = f.run0, run1 = f.run1;
+    for (int e = 0; e < f.nb; ++e) {
+        const int2 en = e ? f.my[e] : f.first;
+        const int k = en.x, blk = k >> 5;
+        const float lo = __int_as_float(en.y);
+        const int cf = whole ? f.cf0 : f.fac_b[blk * f.ld_fb + f.pc];
+        if (e) {
+            const uint4* const run = (const uint4*)(f.elt_a + (i64)k * f.ldt_a + f.m0);
+            run0 = run[0];
+            run1 = run[1];
+        }
+        const u32 cw[8] = {run0.x, run0.y, run0.z, run0.w, run1.x, run1.y, run1.z, run1.w};
+#pragma unroll
+        for (int r = 0; r < FIX_ROWS; ++r) {
+            const float a = f.val_a[(cw[r / 4] >> (8 * (r % 4))) & 0xffu];  // 0: no term (rows past M hold 0)
+            if (SIMPLE) {  // a select, not a branch
+                const float y = fmaf(a * lo, __int_as_float(f.ra_s[r] + cf), v[FIX_COLS * r]);
+                if (a != 0.f) v[FIX_COLS * r] = y;
+            } else if (a != 0.f) {
+                v[FIX_COLS * r] = mx_term(v[FIX_COLS * r], a * lo,
+                                          whole ? f.ra_s[r] : f.fac_a[(i64)(f.m0 + r) * f.ld_fa + blk], cf, f.fast);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ldd, int out_kind, int M, int N,
+          const int* __restrict__ info_a, const int* __restrict__ info_b, const int* __restrict__ fac_a, i64 ld_fa,
+          const int* __restrict__ fac_b, i64 ld_fb, int cap, const int* __restrict__ cnt_a,
+          const int2* __restrict__ ent_a, const u8* __restrict__ elt_a, i64 ldt_a, int fmt_a,
+          const int* __restrict__ cnt_b, const int2* __restrict__ ent_b, const u8* __restrict__ elt_b, i64 ldt_b,
+          int fmt_b, int folded) {
+    __shared__ float tile[FIX_ROWS][FIX_COLS];  // a thread's column: one bank
+    __shared__ float val_a[256], val_b[256];     // the codes' values (0: no term)
+    __shared__ int4 list[FIX_LIST];              // the rows' entries: {k, lo bits, row in the tile, A's factor}
+    __shared__ int ra_s[FIX_ROWS];               // the rows' first block factor
+    __shared__ int total_s;
+    const int t = threadIdx.x, m0 = blockIdx.y * FIX_ROWS, col = blockIdx.x * FIX_COLS + t;
+    const bool on = col < N;
+    // every independent load first: the tile (to shared memory, asynchronously), the counts, this column's first
+    // entry and its run of A's codes, the rows' entries (warp 0)
+    float* const v = &tile[0][t];  // v[FIX_COLS * r]: row r of this thread's column
+#pragma unroll 8
+    for (int r = 0; r < FIX_ROWS; ++r)
+        cp_async_f32(v + FIX_COLS * r, src + (i64)(m0 + r) * lds + col, on && m0 + r < M);
+    const int nb = cnt_b != nullptr && on ? min(cnt_b[col], cap) : 0;
+    const int m = m0 + t;
+    const int na = cnt_a != nullptr && t < FIX_ROWS && m < M ? min(cnt_a[m], cap) : 0;
+    const int2* const my = ent_b + (i64)col * cap;  // this column's entries (nb of them)
+    const int2 first = nb ? my[0] : make_int2(0, 0);
+    uint4 run0 = make_uint4(0, 0, 0, 0), run1 = run0;
+    if (nb) {
+        const uint4* const run = (const uint4*)(elt_a + (i64)first.x * ldt_a + m0);
+        run0 = run[0];
+        run1 = run[1];
+    }
+    const bool whole = folded && info_a[3] == 0 && info_b[3] == 0;  // one factor per row / column over all of K
+    const bool fast = mx_fast_pair(info_a, info_b);
+    const int w = col & 15, pc = (col & ~15) + 4 * ((w & 7) >> 1) + 2 * (w >> 3) + (w & 1);  // fac_b's permutation
+    const int cf0 = on ? fac_b[pc] : 0;
+    if (t < 32) {  // warp 0 (row t): its entries at their place in the flattened list (an inclusive scan)
+        ra_s[t] = m < M ? fac_a[(i64)m * ld_fa] : 0;
+        int incl = na;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (t >= o) incl += y;
+        }
+        if (t == 31) total_s = incl;
+        for (int e = 0; e < na && incl - na + e < FIX_LIST; ++e) {
+            const int2 en = ent_a[(i64)m * cap + e];
+            list[incl - na + e] = make_int4(en.x, en.y, t, whole ? ra_s[t] : fac_a[(i64)m * ld_fa + (en.x >> 5)]);
+        }
+    }
+    float x;
+    val_a[t] = fp8_term_value(t, fmt_a, x) ? x : 0.f;
+    val_b[t] = fp8_term_value(t, fmt_b, x) ? x : 0.f;
+    if (!__syncthreads_or(nb != 0 || na != 0) && (const void*)src == dst) {
+        cp_async_wait_all();
+        return;
+    }
+    const int total = total_s;
+    cp_async_wait_all();  // this thread's column is in (no other thread touches it)
+    const FixTerms ft = {v, list, total, ra_s, val_a, val_b, my, nb, first, run0, run1, m0, M, col, on, cf0, pc, fac_a,
+                         ld_fa, fac_b, ld_fb, cap, cnt_a, ent_a, elt_a, ldt_a, elt_b, ldt_b, fast, whole};
+    if (fast && whole)  // the common case, without the general factor's code in the loops
+        fix_terms<true>(ft);
+    else
+        fix_terms<false>(ft);
+    if (!on) return;
+    if (out_kind == 0) {
+#pragma unroll 16
+        for (int r = 0; r < FIX_ROWS; ++r)
+            if (m0 + r < M) ((float*)dst)[(i64)(m0 + r) * ldd + col] = v[FIX_COLS * r];
+    } else {
+#pragma unroll 16
+        for (int r = 0; r < FIX_ROWS; ++r)
+            if (m0 + r < M) {
+                const float y = v[FIX_COLS * r];
+                ((u16*)dst)[(i64)(m0 + r) * ldd + col] = out_kind == 1 ? f32_to_f16(y) : f32_to_bf16(y);
+            }
     }
 }

@@ -49,6 +49,37 @@ __device__ __forceinline__ float out_scale(int exp0, const void* exp_a, const vo
     return pow2f(h) * pow2f(e - h);
 }
 
+// The exact MX fp8 operands' factor range (info, from gemm_sm90_mx.cu's prep: {255 - min live code, max live code,
+// ...}): true when every live pair of block codes has E = ea + eb in [-126, 127], so that the factor's bits are one
+// integer add (mx_term's fast form)
+__device__ __forceinline__ bool mx_fast_pair(const int* __restrict__ info_a, const int* __restrict__ info_b) {
+    return (255 - info_a[0]) + (255 - info_b[0]) >= 128 && info_a[1] + info_b[1] <= 381;
+}
+
+// 2^E * s added to acc with two normal factors (s * 2^e1) * 2^e2: exact whenever the term is a normal number
+// (E in [-254, 254]; the first product stays normal then); terms of E <= -253 (far below fp32) are not kept.
+__device__ __forceinline__ float mx_add_exact(float acc, float s, int ra, int cb) {
+    const int e = (ra >> 23) + (cb >> 23) - 127;  // ra = sa << 23 (sa <= 254), cb = (sb - 127) << 23
+    int e1, e2;
+    if (e > 127) {
+        e1 = 127;
+        e2 = e - 127;
+    } else if (e < -126) {
+        e1 = max(e + 126, -126);
+        e2 = -126;
+    } else {
+        e1 = e;
+        e2 = 0;
+    }
+    return fmaf(s * __int_as_float((e1 + 127) << 23), __int_as_float((e2 + 127) << 23), acc);
+}
+
+// 2^E * s added to acc: one FFMA with the factor's bits ra + cf where E is in fp32's normal range (fast), else
+// mx_add_exact
+__device__ __forceinline__ float mx_term(float acc, float s, int ra, int cf, bool fast) {
+    return fast ? fmaf(s, __int_as_float(ra + cf), acc) : mx_add_exact(acc, s, ra, cf);
+}
+
 // A lossy MXFP8 fold's slots (gemm_sm90_mx.cu writes them, gemm_sm90.cu's main loop copies them per stage): per
 // 128-K window and 32 rows of an operand (columns of B), LO_SLOT_INTS ints: the count, 3 unused, then up to
 // LO_SLOT_ENTRIES entries {row in the 32 | (k - the window's first K) << 8, lost bits as fp32}, by row, then k.

@@ -202,9 +202,11 @@ def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     for name, grid, args in calls:
         assert len(args) == params[name], (name, len(args), params[name])
     assert fac.lo_cnt.shape == (m,) and fac.lo_ent.shape == (m, stage.LO_CAP, 2) and fac.info.shape == (8,)
-    only_if = [c[2][-3] if c[0] == "mx_sm90_fold_rows" else c[2][-1] for c in calls if "_lo_" not in c[0]]
-    windows, blocks32 = 3, -(-(m if role == "a" else 80) // 32)
+    only_if = [c[2][-3] for c in calls if "_lo_" not in c[0]]  # fold_rows: (.., only_if, info, lo_cnt); fold:
+    windows, blocks32 = 3, -(-(m if role == "a" else 80) // 32)  # (.., only_if, el_t, ldt)
     assert fac.lo_slots.shape == (windows, blocks32, stage.LO_SLOT_INTS)
+    assert fac.lo_elt.shape == (128 * windows, 32 * blocks32)  # mx_lo_fix's transposed elements
+    assert all(c[2][-2] is fac.lo_elt and c[2][-1] == 32 * blocks32 for c in calls if c[0] == "mx_sm90_fold")
     header = kernel_source("nvidia", sm90.SM90_MX_FILE)  # the slot's size, as the kernels define it
     ents = int(re.search(r"#define LO_SLOT_ENTRIES (\d+)", header).group(1))
     assert re.search(r"#define LO_SLOT_INTS \(4 \+ 2 \* LO_SLOT_ENTRIES\)", header)

@@ -485,6 +485,30 @@ def test_mxfp8_lost_bits_slot_overflow_epilogue(backend, rng, dtype):
     assert int(cp.asnumpy(plan.da.mx.lo_cnt).sum()) > 64
 
 
+@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
+def test_mxfp8_lost_bits_many_per_tile(backend, rng, dtype):
+    """More dropped bits in 32 rows of A than mx_lo_fix's shared list holds (12 per row: 384 > 256), each row's
+    list within its cap, beside B's own: the entries past the list are read from global memory, in order; still
+    bit-exact (fp32 and bf16 outputs)."""
+    import cupy as cp
+
+    fmts = _fmts(dtype)
+    m, n, k = 96, 300, 512
+    a = _lossy_operand(rng, m, k, fmts[0], 1)
+    b = _lossy_operand(rng, n, k, fmts[1], 0)
+    va, sa = formats.decode(a.codes, a.element), a.scales.copy()
+    va[0:64, 128:140] = 3 * _unit(fmts[0])  # block 4: twelve odd elements per row, 2 binades down
+    sa[0:64, 4] = sa[0:64, 0] - 2
+    a = _mx(va, sa, fmts[0], 1)
+    for out_dtype in ("float32", "bfloat16"):
+        got = _run(backend, a, b, dtype, out_dtype)
+        np.testing.assert_array_equal(got, _ref(a, b, dtype, out_dtype))
+    plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
+    cnt = cp.asnumpy(plan.da.mx.lo_cnt)
+    assert int(plan.da.mx.info[4]) == 0 and cnt[:32].sum() > 256 and cnt.max() <= 64, cnt[:32]
+    assert int(cp.asnumpy(plan.db.mx.lo_cnt).sum()) > 0
+
+
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
 def test_mxfp8_lost_bits_overflow_refolds(backend, rng, dtype):
     """Rows with more dropped bits than a list holds (every element of blocks 7 binades below the row's largest,

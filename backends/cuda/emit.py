@@ -70,7 +70,8 @@ def compile_jobs(arch: str) -> list[dict]:
         for kernel, what in zip(SM90_MX_KERNELS, ("MX block factors (wgmma, exact MX fp8)",
                                                   "MXFP4/MXFP6 row exponents (wgmma, exact MX)",
                                                   "MX operands folded (MXFP4/MXFP6 into e4m3, MXFP8 lossy + lists)",
-                                                  "MXFP8 fold: lost-bit lists sorted by k (wgmma, exact MX)")):
+                                                  "MXFP8 fold: lost-bit lists sorted by k (wgmma, exact MX)",
+                                                  "MXFP8 fold: lost bits added to the GEMM's result")):
             jobs.append({"file": SM90_MX_FILE, "kernel": kernel, "stem": kernel[3:], "family": "wgmma", "dtype": what,
                          "options": ["-std=c++17"], "smem": 0, "threads": 256})
     return jobs

@@ -36,9 +36,10 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
+from ..codec_runtime import launch
 from .device import address_of, unowned_view
 from .plan import CudaPlan, RawLaunch, scale_args
-from .stage import LO_CAP
+from .stage import _SPECIAL, LO_CAP
 from .variants import ELEMENTS
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
@@ -47,7 +48,8 @@ __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Vari
 SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
 SM90_MX_FILE = "gemm_sm90_mx.cu"
 SM90_MX_KERNELS = ("mx_sm90_block_factors", "mx_sm90_fold_rows", "mx_sm90_fold",  # fp8 factors; folds
-                   "mx_sm90_lo_sort")  # a lossy MXFP8 fold's lists in k order
+                   "mx_sm90_lo_sort",  # a lossy MXFP8 fold's lists in k order
+                   "mx_lo_fix")  # and its lost bits added to the GEMM's result
 MX_FACTOR_BYTES = 16  # per row of A / column of B per stage: 4 blocks of 32 K, one int32 factor each
 BM = 128  # two consumer warpgroups of 64 rows
 THREADS = 384  # producer + two consumers
@@ -56,6 +58,31 @@ SMEM_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_90 (opt-in)
 _ELEM_CODE = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 3, "e5m2": 3}
 _FP8 = ("e4m3", "e5m2")
 _OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
+#: a lossy MXFP8 fold's lost bits added to the GEMM's fp32 result by ``mx_lo_fix`` after it (True), or inside the
+#: GEMM (False: its main loop's ``lo_stage`` / epilogue's ``mx_lo_correct``)
+MX_LO_FIX = True
+FIX_ROWS, FIX_COLS = 32, 256  # mx_lo_fix's tile of C
+
+
+@functools.lru_cache(maxsize=None)
+def _fp8_fmt(elem: str) -> int:
+    """A staged fp8 element's format as mx_lo_fix takes it: ebits | mbits << 4 | bias << 8 | specials << 16."""
+    from mxcore import formats
+
+    spec = formats.get({"e4m3": "e4m3fn", "e5m2": "e5m2"}[elem])
+    return spec.ebits | spec.mbits << 4 | spec.bias << 8 | _SPECIAL.get(spec.specials, 0) << 16
+
+
+def _transposed_elements(cp, d):
+    """An MX folded operand's elements transposed as mx_lo_fix reads them (``MXFactors.lo_elt``: [k][row], rows
+    rounded up to 32, zeros beyond): made by a lossy fold itself, else here once and kept on the operand's factors
+    (the other operand of a lossy one: e.g. MXFP4 weights beside MXFP8 activations)."""
+    f = d.mx
+    if f.lo_elt is None:
+        rows, k = d.buf.shape[0], d.ld
+        f.lo_elt = cp.zeros((f.blocks_pad * 32, 32 * -(-max(rows, 1) // 32)), dtype=cp.uint8)
+        f.lo_elt[:k, :rows] = d.buf[:rows, :k].T
+    return f.lo_elt
 _STORES = (0, 2, 4)  # direct stores, TMA store of 16-bit or fp32 outputs
 
 #: block tiles: name -> (BN, stages, cluster size along M).  128x256 (cluster of 2) is the 16-bit/tf32/fast-fp8
@@ -270,11 +297,11 @@ _NULL = np.uint64(0)
 _NO_LISTS = (_NULL, _NULL, _NULL, np.int64(0)) * 2 + (_NULL, _NULL, np.int32(0))
 
 
-def _lo_lists(d) -> tuple:
-    """A staged MX operand's lossy-fold lists as the kernel takes them (counts, entries: nulls without), then its
-    element codes and their row pitch (stage.py: Stager.mx_fold)."""
+def _lo_lists(d, fix: bool = False) -> tuple:
+    """A staged MX operand's lossy-fold lists as the kernel takes them (counts, entries: nulls without, or with
+    ``fix``: mx_lo_fix adds them), then its element codes and their row pitch (stage.py: Stager.mx_fold)."""
     f = d.mx
-    lists = (_NULL, _NULL) if f.lo_cnt is None else (f.lo_cnt, f.lo_ent)
+    lists = (_NULL, _NULL) if f.lo_cnt is None or fix else (f.lo_cnt, f.lo_ent)
     return (*lists, d.buf, np.int64(d.ld))
 
 
@@ -366,10 +393,11 @@ class Sm90Plan(CudaPlan):
         a, b, m, n = self.da, self.db, self.m, self.n
         if getattr(self, "_nb", 1) > 1 or a.bstride or b.bstride:  # batch elements in the grid (folded: none)
             raise UnsupportedError("the wgmma kernel multiplies one matrix; batches run on family='mma_sync'")
-        out = self.out
+        mx = a.mx is not None
+        self._fix = mx and MX_LO_FIX and (a.mx.lo_cnt is not None or b.mx.lo_cnt is not None)
+        out = self._gemm_out()
         ob = out.dtype.itemsize  # 2 (fp16, bf16 bits) or 4 (fp32)
         store = ob if out.size > 0 and (out.shape[-1] * ob) % 16 == 0 and out.data.ptr % 16 == 0 else 0
-        mx = a.mx is not None
         if mx != (b.mx is not None) or (mx and (a.elem not in _FP8 or b.elem not in _FP8)):
             raise UnsupportedError(f"internal: exact MX needs two MX fp8 operands (staged {a.elem}, {b.elem})")
         self._swap = m <= SWAP_MAX_M and not mx  # the MX variant is never swapped (it reads A's and B's factors)
@@ -395,6 +423,39 @@ class Sm90Plan(CudaPlan):
         if key not in _CLUSTERS:
             _CLUSTERS[key] = max_active_clusters(self._kernel, v) if v.cluster > 1 else self.dev.sms
         self._schedule(_CLUSTERS[key] or self.dev.sms // v.cluster)
+
+    def _gemm_out(self):
+        """Where the GEMM writes: the output, or, where mx_lo_fix adds lost bits after it into a 16-bit output, an
+        fp32 buffer of the output's shape that mx_lo_fix reads (one per plan)."""
+        out = self.out
+        if not self._fix or out.dtype.itemsize == 4:
+            return out
+        tmp = getattr(self, "_tmp", None)
+        if tmp is None or tmp.shape != out.shape:
+            with self.cp.cuda.Device(self.dev.ordinal):
+                tmp = self._tmp = self.cp.empty(out.shape, dtype=self.cp.float32)
+        return tmp
+
+    def _fix_launch(self):
+        """mx_lo_fix's grid and arguments: the lossy operands' lists and both operands' transposed elements."""
+        cp, out, gout = self.cp, self.out, self._gemm_out()
+        da, db = self.da, self.db
+        ops = []
+        for d, other in ((da, db), (db, da)):
+            f = d.mx
+            lossy = f.lo_cnt is not None
+            elt = _transposed_elements(cp, d) if other.mx.lo_cnt is not None else None
+            ops.append((f.lo_cnt if lossy else _NULL, f.lo_ent if lossy else _NULL, _NULL if elt is None else elt,
+                        np.int64(0 if elt is None else elt.shape[1]), np.int32(_fp8_fmt(d.elem))))
+        fa, fb = da.mx, db.mx
+        args = (gout, np.int64(gout.shape[-1]), out, np.int64(out.shape[-1]), np.int32(_OUT_KIND[self.out_dtype]),
+                np.int32(self.m), np.int32(self.n), fa.info, fb.info, fa.factors, np.int64(fa.ld), fb.factors,
+                np.int64(fb.ld), np.int32(LO_CAP), *ops[0], *ops[1],
+                np.int32(fa.folded is not None and fb.folded is not None))
+        grid = (-(-self.n // FIX_COLS), -(-self.m // FIX_ROWS))
+        kernel = self.backend.kernels.get(cp, self.dev.ordinal, ("sm90", "mx_lo_fix"), SM90_MX_FILE, "mx_lo_fix",
+                                          ("-std=c++17",))
+        return kernel, grid, args
 
     def _schedule(self, resident: int) -> None:
         """The persistent grid on ``resident`` blocks (clusters) and the split of the last wave's tiles
@@ -436,12 +497,13 @@ class Sm90Plan(CudaPlan):
             map_sa = tensor_map(fa.factors.data.ptr, 4, fa.ld, km, fa.ld, 4, BM, swizzle=_SWIZZLE_NONE)
             map_sb = tensor_map(fb.factors.data.ptr, 4, fb.ld, fb.blocks_pad, fb.ld, v.bn, 4, swizzle=_SWIZZLE_NONE)
             folded = (fa.folded, fb.folded) if fa.folded is not None and fb.folded is not None else (_NULL, _NULL)
-            slots = tuple(_NULL if d.mx.lo_slots is None else d.mx.lo_slots for d in (da, db))
-            lists = (*_lo_lists(da), *_lo_lists(db), *slots, np.int32(LO_CAP))
+            slots = tuple(_NULL if d.mx.lo_slots is None or self._fix else d.mx.lo_slots for d in (da, db))
+            lists = (*_lo_lists(da, self._fix), *_lo_lists(db, self._fix), *slots, np.int32(LO_CAP))
             self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan, *folded, fa.factors, np.int64(fa.ld),
                              fb.factors, np.int64(fb.ld), *lists)
+        self._fix_args = None  # packed again by the next gemm()
         # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
-        out = self.out
+        out = self._gemm_out()
         ob = v.tma_store
         self._map_c = (tensor_map(out.data.ptr, ob, self.n, self.m, out.shape[-1], STAGE_K_BYTES // ob, 64) if ob
                        else np.zeros(1, dtype="V128"))
@@ -453,11 +515,13 @@ class Sm90Plan(CudaPlan):
         self.da, self.db = da or self.da, db or self.db
         if out is not None:
             self.out = out
+            self._fix_args = None
         if operands:
             self._scale = scale_args(self.da, self.db)  # another weight: its scale exponent (or device scale) too
             self._maps()
         elif out is not None and out.size and self.da.k:
             v = self.variant_
+            out = self._gemm_out()
             if v.tma_store:
                 self._map_c = tensor_map(out.data.ptr, v.tma_store, self.n, self.m, out.shape[-1],
                                          STAGE_K_BYTES // v.tma_store, 64)
@@ -494,13 +558,14 @@ class Sm90Plan(CudaPlan):
 
     def _out_args(self) -> tuple:
         """The launch arguments that follow the output (at positions _OUT_ARGS): its tensor map, address, pair_ok."""
-        out = self.out
+        out = self._gemm_out()
         return self._map_c, out, np.int32(out.shape[-1] % 2 == 0 and out.data.ptr % 8 == 0)
 
     def _launch_args(self) -> tuple:
         (km, kn), (map_c, out, pair_ok) = self._kmn, self._out_args()
         return (self._map_a, self._map_b, map_c, out, np.int32(km), np.int32(kn), np.int32(self.da.k),
-                np.int64(out.shape[-1]), *self._scale, np.int32(_OUT_KIND[self.out_dtype]), pair_ok,
+                np.int64(out.shape[-1]), *self._scale,
+                np.int32(_OUT_KIND[self.out_dtype] if out is self.out else _OUT_KIND["float32"]), pair_ok,
                 np.int32(self._units), np.int32(self._tail0), np.int32(self._splits), np.int32(self._per), self._ws,
                 self._counters,
                 *self._mx_args)
@@ -517,9 +582,16 @@ class Sm90Plan(CudaPlan):
             if self._raw is None:  # packed once per operands / output (rebind): a launch is cuLaunchKernel alone
                 self._raw = RawLaunch(self._kernel, self._grid, (THREADS,), self._smem, self._launch_args())
             self._raw(cp.cuda.driver, self.stream.ptr, ())
+            if self._fix:  # a lossy MXFP8 fold's lost bits, added to the GEMM's fp32 result
+                if self._fix_args is None:
+                    self._fix_args = self._fix_launch()
+                kernel, grid, args = self._fix_args
+                with self.stream:
+                    launch(kernel, grid, (256,), args)
 
     def clone(self) -> "Sm90Plan":
         other = super().clone()
+        other._tmp = None  # its own fp32 buffer for mx_lo_fix (plans may run on different streams)
         other._maps()  # the maps hold the operands' addresses
         other._alloc_split()  # its own partials and counters (plans may run on different streams)
         return other

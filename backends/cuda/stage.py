@@ -78,13 +78,14 @@ class MXFactors:
     lo_cnt: object = None  # lossy MXFP8 fold: entries per row (may exceed LO_CAP: then info[4] = 1, refolded)
     lo_ent: object = None
     lo_slots: object = None  # the same entries per 128-K window and 32 rows, as the GEMM's main loop copies them
+    lo_elt: object = None  # the folded elements transposed, uint8 [windows * 128][rows rounded up to 32]: mx_lo_fix
 
     def copy(self) -> "MXFactors":
         def cp(x):
             return None if x is None else x.copy()
 
         return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy(),
-                         cp(self.folded), cp(self.lo_cnt), cp(self.lo_ent), cp(self.lo_slots))
+                         cp(self.folded), cp(self.lo_cnt), cp(self.lo_ent), cp(self.lo_slots), cp(self.lo_elt))
 
 
 @dataclass
@@ -426,6 +427,7 @@ class Stager:
         else:
             fac.lo_ent = cp.empty((max(rows, 1), LO_CAP, 2), dtype=cp.int32)
             fac.lo_slots = cp.empty((max(windows, 1), -(-max(rows_pad, 1) // 32), LO_SLOT_INTS), dtype=cp.int32)
+            fac.lo_elt = cp.empty((max(windows, 1) * 128, 32 * -(-max(rows_pad, 1) // 32)), dtype=cp.uint8)
         if rows_pad:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
             rows_grid = (max(1, min(-(-rows // 8), 8 * self.sms)),)
@@ -441,7 +443,8 @@ class Stager:
                 launch(self._factor_kernel("mx_sm90_fold"), (-(-rows_pad // 32), windows), (256,), args + (
                     np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(plo), np.int32(phi),
                     row_e, elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info,
-                    np.int32(lossy), np.int32(_SPECIAL.get(spec.specials, 0)), *lists, only_if))
+                    np.int32(lossy), np.int32(_SPECIAL.get(spec.specials, 0)), *lists, only_if,
+                    fac.lo_elt if lossy else _NULLP, np.int64(fac.lo_elt.shape[1] if lossy else 0)))
                 if lossy and i == 0:  # each row's entries in k order (the GEMM adds them so)
                     launch(self._factor_kernel("mx_sm90_lo_sort"), rows_grid, (256,), (
                         np.int32(rows), np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent))
