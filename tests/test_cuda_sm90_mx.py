@@ -454,7 +454,7 @@ def test_mxfp8_lost_bits_bit_exact(backend, rng, dtype, side, shape):
             continue
         cnt = cp.asnumpy(d.mx.lo_cnt)
         assert int(d.mx.info[4]) == 0 and int(d.mx.info[3]) == 0 and cnt.max() <= 64
-        assert int(d.mx.info[5]) == 0  # every slot fits: the main loop added them (lo_stage)
+        assert int(d.mx.info[5]) == 0  # every slot fits (with sm90.MX_LO_FIX off the main loop adds them: lo_stage)
         assert (cnt.sum() > 0) == lossy, cnt.sum()
         if lossy:  # each row's list sorted by k, entries within K
             ent = cp.asnumpy(d.mx.lo_ent)
@@ -463,13 +463,18 @@ def test_mxfp8_lost_bits_bit_exact(backend, rng, dtype, side, shape):
             assert (np.diff(ks) > 0).all() and ks.min() >= 32 and ks.max() < k, ks
 
 
+@pytest.mark.parametrize("fix", [True, False], ids=["mx_lo_fix", "in-gemm"])
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
-def test_mxfp8_lost_bits_slot_overflow_epilogue(backend, rng, dtype):
+def test_mxfp8_lost_bits_slot_overflow_epilogue(backend, rng, monkeypatch, dtype, fix):
     """32 rows of A with more dropped bits in one 128-K window than a slot holds (two per row there: 64 > 16), each
-    row's list well within its cap: the prep flags the slot (info[5]), the GEMM adds every operand's
-    lost bits in its epilogue from the lists instead of its main loop: still bit-exact."""
+    row's list well within its cap: the prep flags the slot (info[5]); mx_lo_fix (the default) adds every lost bit
+    after the GEMM as always, and the in-GEMM form (sm90.MX_LO_FIX off) adds them in its epilogue from the lists
+    instead of its main loop: bit-exact either way."""
     import cupy as cp
 
+    from mxcore.backends.cuda import sm90
+
+    monkeypatch.setattr(sm90, "MX_LO_FIX", fix)
     fmts = _fmts(dtype)
     m, n, k = 160, 192, 512
     a = _lossy_operand(rng, m, k, fmts[0], 1)
@@ -483,6 +488,28 @@ def test_mxfp8_lost_bits_slot_overflow_epilogue(backend, rng, dtype):
     plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
     assert int(plan.da.mx.info[5]) == 1 and int(plan.da.mx.info[4]) == 0
     assert int(cp.asnumpy(plan.da.mx.lo_cnt).sum()) > 64
+
+
+@pytest.mark.parametrize("dtype", LOSSY_PAIRS, ids=_id)
+@pytest.mark.parametrize("side", ["a", "both"])
+def test_mxfp8_lost_bits_in_the_gemm(backend, rng, monkeypatch, dtype, side):
+    """The in-GEMM form of the lost bits (sm90.MX_LO_FIX off: the main loop's lo_stage from the per-window slots),
+    the one the benchmark compares mx_lo_fix with: bit-exact too (fp32 and bf16 outputs)."""
+    from mxcore.backends.cuda import sm90
+
+    monkeypatch.setattr(sm90, "MX_LO_FIX", False)
+    fmts = _fmts(dtype)
+    m, n, k = 129, 200, 512
+    span = 1 if side == "both" else 3
+    a = _lossy_operand(rng, m, k, fmts[0], 1, span)
+    if side == "both" and fmts[1].startswith("mxfp8"):
+        b = _lossy_operand(rng, n, k, fmts[1], 0, span)
+    elif fmts[1].startswith("mxfp8"):
+        b = _plain_operand(rng, n, k, fmts[1], 0)
+    else:
+        b = _exact_operands(rng, 1, n, k, fmts)[1]
+    for out_dtype in ("float32", "bfloat16"):
+        np.testing.assert_array_equal(_run(backend, a, b, dtype, out_dtype), _ref(a, b, dtype, out_dtype))
 
 
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
