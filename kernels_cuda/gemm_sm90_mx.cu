@@ -41,7 +41,9 @@
 //     ordered by k by mx_sm90_lo_sort (appended by atomics; the GEMM adds them in k order, so the bits do not depend
 //     on the atomics' order), which the GEMM's epilogue adds in true units where the main loop did not
 //     (mx_lo_correct: the other tiers, a slot overflow, the turn-taking forms).
-// Either way the GEMM adds lo * (the other operand) back, exact per term.  When a row's list overflowed, the
+// Either way the GEMM adds lo * (the other operand) back, exact per term: that is the in-GEMM form (sm90.MX_LO_FIX
+// off).  By default the GEMM adds none of them and mx_lo_fix (below) adds the lists' terms to its fp32 result, from
+// the lists and the folded elements transposed ([k][row]: el_t, written here as well).  When a row's list overflowed, the
 // operand is folded again without loss (only_if = &info[4]: mx_sm90_fold_rows / mx_sm90_fold with lo = hi = 0
 // rerun, lists and slots emptied): the per-32 path of part 1 for blocks of different scales.
 

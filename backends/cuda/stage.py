@@ -67,7 +67,9 @@ class MXFactors:
     overflowed), ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block); an MXFP8 operand
     folded with its lost bits kept (:meth:`Stager.mx_fold`) has ``lo_cnt`` int32 per row and ``lo_ent`` int32
     [rows][LO_CAP][2] ({k, lo bits} sorted by k), and ``lo_slots`` int32 [windows][rows / 32][LO_SLOT_INTS]: the
-    same per 128-K window and 32 rows (``mx_common.cuh``), as the GEMM's main loop copies them."""
+    same per 128-K window and 32 rows (``mx_common.cuh``), as the GEMM's main loop copies them (``sm90.MX_LO_FIX``
+    off), and ``lo_elt`` the folded elements transposed for ``mx_lo_fix`` (a folded partner of a lossy operand gets
+    one too, made by ``sm90._transposed_elements``)."""
 
     factors: object
     ld: int
@@ -409,7 +411,8 @@ class Stager:
         block factors with the per-window ``folded`` flags.  MXFP4 / MXFP6: re-encoded exactly as e4m3 where the
         exponents span at most ``formats.exact_shifts(element, "e4m3fn")``, else kept per block.  MXFP8 (e4m3 /
         e5m2, in their own format): blocks shift down by up to :data:`LO_SHIFT` binades, the bits that leaves off
-        kept as sorted lists per row (``lo_cnt`` / ``lo_ent``) that the GEMM adds back; a list longer than
+        kept as sorted lists per row (``lo_cnt`` / ``lo_ent``) that ``mx_lo_fix`` adds to the GEMM's result (reading
+        ``lo_elt``, the elements transposed, which the fold writes too); a list longer than
         :data:`LO_CAP` folds the operand again without loss (the per-32 path where block scales differ), decided
         on the device.  Returns (elements, ld, MXFactors)."""
         from mxcore import formats
