@@ -418,6 +418,23 @@ def _plain_operand(rng, rows, k, fmt, axis):
 LOSSY_PAIRS = PAIRS + [("mxfp8_e4m3", "mxfp4")]
 
 
+def _lost_bits_pair(rng, m, n, k, fmts, side):
+    """A, B and whether each loses bits in its fold: ``side`` "a" / "b" / "both" (B only where it is mxfp8; with
+    "both" the elements are smaller, so that every partial sum stays within the tensor core's accumulator), the
+    other operand plain (exact after any shift)."""
+    lossy_a = side in ("a", "both")
+    lossy_b = side in ("b", "both") and fmts[1].startswith("mxfp8")
+    span = 1 if side == "both" else 3
+    a = _lossy_operand(rng, m, k, fmts[0], 1, span) if lossy_a else _plain_operand(rng, m, k, fmts[0], 1)
+    if lossy_b:
+        b = _lossy_operand(rng, n, k, fmts[1], 0, span)
+    elif fmts[1].startswith("mxfp8"):
+        b = _plain_operand(rng, n, k, fmts[1], 0)
+    else:
+        b = _exact_operands(rng, 1, n, k, fmts)[1]
+    return a, b, lossy_a, lossy_b
+
+
 @pytest.mark.parametrize("dtype", LOSSY_PAIRS, ids=_id)
 @pytest.mark.parametrize("side", ["a", "b", "both"])
 @pytest.mark.parametrize("shape", [(200, 300, 1000), (129, 200, 4100), (300, 600, 96)],
@@ -432,16 +449,7 @@ def test_mxfp8_lost_bits_bit_exact(backend, rng, dtype, side, shape):
     m, n, k = shape
     if side == "both" and k > 512:
         k = 512  # both sides' small elements: keep every partial sum within the tensor core's accumulator
-    lossy_a = side in ("a", "both")
-    lossy_b = side in ("b", "both") and fmts[1].startswith("mxfp8")
-    span = 1 if side == "both" else 3
-    a = _lossy_operand(rng, m, k, fmts[0], 1, span) if lossy_a else _plain_operand(rng, m, k, fmts[0], 1)
-    if lossy_b:
-        b = _lossy_operand(rng, n, k, fmts[1], 0, span)
-    elif fmts[1].startswith("mxfp8"):
-        b = _plain_operand(rng, n, k, fmts[1], 0)
-    else:
-        b = _exact_operands(rng, 1, n, k, fmts)[1]
+    a, b, lossy_a, lossy_b = _lost_bits_pair(rng, m, n, k, fmts, side)
     for out_dtype in ("float32", "bfloat16"):
         out = poisoned_output(cp, m, n, out_dtype)
         plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), out_dtype=out_dtype, out=out, family="wgmma",
@@ -500,14 +508,7 @@ def test_mxfp8_lost_bits_in_the_gemm(backend, rng, monkeypatch, dtype, side):
     monkeypatch.setattr(sm90, "MX_LO_FIX", False)
     fmts = _fmts(dtype)
     m, n, k = 129, 200, 512
-    span = 1 if side == "both" else 3
-    a = _lossy_operand(rng, m, k, fmts[0], 1, span)
-    if side == "both" and fmts[1].startswith("mxfp8"):
-        b = _lossy_operand(rng, n, k, fmts[1], 0, span)
-    elif fmts[1].startswith("mxfp8"):
-        b = _plain_operand(rng, n, k, fmts[1], 0)
-    else:
-        b = _exact_operands(rng, 1, n, k, fmts)[1]
+    a, b = _lost_bits_pair(rng, m, n, k, fmts, side)[:2]
     for out_dtype in ("float32", "bfloat16"):
         np.testing.assert_array_equal(_run(backend, a, b, dtype, out_dtype), _ref(a, b, dtype, out_dtype))
 
