@@ -314,7 +314,9 @@ def _nvrtc_compile(source: str, name: str, arch: str, opts: list, name_expressio
 _RE_ENTRY = re.compile(r"Compiling entry function '([^']+)' for")
 _RE_PROPS = re.compile(r"Function properties for (\S+)")
 _RE_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+# (ptxas puts ", N bytes cumulative stack size" between the barriers and the smem of a function with a stack frame)
+_RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, \d+ bytes cumulative stack size)?"
+                      r"(?:, (\d+) bytes smem)?")
 
 
 def parse_ptxas_log(log: str) -> dict:

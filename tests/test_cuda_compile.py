@@ -89,6 +89,13 @@ ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill lo
 ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem"""
     assert nvrtc_tools.parse_ptxas_log(log) == {"k": {"registers": 255, "shared_bytes": 1024, "local_bytes": 16,
                                                      "spill_stores": 8, "spill_loads": 4, "barriers": 1}}
+    # a function with a stack frame: ptxas names its cumulative stack size before the shared memory
+    log2 = """ptxas info    : Compiling entry function 'f' for 'sm_90'
+ptxas info    : Function properties for f
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 8 bytes cumulative stack size, 33408 bytes smem"""
+    assert nvrtc_tools.parse_ptxas_log(log2) == {"f": {"registers": 40, "shared_bytes": 33408, "local_bytes": 8,
+                                                      "spill_stores": 4, "spill_loads": 4, "barriers": 1}}
 
 
 def test_compile_cache_roundtrip_and_corruption(tmp_path, monkeypatch):
