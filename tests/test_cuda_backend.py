@@ -212,3 +212,47 @@ def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     assert re.search(r"#define LO_SLOT_INTS \(4 \+ 2 \* LO_SLOT_ENTRIES\)", header)
     assert stage.LO_SLOT_INTS == 4 + 2 * ents
     assert [o is not stage._NULLP for o in only_if] == [False, False, True, True]  # the second pass is gated
+
+
+def test_mx_lo_fix_launch_matches_the_kernels_parameters():
+    """``Sm90Plan._fix_launch`` (numpy standing in for CuPy): as many arguments as ``mx_lo_fix`` declares, a block per
+    32 x 256 tile of C, and a folded partner without lists (MXFP4 weights beside lossy MXFP8 activations) given its
+    elements transposed once, as the lossy fold writes its own ([k][row], rows rounded up to 32, zeros beyond)."""
+    import re
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from mxcore.backends.cuda import sm90, stage
+    from mxcore.kernels import kernel_source
+
+    src = kernel_source("nvidia", sm90.SM90_MX_FILE)
+    n_params = len(re.search(r"mx_lo_fix\(([^)]*)\)", src).group(1).split(","))
+    m, n, k, blocks_pad = 70, 50, 300, 12
+
+    def factors(rows, lossy):
+        fac = stage.MXFactors(np.zeros((rows, blocks_pad), np.int32), blocks_pad, blocks_pad, np.zeros(8, np.int32),
+                              np.zeros(rows, np.uint8), folded=np.ones(3, np.uint8))
+        if lossy:
+            fac.lo_cnt, fac.lo_ent = np.zeros(rows, np.int32), np.zeros((rows, stage.LO_CAP, 2), np.int32)
+            fac.lo_elt = np.zeros((32 * blocks_pad, 32 * -(-rows // 32)), np.uint8)
+        return fac
+
+    rng = np.random.default_rng(0)
+    elems_b = rng.integers(0, 256, size=(n, 304), dtype=np.uint8)
+    p = sm90.Sm90Plan.__new__(sm90.Sm90Plan)
+    p.cp, p.dev, p._fix, p.m, p.n, p.out_dtype = np, SimpleNamespace(ordinal=0), True, m, n, "bfloat16"
+    p.out = np.zeros((m, n), np.uint16)
+    p._gemm_out = lambda: np.zeros((m, n), np.float32)  # the plan's fp32 buffer for a 16-bit output
+    p.backend = SimpleNamespace(kernels=SimpleNamespace(get=lambda *args: args[-2]))
+    p.da = stage.DevOperand(np.zeros((m, 304), np.uint8), 304, True, "e4m3", 0, k, mx=factors(m, True))
+    p.db = stage.DevOperand(elems_b, 304, True, "e4m3", 0, k, mx=factors(n, False))
+    kernel, grid, args = p._fix_launch()
+    assert kernel == "mx_lo_fix" and len(args) == n_params, (len(args), n_params)
+    assert grid == (1, 3)
+    elt = p.db.mx.lo_elt
+    assert elt.shape == (32 * blocks_pad, 64)
+    np.testing.assert_array_equal(elt[:304, :n], elems_b.T)
+    assert not elt[304:].any() and not elt[:, n:].any()
+    at = next(i for i, x in enumerate(args) if x is elt)  # B's transposed elements, then their row pitch
+    assert args[at + 1] == 64
