@@ -509,8 +509,7 @@ __device__ __forceinline__ void mx_lo_correct(float (&acc)[SM90_ACC], int row0, 
             for (int q = 0; q < 2; ++q) {
                 const int col = col0 + 8 * b8 + 2 * (lane % 4) + q;
                 const int n = col < N ? min(cnt_b[col], cap) : 0;
-                const int w16 = col & 15;  // the column's place in fac_b's permuted 16-column group
-                const int pc = (col & ~15) + 4 * ((w16 & 7) >> 1) + 2 * (w16 >> 3) + (w16 & 1);
+                const int pc = fac_b_pos(col);
 #pragma unroll 1
                 for (int e = 0; e < n; ++e) {
                     const int2 en = ent_b[(i64)col * cap + e];

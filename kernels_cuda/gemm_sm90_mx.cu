@@ -54,7 +54,7 @@ __device__ __forceinline__ void put_factor(int* out, i64 ld, int role, int r, in
     if (role == 0) {
         out[r * ld + j] = code << 23;
     } else {
-        const int w = r & 15;
+        const int w = r & 15;  // fac_b_pos(r), spelled out: through the helper ptxas allocates the folds differently
         out[j * ld + (r & ~15) + 4 * ((w & 7) >> 1) + 2 * (w >> 3) + (w & 1)] = (int)((u32)(code - 127) << 23);
     }
 }
@@ -401,15 +401,6 @@ __device__ __forceinline__ bool fp8_term_value(u32 c, int fmt, float& v) {
     return true;
 }
 
-// the lost bits at k of a row / column whose list (sorted by k) is ent[0 .. n), 0 when it has none there
-__device__ __forceinline__ float lo_at(const int2* __restrict__ ent, int n, int k) {
-    for (int j = 0; j < n; ++j) {
-        const int2 e = ent[j];
-        if (e.x >= k) return e.x == k ? __int_as_float(e.y) : 0.f;
-    }
-    return 0.f;
-}
-
 // The bits a lossy MXFP8 fold (mx_sm90_fold) took off the elements, added to the GEMM's fp32 result after it: the
 // GEMM gave A_hi B_hi (times the block factors); this adds A_lo (B_hi + B_lo) and then A_hi B_lo, from the sorted
 // lists {k, lo} per row of A / column of B (folded units) and the folded elements transposed (el_t: [k][row]), each
@@ -571,7 +562,7 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
     }
     const bool whole = folded && info_a[3] == 0 && info_b[3] == 0;  // one factor per row / column over all of K
     const bool fast = mx_fast_pair(info_a, info_b);
-    const int w = col & 15, pc = (col & ~15) + 4 * ((w & 7) >> 1) + 2 * (w >> 3) + (w & 1);  // fac_b's permutation
+    const int pc = fac_b_pos(col);
     const int cf0 = on ? fac_b[pc] : 0;
     if (t < 32) {  // warp 0 (row t): its entries at their place in the flattened list (an inclusive scan)
         ra_s[t] = m < M ? fac_a[(i64)m * ld_fa] : 0;

@@ -49,6 +49,22 @@ __device__ __forceinline__ float out_scale(int exp0, const void* exp_a, const vo
     return pow2f(h) * pow2f(e - h);
 }
 
+// Column col's place in B's block-factor rows (gemm_sm90_mx.cu put_factor): 16-column groups, a group ordered as the
+// wgmma accumulator's threads read it (position 4 q + 2 (w / 8) + (w % 2) holds column w = 8 (w / 8) + 2 q + (w % 2))
+__device__ __forceinline__ int fac_b_pos(int col) {
+    const int w = col & 15;
+    return (col & ~15) + 4 * ((w & 7) >> 1) + 2 * (w >> 3) + (w & 1);
+}
+
+// the lost bits at k of a row / column whose list (sorted by k) is ent[0 .. n), 0 when it has none there
+__device__ __forceinline__ float lo_at(const int2* __restrict__ ent, int n, int k) {
+    for (int j = 0; j < n; ++j) {
+        const int2 e = ent[j];
+        if (e.x >= k) return e.x == k ? __int_as_float(e.y) : 0.f;
+    }
+    return 0.f;
+}
+
 // The exact MX fp8 operands' factor range (info, from gemm_sm90_mx.cu's prep: {255 - min live code, max live code,
 // ...}): true when every live pair of block codes has E = ea + eb in [-126, 127], so that the factor's bits are one
 // integer add (mx_term's fast form)
