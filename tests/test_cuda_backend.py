@@ -147,7 +147,7 @@ def test_staging_replays_only_when_it_covers_every_buffer():
     aux = arr(1000, 64)  # info at +0, NaN flags at +16, window flags at +40: views into one zeroed allocation
     rec.steps += [("zero", aux), ("launch", None, (1,), (arr(200), 7), (256,), 0)]
     mx = SimpleNamespace(factors=arr(200), info=arr(1000), nan=arr(1016), folded=arr(1040), lo_cnt=None, lo_ent=None,
-                         lo_slots=None)
+                         lo_slots=None, lo_elt=None)
     staged = SimpleNamespace(da=SimpleNamespace(buf=arr(100), exp_at=None, mx=mx),
                              db=SimpleNamespace(buf=arr(100), exp_at=None, mx=None))
     assert fastpath._replayable(fastpath._plan_buffers(staged), quant, rec)
@@ -228,6 +228,8 @@ def test_mx_lo_fix_launch_matches_the_kernels_parameters():
 
     src = kernel_source("nvidia", sm90.SM90_MX_FILE)
     n_params = len(re.search(r"mx_lo_fix\(([^)]*)\)", src).group(1).split(","))
+    for name in ("FIX_ROWS", "FIX_COLS"):  # the grid's tile is the kernel's
+        assert int(re.search(rf"#define {name} (\d+)", src).group(1)) == getattr(sm90, name)
     m, n, k, blocks_pad = 70, 50, 300, 12
 
     def factors(rows, lossy):

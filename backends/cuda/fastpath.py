@@ -70,10 +70,12 @@ def _quantized_buffers(*objs) -> list:
 
 
 def _operand_buffers(d) -> list:
-    """The device arrays a GEMM reads from one staged operand (codes, MX factors and flags, device scale exponent)."""
+    """The device arrays a GEMM reads from one staged operand (codes, MX factors and flags, device scale exponent;
+    for mx_lo_fix the lost-bit lists and the elements transposed)."""
     out = [d.buf, d.exp_at]
     if d.mx is not None:
-        out += [d.mx.factors, d.mx.info, d.mx.nan, d.mx.folded, d.mx.lo_cnt, d.mx.lo_ent, d.mx.lo_slots]
+        f = d.mx
+        out += [f.factors, f.info, f.nan, f.folded, f.lo_cnt, f.lo_ent, f.lo_slots, f.lo_elt]
     return [x for x in out if x is not None]
 
 

@@ -39,7 +39,7 @@ from mxcore.errors import UnsupportedError
 from ..codec_runtime import launch
 from .device import address_of, unowned_view
 from .plan import CudaPlan, RawLaunch, scale_args
-from .stage import _SPECIAL, LO_CAP
+from .stage import _SPECIAL, FP8_SHORT, LO_CAP
 from .variants import ELEMENTS
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
@@ -61,7 +61,8 @@ _OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
 #: a lossy MXFP8 fold's lost bits added to the GEMM's fp32 result by ``mx_lo_fix`` after it (True), or inside the
 #: GEMM (False: its main loop's ``lo_stage`` / epilogue's ``mx_lo_correct``)
 MX_LO_FIX = True
-FIX_ROWS, FIX_COLS = 32, 256  # mx_lo_fix's tile of C
+FIX_ROWS, FIX_COLS = 32, 256  # mx_lo_fix's tile of C (its FIX_ROWS / FIX_COLS)
+_STORES = (0, 2, 4)  # direct stores, TMA store of 16-bit or fp32 outputs
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,7 +70,7 @@ def _fp8_fmt(elem: str) -> int:
     """A staged fp8 element's format as mx_lo_fix takes it: ebits | mbits << 4 | bias << 8 | specials << 16."""
     from mxcore import formats
 
-    spec = formats.get({"e4m3": "e4m3fn", "e5m2": "e5m2"}[elem])
+    spec = formats.get(next(name for name, short in FP8_SHORT.items() if short == elem))
     return spec.ebits | spec.mbits << 4 | spec.bias << 8 | _SPECIAL.get(spec.specials, 0) << 16
 
 
@@ -83,7 +84,7 @@ def _transposed_elements(cp, d):
         f.lo_elt = cp.zeros((f.blocks_pad * 32, 32 * -(-max(rows, 1) // 32)), dtype=cp.uint8)
         f.lo_elt[:k, :rows] = d.buf[:rows, :k].T
     return f.lo_elt
-_STORES = (0, 2, 4)  # direct stores, TMA store of 16-bit or fp32 outputs
+
 
 #: block tiles: name -> (BN, stages, cluster size along M).  128x256 (cluster of 2) is the 16-bit/tf32/fast-fp8
 #: default; promoted fp8 keeps two accumulators (main + per-128-K scratch), so its N is 192 (NOTES_SM90.md).
@@ -583,10 +584,10 @@ class Sm90Plan(CudaPlan):
                 self._raw = RawLaunch(self._kernel, self._grid, (THREADS,), self._smem, self._launch_args())
             self._raw(cp.cuda.driver, self.stream.ptr, ())
             if self._fix:  # a lossy MXFP8 fold's lost bits, added to the GEMM's fp32 result
-                if self._fix_args is None:
-                    self._fix_args = self._fix_launch()
-                kernel, grid, args = self._fix_args
-                with self.stream:
+                with self.stream:  # (a partner's transposed elements, made by the first call, on this stream too)
+                    if self._fix_args is None:
+                        self._fix_args = self._fix_launch()
+                    kernel, grid, args = self._fix_args
                     launch(kernel, grid, (256,), args)
 
     def clone(self) -> "Sm90Plan":

@@ -47,6 +47,8 @@ __all__ = ["DevOperand", "MXFactors", "Stager"]
 _SRC_KIND = {"float64": 0, "float32": 1, "float16": 2, "bf16": 3}
 _DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4, "tf32_finite": 5}
 _SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
+#: the fp8 formats' staged element names (DevOperand.elem)
+FP8_SHORT = {"e4m3fn": "e4m3", "e5m2": "e5m2"}
 MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
 #: a lossy MXFP8 fold (gemm_sm90_mx.cu): blocks shift down by at most this many binades, and each row keeps at most
 #: LO_CAP entries of lost bits (more: the operand is folded again without loss, per-32 blocks where scales differ)
@@ -278,7 +280,7 @@ class Stager:
         if od.kind == "fp8":  # the per-tensor scale 2^scale_exp goes to the epilogue (a device int32 as a pointer)
             se = op.scale_exp
             exp, exp_at = (int(se), None) if _host_int(se) else (0, as_cupy(self.cp, se))
-            short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}[od.name]
+            short = FP8_SHORT[od.name]
             if path != "decode":
                 buf, ld = self._stage_bytes(codes, role, od.element)
                 return DevOperand(buf, ld, True, short, exp, cols, exp_at=exp_at)
@@ -294,7 +296,7 @@ class Stager:
 
             return pack_weight(self, codes, scales, element, cols, op.shape[1])
         if path == "mx_exact":  # the exact wgmma variant: fp8 bytes + block factors, or fp4/fp6 folded into e4m3
-            short = {"e4m3fn": "e4m3", "e5m2": "e5m2"}.get(element)
+            short = FP8_SHORT.get(element)
             if short is None or MX8_FOLD:
                 buf, ld, fac = self.mx_fold(codes, scales, role, cols, element)
                 return DevOperand(buf, ld, True, short or "e4m3", 0, cols, mx=fac)
