@@ -407,39 +407,61 @@ __device__ __forceinline__ bool fp8_term_value(u32 c, int fmt, float& v) {
 // term an exact product (a few bits) times its two block factors 2^(ea + eb) (mx_term), added in fp32 in list
 // order: per element its row's entries, then its column's.  Terms whose element in the other operand is 0 or NaN /
 // inf are left out (the GEMM's product of that element with hi, which is never 0 where the element is not and
-// keeps its sign, is already the reference's).  A block per 32 x 256 tile of C (in shared memory), a thread per
-// column, so no two threads touch one element and the phases need no barrier:
-//   * the tile's rows' entries, flattened in row then list order into shared memory (up to FIX_LIST; more are
-//     read from the lists in global memory), each against the thread's column of B's elements at k;
-//   * the thread's column's entries, each against the tile's 32 rows of A's elements at k (one 32-byte run).
+// keeps its sign, is already the reference's).  A block per 32 x 256 tile of C, held in shared memory (cp.async),
+// in three phases between barriers, each element owned by one thread per phase:
+//   * prologue: the tile, the rows' entries flattened in row then list order (warp 0 scans the rows' counts, then
+//     thread i loads entry i, up to FIX_LIST), the columns' entries flattened in column then list order (a block
+//     scan of the counts, up to FIX_CLIST) with each entry's run of A's codes at its k for the tile's 32 rows (32
+//     bytes, cp.async);
+//   * rows: a thread per column adds the rows' entries against its column's codes of B at k (FIX_GROUP loaded at
+//     once; entries past the list are read from global memory), B_lo from its column's first two entries held in
+//     registers (the list beyond them from global memory);
+//   * columns: a warp per listed column, a lane per row, adds the column's entries against the runs (a column past
+//     the shared list is added by its own thread at the end of the rows' phase, from global memory).
 // Element codes are decoded through per-block tables (0 for the codes that add nothing).  src (fp32, row pitch
 // lds) is read, dst (ldd; out_kind 0 fp32, 1 fp16, 2 bf16) written; in place (src == dst, fp32) tiles without
 // entries are left as they are.  fmt_a / fmt_b: the elements' formats (fp8_term_value); folded: 1 when both
-// operands are folded (mx_sm90_fold; else info[3] means nothing).
+// operands are folded (mx_sm90_fold; else info[3] means nothing).  Five blocks per SM (48 registers, 44.5 KB of
+// shared memory each).
 #define FIX_ROWS 32
 #define FIX_COLS 256
-#define FIX_LIST 256
-#define FIX_GROUP 8  // the rows' entries whose codes of B one thread loads at once
-// one fp32 element from global to shared memory (cp.async; 0 where `in` is false), and the wait for a thread's own
+#define FIX_PITCH (FIX_COLS + 1)  // a tile row in shared memory: a column's 32 rows fall in 32 banks
+#define FIX_LIST 128              // the rows' entries held in shared memory
+#define FIX_CLIST 128             // the columns' entries held in shared memory (five blocks per SM)
+#define FIX_GROUP 8               // the rows' entries whose codes of B one thread loads at once
+// one fp32 element from global to shared memory (cp.async; 0 where `in` is false), 16 bytes, and the wait for a
+// thread's own
 __device__ __forceinline__ void cp_async_f32(float* dst, const float* src, bool in) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)),
                  "l"(in ? src : nullptr), "r"(in ? 4 : 0)
                  : "memory");
 }
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-// what mx_lo_fix's two kinds of terms read (one thread's column)
-struct FixTerms {
-    float* v;  // v[FIX_COLS * r]: row r of the thread's column (shared)
-    const int4* list;
-    int total;
-    const int* ra_s;
-    const float *val_a, *val_b;
-    const int2* my;
+struct FixSmem {
+    float tile[FIX_ROWS][FIX_PITCH];
+    float val_a[256], val_b[256];  // the codes' values (0: no term)
+    int4 list[FIX_LIST];           // the rows' entries: {k, lo bits, row in the tile, A's factor}
+    int2 clist[FIX_CLIST];         // the columns' entries {k, lo bits}
+    uint4 runs[FIX_CLIST][2];      // A's codes at each column entry's k, the tile's 32 rows
+    int4 groups[FIX_CLIST];        // per listed column: {column in the tile, first entry, count, B's factor or pos}
+    int ra[FIX_ROWS];              // the rows' first block factor
+    int wsum[8], gcnt[8];          // the column scan's warp sums, the listed columns per warp
+    int roff[FIX_ROWS];            // where each row's entries start in the rows' list
+    int total;                     // the rows' entries
+};
+
+// what the phases read besides shared memory (one thread's column)
+struct FixArgs {
+    const int2* my;   // this column's entries (nb of them; e0, e1 the first two, k = -1 where absent)
     int nb;
-    int2 first;
-    uint4 run0, run1;
-    int m0, M, col;
+    int2 e0, e1;
+    bool listed;      // this column's entries are in the shared list
+    int m0, M, t, col;
     bool on;
     int cf0, pc;
     const int* fac_a;
@@ -462,147 +484,189 @@ __device__ __forceinline__ float fix_add(float acc, float s, int ra, int cf, boo
     return SIMPLE ? fmaf(s, __int_as_float(ra + cf), acc) : mx_term(acc, s, ra, cf, fast);
 }
 
-// mx_lo_fix's terms for one thread's column: the rows' entries, then the column's own.  SIMPLE: every factor pair
-// in the fast form and one factor per row / column (ra_s, cf0).
+// B_lo of the thread's column at k (its list sorted by k: the first two entries in registers)
+__device__ __forceinline__ float fix_own_lo(const FixArgs& f, int k) {
+    float lo = (k == f.e0.x ? __int_as_float(f.e0.y) : 0.f) + (k == f.e1.x ? __int_as_float(f.e1.y) : 0.f);
+    if (f.nb > 2 && k > f.e1.x) lo = lo_at(f.my + 2, f.nb - 2, k);
+    return lo;
+}
+
+// the rows' phase: the rows' entries, in row then list order, against the thread's column, then (a column past the
+// shared list) the column's own entries.  SIMPLE: every factor pair in the fast form, one factor per row / column.
 template <bool SIMPLE>
-__device__ __forceinline__ void fix_terms(const FixTerms& f) {
-    float* const v = f.v;
+__device__ __forceinline__ void fix_rows(FixSmem& s, const FixArgs& f) {
     const bool whole = SIMPLE || f.whole;
-    // the rows' entries in row then list order: lo * (B_hi + B_lo)(col, k); B's codes of a group loaded at once
-    const int listed = min(f.total, FIX_LIST);
+    const int t = f.t, total = s.total, listed = min(total, FIX_LIST);
     for (int i0 = 0; f.on && i0 < listed; i0 += FIX_GROUP) {
         u32 code[FIX_GROUP];
 #pragma unroll
         for (int j = 0; j < FIX_GROUP; ++j)
-            code[j] = i0 + j < listed ? f.elt_b[(i64)f.list[i0 + j].x * f.ldt_b + f.col] : 0;
+            code[j] = i0 + j < listed ? f.elt_b[(i64)s.list[i0 + j].x * f.ldt_b + f.col]
+                                      : 0;
 #pragma unroll
         for (int j = 0; j < FIX_GROUP; ++j) {
-            float b = f.val_b[code[j]];
-            if (i0 + j >= listed || b == 0.f) continue;
-            const int4 en = f.list[i0 + j];
-            if (f.nb) b += lo_at(f.my, f.nb, en.x);  // the column's own lost bits there: the sum is exact in fp32
-            v[FIX_COLS * en.z] = fix_add<SIMPLE>(v[FIX_COLS * en.z], __int_as_float(en.y) * b, en.w,
-                                                 whole ? f.cf0 : f.fac_b[(en.x >> 5) * f.ld_fb + f.pc], f.fast);
+            if (i0 + j >= listed) break;
+            const int4 en = s.list[i0 + j];
+            const float bh = s.val_b[code[j]];
+            const float b = bh + fix_own_lo(f, en.x);  // exact in fp32
+            float& x = s.tile[en.z][t];
+            const float y = fix_add<SIMPLE>(x, __int_as_float(en.y) * b, en.w,
+                                            whole ? f.cf0 : f.fac_b[(en.x >> 5) * f.ld_fb + f.pc], f.fast);
+            if (bh != 0.f) x = y;
         }
     }
-    if (f.on && f.total > FIX_LIST) {  // the entries past the list, from global memory (rows past the list's end)
-        int before = 0;                // the row's entries before it in the flattened order
+    if (f.on && total > FIX_LIST) {  // the entries past the list, from global memory (rows past the list's end)
+        int before = 0;              // the row's entries before it in the flattened order
         for (int r = 0; r < FIX_ROWS; ++r) {
             const int m = f.m0 + r, n = f.cnt_a != nullptr && m < f.M ? min(f.cnt_a[m], f.cap) : 0;
             for (int e = max(0, FIX_LIST - before); e < n; ++e) {
                 const int2 en = f.ent_a[(i64)m * f.cap + e];
                 const int k = en.x, blk = k >> 5;
-                float b = f.val_b[f.elt_b[(i64)k * f.ldt_b + f.col]];
-                if (b == 0.f) continue;
-                if (f.nb) b += lo_at(f.my, f.nb, k);
-                v[FIX_COLS * r] = fix_add<SIMPLE>(v[FIX_COLS * r], __int_as_float(en.y) * b,
-                                                  whole ? f.ra_s[r] : f.fac_a[(i64)m * f.ld_fa + blk],
-                                                  whole ? f.cf0 : f.fac_b[blk * f.ld_fb + f.pc], f.fast);
+                const float bh = s.val_b[f.elt_b[(i64)k * f.ldt_b + f.col]];
+                if (bh == 0.f) continue;
+                s.tile[r][t] = fix_add<SIMPLE>(s.tile[r][t], __int_as_float(en.y) * (bh + fix_own_lo(f, k)),
+                                               whole ? s.ra[r] : f.fac_a[(i64)m * f.ld_fa + blk],
+                                               whole ? f.cf0 : f.fac_b[blk * f.ld_fb + f.pc], f.fast);
             }
             before += n;
         }
     }
-    // the column's entries in list order, against the tile's 32 rows of A_hi at k (one 32-byte run): A_hi * lo
-    uint4 run0 = f.run0, run1 = f.run1;
-    for (int e = 0; e < f.nb; ++e) {
-        const int2 en = e ? f.my[e] : f.first;
+    for (int e = 0; !f.listed && e < f.nb; ++e) {  // a column past the shared list: its own entries, A_hi * lo
+        const int2 en = f.my[e];
         const int k = en.x, blk = k >> 5;
         const float lo = __int_as_float(en.y);
         const int cf = whole ? f.cf0 : f.fac_b[blk * f.ld_fb + f.pc];
-        if (e) {
-            const uint4* const run = (const uint4*)(f.elt_a + (i64)k * f.ldt_a + f.m0);
-            run0 = run[0];
-            run1 = run[1];
-        }
-        const u32 cw[8] = {run0.x, run0.y, run0.z, run0.w, run1.x, run1.y, run1.z, run1.w};
-#pragma unroll
+        const u8* const run = f.elt_a + (i64)k * f.ldt_a + f.m0;
         for (int r = 0; r < FIX_ROWS; ++r) {
-            const float a = f.val_a[(cw[r / 4] >> (8 * (r % 4))) & 0xffu];  // 0: no term (rows past M hold 0)
-            if (SIMPLE) {  // a select, not a branch
-                const float y = fmaf(a * lo, __int_as_float(f.ra_s[r] + cf), v[FIX_COLS * r]);
-                if (a != 0.f) v[FIX_COLS * r] = y;
-            } else if (a != 0.f) {
-                v[FIX_COLS * r] = mx_term(v[FIX_COLS * r], a * lo,
-                                          whole ? f.ra_s[r] : f.fac_a[(i64)(f.m0 + r) * f.ld_fa + blk], cf, f.fast);
-            }
+            const float a = s.val_a[run[r]];  // 0: no term (rows past M hold 0)
+            if (a != 0.f)
+                s.tile[r][t] = fix_add<SIMPLE>(s.tile[r][t], a * lo,
+                                               whole ? s.ra[r] : f.fac_a[(i64)(f.m0 + r) * f.ld_fa + blk], cf, f.fast);
         }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 3)
+// the columns' phase: warp w adds listed columns w, w + 8, ... (their entries in list order), lane r row r
+template <bool SIMPLE>
+__device__ __forceinline__ void fix_cols(FixSmem& s, const FixArgs& f, int groups) {
+    const bool whole = SIMPLE || f.whole;
+    const int r = f.t & 31, mr = f.m0 + r, ra = s.ra[r];
+    for (int g = f.t >> 5; g < groups; g += 8) {
+        const int4 gr = s.groups[g];  // {column, first entry, count, B's factor (whole) or its position}
+        float x = s.tile[r][gr.x];
+        for (int e = gr.y; e < gr.y + gr.z; ++e) {
+            const int2 en = s.clist[e];
+            const float a = s.val_a[((const u8*)s.runs[e])[r]];  // 0: no term (rows past M hold 0)
+            const float lo = __int_as_float(en.y);
+            if (SIMPLE) {  // a select, not a branch
+                const float y = fmaf(a * lo, __int_as_float(ra + gr.w), x);
+                if (a != 0.f) x = y;
+            } else if (a != 0.f) {
+                const int blk = en.x >> 5;
+                x = mx_term(x, a * lo, whole ? ra : f.fac_a[(i64)mr * f.ld_fa + blk],
+                            whole ? gr.w : f.fac_b[blk * f.ld_fb + gr.w], f.fast);
+            }
+        }
+        s.tile[r][gr.x] = x;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 5)
 mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ldd, int out_kind, int M, int N,
           const int* __restrict__ info_a, const int* __restrict__ info_b, const int* __restrict__ fac_a, i64 ld_fa,
           const int* __restrict__ fac_b, i64 ld_fb, int cap, const int* __restrict__ cnt_a,
           const int2* __restrict__ ent_a, const u8* __restrict__ elt_a, i64 ldt_a, int fmt_a,
           const int* __restrict__ cnt_b, const int2* __restrict__ ent_b, const u8* __restrict__ elt_b, i64 ldt_b,
           int fmt_b, int folded) {
-    __shared__ float tile[FIX_ROWS][FIX_COLS];  // a thread's column: one bank
-    __shared__ float val_a[256], val_b[256];     // the codes' values (0: no term)
-    __shared__ int4 list[FIX_LIST];              // the rows' entries: {k, lo bits, row in the tile, A's factor}
-    __shared__ int ra_s[FIX_ROWS];               // the rows' first block factor
-    __shared__ int total_s;
-    const int t = threadIdx.x, m0 = blockIdx.y * FIX_ROWS, col = blockIdx.x * FIX_COLS + t;
+    __shared__ FixSmem s;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, m0 = blockIdx.y * FIX_ROWS, col = blockIdx.x * FIX_COLS + t;
     const bool on = col < N;
-    // every independent load first: the tile (to shared memory, asynchronously), the counts, this column's first
-    // entry and its run of A's codes, the rows' entries (warp 0)
-    float* const v = &tile[0][t];  // v[FIX_COLS * r]: row r of this thread's column
+    // every independent load first: the tile (asynchronously), the counts, this column's first two entries
+    const int rows = min(FIX_ROWS, M - m0);
+    const float* sp = src + (i64)m0 * lds + col;
 #pragma unroll 8
-    for (int r = 0; r < FIX_ROWS; ++r)
-        cp_async_f32(v + FIX_COLS * r, src + (i64)(m0 + r) * lds + col, on && m0 + r < M);
+    for (int r = 0; r < FIX_ROWS; ++r, sp += lds) cp_async_f32(&s.tile[r][t], sp, on && r < rows);
     const int nb = cnt_b != nullptr && on ? min(cnt_b[col], cap) : 0;
     const int m = m0 + t;
     const int na = cnt_a != nullptr && t < FIX_ROWS && m < M ? min(cnt_a[m], cap) : 0;
-    const int2* const my = ent_b + (i64)col * cap;  // this column's entries (nb of them)
-    const int2 first = nb ? my[0] : make_int2(0, 0);
-    uint4 run0 = make_uint4(0, 0, 0, 0), run1 = run0;
-    if (nb) {
-        const uint4* const run = (const uint4*)(elt_a + (i64)first.x * ldt_a + m0);
-        run0 = run[0];
-        run1 = run[1];
-    }
+    const int2* const my = ent_b + (i64)col * cap;
+    const int2 none = make_int2(-1, 0), e0 = nb > 0 ? my[0] : none, e1 = nb > 1 ? my[1] : none;
     const bool whole = folded && info_a[3] == 0 && info_b[3] == 0;  // one factor per row / column over all of K
     const bool fast = mx_fast_pair(info_a, info_b);
     const int pc = fac_b_pos(col);
     const int cf0 = on ? fac_b[pc] : 0;
-    if (t < 32) {  // warp 0 (row t): its entries at their place in the flattened list (an inclusive scan)
-        ra_s[t] = m < M ? fac_a[(i64)m * ld_fa] : 0;
-        int incl = na;
+    // the columns' entries: offsets in the shared list (an inclusive scan of the counts, clamped: bits 0-16) and
+    // the listed columns' numbers (of the columns with entries: bits 17-)
+    const int own = min(nb, FIX_CLIST + 1) | (nb > 0) << 17;
+    int incl = own;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    if (lane == 31) s.wsum[warp] = incl;
+    if (t < 32) {  // warp 0 (row t): where its entries start in the flattened list (a scan)
+        s.ra[t] = m < M ? fac_a[(i64)m * ld_fa] : 0;
+        int rincl = na;
         for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(0xffffffffu, incl, o);
-            if (t >= o) incl += y;
+            const int y = __shfl_up_sync(0xffffffffu, rincl, o);
+            if (t >= o) rincl += y;
         }
-        if (t == 31) total_s = incl;
-        for (int e = 0; e < na && incl - na + e < FIX_LIST; ++e) {
-            const int2 en = ent_a[(i64)m * cap + e];
-            list[incl - na + e] = make_int4(en.x, en.y, t, whole ? ra_s[t] : fac_a[(i64)m * ld_fa + (en.x >> 5)]);
-        }
+        s.roff[t] = rincl - na;
+        if (t == 31) s.total = rincl;
     }
     float x;
-    val_a[t] = fp8_term_value(t, fmt_a, x) ? x : 0.f;
-    val_b[t] = fp8_term_value(t, fmt_b, x) ? x : 0.f;
-    if (!__syncthreads_or(nb != 0 || na != 0) && (const void*)src == dst) {
-        cp_async_wait_all();
-        return;
+    s.val_a[t] = fp8_term_value(t, fmt_a, x) ? x : 0.f;
+    s.val_b[t] = fp8_term_value(t, fmt_b, x) ? x : 0.f;
+    __syncthreads();
+    for (int w = 0; w < warp; ++w) incl += s.wsum[w];
+    const int excl = incl - own, beg = excl & 0x1ffff;
+    const bool listed = (incl & 0x1ffff) <= FIX_CLIST;  // so are the columns before it
+    const u32 in_list = __ballot_sync(0xffffffffu, listed && nb > 0);
+    if (lane == 0) s.gcnt[warp] = __popc(in_list);
+    if (t < min(s.total, FIX_LIST)) {  // entry t of the rows' list: its row (the last whose entries start at or
+        int r = 0;                       // before t: rows without entries share the next one's start)
+#pragma unroll
+        for (int step = 16; step; step >>= 1)
+            if (s.roff[r + step] <= t) r += step;  // r + step <= 31
+        const i64 mr = m0 + r;
+        const int2 en = ent_a[mr * cap + t - s.roff[r]];
+        s.list[t] = make_int4(en.x, en.y, r, whole ? s.ra[r] : fac_a[mr * ld_fa + (en.x >> 5)]);
     }
-    const int total = total_s;
-    cp_async_wait_all();  // this thread's column is in (no other thread touches it)
-    const FixTerms ft = {v, list, total, ra_s, val_a, val_b, my, nb, first, run0, run1, m0, M, col, on, cf0, pc, fac_a,
-                         ld_fa, fac_b, ld_fb, cap, cnt_a, ent_a, elt_a, ldt_a, elt_b, ldt_b, fast, whole};
-    if (fast && whole)  // the common case, without the general factor's code in the loops
-        fix_terms<true>(ft);
-    else
-        fix_terms<false>(ft);
+    if (listed && nb > 0) {
+        s.groups[excl >> 17] = make_int4(t, beg, nb, whole ? cf0 : pc);
+        for (int e = 0; e < nb; ++e) {
+            const int2 en = e == 0 ? e0 : e == 1 ? e1 : my[e];
+            s.clist[beg + e] = en;
+            const u8* const run = elt_a + (i64)en.x * ldt_a + m0;
+            cp_async_16(&s.runs[beg + e][0], run);
+            cp_async_16(&s.runs[beg + e][1], run + 16);
+        }
+    }
+    cp_async_wait_all();
+    if (!__syncthreads_or(nb != 0 || na != 0) && (const void*)src == dst) return;
+    int groups = 0;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) groups += s.gcnt[w];
+    const FixArgs fa = {my, nb, e0, e1, listed, m0, M, t, col, on, cf0, pc, fac_a, ld_fa, fac_b, ld_fb, cap, cnt_a, ent_a,
+                        elt_a, ldt_a, elt_b, ldt_b, fast, whole};
+    if (fast && whole) {  // the common case, without the general factor's code in the loops
+        fix_rows<true>(s, fa);
+        __syncthreads();
+        fix_cols<true>(s, fa, groups);
+    } else {
+        fix_rows<false>(s, fa);
+        __syncthreads();
+        fix_cols<false>(s, fa, groups);
+    }
+    __syncthreads();
     if (!on) return;
     if (out_kind == 0) {
-#pragma unroll 16
-        for (int r = 0; r < FIX_ROWS; ++r)
-            if (m0 + r < M) ((float*)dst)[(i64)(m0 + r) * ldd + col] = v[FIX_COLS * r];
+        float* dp = (float*)dst + (i64)m0 * ldd + col;
+#pragma unroll 8
+        for (int r = 0; r < rows; ++r, dp += ldd) *dp = s.tile[r][t];
     } else {
-#pragma unroll 16
-        for (int r = 0; r < FIX_ROWS; ++r)
-            if (m0 + r < M) {
-                const float y = v[FIX_COLS * r];
-                ((u16*)dst)[(i64)(m0 + r) * ldd + col] = out_kind == 1 ? f32_to_f16(y) : f32_to_bf16(y);
-            }
+        u16* dp = (u16*)dst + (i64)m0 * ldd + col;
+#pragma unroll 8
+        for (int r = 0; r < rows; ++r, dp += ldd) *dp = out_kind == 1 ? f32_to_f16(s.tile[r][t]) : f32_to_bf16(s.tile[r][t]);
     }
 }

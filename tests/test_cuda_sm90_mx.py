@@ -515,9 +515,10 @@ def test_mxfp8_lost_bits_in_the_gemm(backend, rng, monkeypatch, dtype, side):
 
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
 def test_mxfp8_lost_bits_many_per_tile(backend, rng, dtype):
-    """More dropped bits in 32 rows of A than mx_lo_fix's shared list holds (12 per row: 384 > 256), each row's
-    list within its cap, beside B's own: the entries past the list are read from global memory, in order; still
-    bit-exact (fp32 and bf16 outputs)."""
+    """More dropped bits in 32 rows of A than mx_lo_fix's shared list of the rows' entries holds (12 per row: 384 >
+    FIX_LIST), and in 256 columns of B (the first 128: four per column, 512 > FIX_CLIST) than its list of the
+    columns' entries holds, each list within its cap: the rows' entries past the list are read from global memory
+    in order, and the columns past the list add their own entries; still bit-exact (fp32 and bf16 outputs)."""
     import cupy as cp
 
     fmts = _fmts(dtype)
@@ -528,13 +529,18 @@ def test_mxfp8_lost_bits_many_per_tile(backend, rng, dtype):
     va[0:64, 128:140] = 3 * _unit(fmts[0])  # block 4: twelve odd elements per row, 2 binades down
     sa[0:64, 4] = sa[0:64, 0] - 2
     a = _mx(va, sa, fmts[0], 1)
+    vb, sb = formats.decode(b.codes, b.element), b.scales.copy()  # (k, n), scales (blocks, n)
+    vb[256:260, 0:128] = 3 * _unit(fmts[1])  # block 8: four odd elements per column, 2 binades down
+    sb[8, 0:128] = sb[0, 0:128] - 2
+    b = _mx(vb, sb, fmts[1], 0)
     for out_dtype in ("float32", "bfloat16"):
         got = _run(backend, a, b, dtype, out_dtype)
         np.testing.assert_array_equal(got, _ref(a, b, dtype, out_dtype))
     plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
     cnt = cp.asnumpy(plan.da.mx.lo_cnt)
     assert int(plan.da.mx.info[4]) == 0 and cnt[:32].sum() > 256 and cnt.max() <= 64, cnt[:32]
-    assert int(cp.asnumpy(plan.db.mx.lo_cnt).sum()) > 0
+    cnt_b = cp.asnumpy(plan.db.mx.lo_cnt)
+    assert int(plan.db.mx.info[4]) == 0 and cnt_b[:256].sum() > 256 and cnt_b.max() <= 64, cnt_b[:256]
 
 
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
