@@ -23,11 +23,12 @@ __all__ = ["FAMILIES", "MX_EXACT_DEFAULT", "MX_FOLD_DEFAULT", "MX_PATHS", "famil
 FAMILIES = {"mma_sync": "sm_80 or newer", "wgmma": "sm_90 (sm_90a kernels: H100/H200/GH200)"}
 _KNOWN = ("mma_sync", "wgmma")
 MX_PATHS = ("exact", "decode")
-#: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H100, same run, kernel
-#: only (NOTES_SM90.md, session 11): mxfp8 folded with its lost bits added back 594 / 586 TFLOP/s at 8192^3 / 4096^3
-#: (the per-32 variant before it 396 / 363), the bf16-decode kernel 815 / 701: decode.  mxfp8 x mxfp4 runs 919 / 757
-#: exact against 819 / 708 decoded on random normal data, but its lost-bit work grows with wider-tailed activations:
-#: decode stays the rule for every pair with an mxfp8 operand
+#: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H100, one run (session
+#: 14, NOTES_SM90.md): kernel only, exact (the fold, then mx_lo_fix) 938 / 614 TFLOP/s at 8192^3 / 4096^3 against
+#: the bf16-decode kernel's 811 / 737 (mxfp8 x mxfp4: 990 / 632 against 821 / 749); end to end from fp16 inputs
+#: (quantization and the per-call staging included) exact 2.29-2.33 ms / 554-565 us against decode's 1.74 ms /
+#: 300 us: the exact staging (fold, lost-bit lists, transposed elements) costs more per call than its kernel saves.
+#: Decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for operands staged once and reused
 MX_EXACT_DEFAULT = False
 #: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
 #: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against
