@@ -194,148 +194,162 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
              u8* __restrict__ el_t, i64 ldt) {
     if (only_if != nullptr && *only_if == 0) return;  // the lossless rerun: only after a list overflowed
     // every (shift, code) pair's code: lut[(d - lo) * ncodes + c]: e4m3 (fp4 / fp6, 15 shifts x 64 codes at most),
-    // or with lossy the same fp8 format, truncated (16 shifts x 256 codes)
+    // or with lossy the same fp8 format, truncated (16 shifts x 256 codes), and with lossy what that takes off the
+    // element (lost_bits, exact in fp32: rest[(d - lo) * ncodes + c]); built once per block, which then folds
+    // windows blockIdx.y, blockIdx.y + gridDim.y, ...
     __shared__ u8 lut[16 * 256];
+    __shared__ float rest[16 * 256];
     __shared__ __align__(16) u8 tile[FOLD_ROWS * FOLD_PITCH];
-    const int ncodes = 1 << (1 + ebits + mbits);
+    const int lg = 1 + ebits + mbits, ncodes = 1 << lg;
     for (int i = threadIdx.x; i < (hi_shift - lo + 1) * ncodes; i += blockDim.x)
-        lut[i] = (u8)(lossy ? fp8_shift_trunc(i % ncodes, ebits, mbits, bias, specials, lo + i / ncodes)
-                            : e4m3_shifted(i % ncodes, ebits, mbits, bias, lo + i / ncodes));
-    const int r0 = blockIdx.x * FOLD_ROWS, w = blockIdx.y, k0 = 128 * w, t = threadIdx.x;
-    // load: rows-contiguous sources (B's [K][N] codes) 16 rows of one k per thread, else 16 k of one row
-    if (cs_r == 1 && cs_k != 1) {
-        const int k = k0 + t / 2, rr = r0 + 16 * (t % 2);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        const u8* src = codes + (i64)k * cs_k + rr;
-        if (k < K && rr + 16 <= rows && ((unsigned long long)src & 15) == 0) {
-            v = *(const uint4*)src;
-        } else if (k < K) {
-            u32 q4[4] = {0, 0, 0, 0};
-            for (int q = 0; q < 16; ++q)
-                if (rr + q < rows) q4[q / 4] |= (u32)src[q] << (8 * (q % 4));
-            v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
-        }
-        const u32 q4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int q = 0; q < 16; ++q) tile[(16 * (t % 2) + q) * FOLD_PITCH + t / 2] = (u8)(q4[q / 4] >> (8 * (q % 4)));
-    } else {
-        const int r = r0 + t / 8, k = k0 + 16 * (t % 8);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        const u8* src = codes + (i64)r * cs_r + (i64)k * cs_k;
-        if (r < rows && cs_k == 1 && k + 16 <= K && ((unsigned long long)src & 15) == 0) {
-            v = *(const uint4*)src;
-        } else if (r < rows) {
-            u32 q4[4] = {0, 0, 0, 0};
-            for (int q = 0; q < 16; ++q)
-                if (k + q < K) q4[q / 4] |= (u32)src[q * cs_k] << (8 * (q % 4));
-            v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
-        }
-        *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * (t % 8)) = v;
-    }
+        lut[i] = (u8)(lossy ? fp8_shift_trunc(i & (ncodes - 1), ebits, mbits, bias, specials, lo + (i >> lg))
+                            : e4m3_shifted(i & (ncodes - 1), ebits, mbits, bias, lo + (i >> lg)));
     __syncthreads();
-    // decide: lanes 8 g .. 8 g + 7 of a warp hold row t / 8's runs; runs 2b, 2b + 1 are block b of the window
-    const int r = r0 + t / 8, run = t % 8, b = run / 2, j = 4 * w + b;
-    const uint4 v = *(const uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run);
-    const u32 mag4 = ((1u << (ebits + mbits)) - 1) * 0x01010101u;
-    const int sc = r < rows && j < blocks ? scales[r * ss_r + j * ss_j] : 127;
-    const bool nz = ((v.x | v.y | v.z | v.w) & mag4) != 0;
-    const int nz_pair = __shfl_xor_sync(0xffffffffu, (int)nz, 1);  // every lane (a short-circuited shuffle hangs)
-    const bool live = (nz || nz_pair) && sc != 255 && r < rows && j < blocks;
-    if (run % 2 == 0 && r < rows && j < blocks && sc == 255) {
-        nan_rows[r] = 1;
-        atomicOr(&info[2], 1);
-    }
-    int emax = live ? sc - 127 : -1000, emin = live ? sc - 127 : 1000;
-    for (int o = 1; o < 8; o <<= 1) {
-        emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, o));
-        emin = min(emin, __shfl_xor_sync(0xffffffffu, emin, o));
-    }
-    const bool any = emax >= emin;
-    const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
-    const bool whole = re >= -127 && (!any || (emax - re <= hi_shift && emin - re >= lo));
-    const bool fold = whole || emax - emin <= hi_shift - lo;
-    const int E = whole ? re : any ? min(max(emax - hi_shift, -127), 127) : 0;
-    if (!fold && run == 0) folded[w] = 0;
-    const int not_whole = !whole && r < rows;
-    // elements: this lane's 16 codes (zeros in NaN / zero blocks)
-    int nlost = 0;  // lossy: this lane's elements whose shift lost bits
-    const u32 v4[4] = {v.x, v.y, v.z, v.w};
-    u32 o[4] = {0, 0, 0, 0};
-    if (r < rows && k0 + 16 * run < ldk) {
-        const int d = fold ? sc - 127 - E : 0;
-        const u8* tab = lut + (d - lo) * ncodes;
-        const u32 in[4] = {v.x, v.y, v.z, v.w};
-        if (live)
+    if (lossy)
+        for (int i = threadIdx.x; i < (hi_shift - lo + 1) * ncodes; i += blockDim.x)
+            rest[i] = lo + (i >> lg) == 0
+                          ? 0.f
+                          : lost_bits(i & (ncodes - 1), lut[i], lo + (i >> lg), ebits, mbits, bias, specials);
+    __syncthreads();
+    const int r0 = blockIdx.x * FOLD_ROWS, t = threadIdx.x;
+    int lo_enc = 0, hi = 0, some_not_whole = 0;  // over the block's windows (reduce_info, info[3])
+    for (int w = blockIdx.y; w < blocks_pad / 4; w += gridDim.y) {  // a barrier ends each window (tile reused)
+        const int k0 = 128 * w;
+        // load: rows-contiguous sources (B's [K][N] codes) 16 rows of one k per thread, else 16 k of one row
+        if (cs_r == 1 && cs_k != 1) {
+            const int k = k0 + t / 2, rr = r0 + 16 * (t % 2);
+            uint4 v = make_uint4(0, 0, 0, 0);
+            const u8* src = codes + (i64)k * cs_k + rr;
+            if (k < K && rr + 16 <= rows && ((unsigned long long)src & 15) == 0) {
+                v = *(const uint4*)src;
+            } else if (k < K) {
+                u32 q4[4] = {0, 0, 0, 0};
+                for (int q = 0; q < 16; ++q)
+                    if (rr + q < rows) q4[q / 4] |= (u32)src[q] << (8 * (q % 4));
+                v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
+            }
+            const u32 q4[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(in[q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
-        *(uint4*)(elems + r * ldk + k0 + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
-        if (lossy && live && d != 0) {  // the bits the shift lost: how many of this lane's 16
-#pragma unroll
-            for (int q = 0; q < 16; ++q)
-                nlost += lost_bits((in[q / 4] >> (8 * (q % 4))) & 0xff, (o[q / 4] >> (8 * (q % 4))) & 0xff, d, ebits,
-                                   mbits, bias, specials) != 0.f;
+            for (int q = 0; q < 16; ++q) tile[(16 * (t % 2) + q) * FOLD_PITCH + t / 2] = (u8)(q4[q / 4] >> (8 * (q % 4)));
+        } else {
+            const int r = r0 + t / 8, k = k0 + 16 * (t % 8);
+            uint4 v = make_uint4(0, 0, 0, 0);
+            const u8* src = codes + (i64)r * cs_r + (i64)k * cs_k;
+            if (r < rows && cs_k == 1 && k + 16 <= K && ((unsigned long long)src & 15) == 0) {
+                v = *(const uint4*)src;
+            } else if (r < rows) {
+                u32 q4[4] = {0, 0, 0, 0};
+                for (int q = 0; q < 16; ++q)
+                    if (k + q < K) q4[q / 4] |= (u32)src[q * cs_k] << (8 * (q % 4));
+                v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
+            }
+            *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * (t % 8)) = v;
         }
-    }
-    if (lossy) {  // each as a {k, lo} entry of its row's list and of this block's slot (ordered by row, then k)
-        __shared__ int wsum[8];
-        int incl = nlost;
-        for (int o2 = 1; o2 < 32; o2 <<= 1) {
-            const int v2 = __shfl_up_sync(0xffffffffu, incl, o2);
-            if ((t & 31) >= o2) incl += v2;
-        }
-        if ((t & 31) == 31) wsum[t / 32] = incl;
         __syncthreads();
-        int before = 0, total = 0;
-        for (int w2 = 0; w2 < (int)blockDim.x / 32; ++w2) {
-            before += w2 < t / 32 ? wsum[w2] : 0;
-            total += wsum[w2];
+        // decide: lanes 8 g .. 8 g + 7 of a warp hold row t / 8's runs; runs 2b, 2b + 1 are block b of the window
+        const int r = r0 + t / 8, run = t % 8, b = run / 2, j = 4 * w + b;
+        const uint4 v = *(const uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run);
+        const u32 mag4 = ((1u << (ebits + mbits)) - 1) * 0x01010101u;
+        const int sc = r < rows && j < blocks ? scales[r * ss_r + j * ss_j] : 127;
+        const bool nz = ((v.x | v.y | v.z | v.w) & mag4) != 0;
+        const int nz_pair = __shfl_xor_sync(0xffffffffu, (int)nz, 1);  // every lane (a short-circuited shuffle hangs)
+        const bool live = (nz || nz_pair) && sc != 255 && r < rows && j < blocks;
+        if (run % 2 == 0 && r < rows && j < blocks && sc == 255) {
+            nan_rows[r] = 1;
+            atomicOr(&info[2], 1);
         }
-        int* const slot = slots + ((i64)w * gridDim.x + blockIdx.x) * LO_SLOT_INTS;
-        if (t == 0) {
-            slot[0] = total;
-            if (total > LO_SLOT_ENTRIES) info[5] = 1;  // the GEMM adds this operand's lost bits in its epilogue
+        int emax = live ? sc - 127 : -1000, emin = live ? sc - 127 : 1000;
+        for (int o = 1; o < 8; o <<= 1) {
+            emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, o));
+            emin = min(emin, __shfl_xor_sync(0xffffffffu, emin, o));
         }
-        if (nlost) {
-            const int d = sc - 127 - E;
+        const bool any = emax >= emin;
+        const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
+        const bool whole = re >= -127 && (!any || (emax - re <= hi_shift && emin - re >= lo));
+        const bool fold = whole || emax - emin <= hi_shift - lo;
+        const int E = whole ? re : any ? min(max(emax - hi_shift, -127), 127) : 0;
+        if (!fold && run == 0) folded[w] = 0;
+        const int not_whole = !whole && r < rows;
+        // elements: this lane's 16 codes (zeros in NaN / zero blocks)
+        int nlost = 0;  // lossy: this lane's elements whose shift lost bits
+        const u32 v4[4] = {v.x, v.y, v.z, v.w};
+        u32 o[4] = {0, 0, 0, 0};
+        if (r < rows && k0 + 16 * run < ldk) {
+            const int d = fold ? sc - 127 - E : 0;
             const u8* tab = lut + (d - lo) * ncodes;
-            int at = incl - nlost + before;
-            for (int q = 0; q < 16; ++q) {
-                const u32 ci = (v4[q / 4] >> (8 * (q % 4))) & 0xff;
-                const float rest = lost_bits(ci, tab[ci], d, ebits, mbits, bias, specials);
-                if (rest == 0.f) continue;
-                const int k = k0 + 16 * run + q;
-                const int pos = atomicAdd(&lo_cnt[r], 1);
-                if (pos < cap)
-                    lo_ent[(i64)r * cap + pos] = make_int2(k, __float_as_int(rest));
-                else
-                    info[4] = 1;
-                if (at < LO_SLOT_ENTRIES)
-                    *(int2*)(slot + 4 + 2 * at) = make_int2((r - r0) | ((k - k0) << 8), __float_as_int(rest));
-                ++at;
+            const u32 in[4] = {v.x, v.y, v.z, v.w};
+            if (live)
+#pragma unroll
+                for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(in[q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
+            *(uint4*)(elems + r * ldk + k0 + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
+            if (lossy && live && d != 0) {  // the bits the shift lost: how many of this lane's 16
+#pragma unroll
+                for (int q = 0; q < 16; ++q)
+                    nlost += rest[(d - lo) * ncodes + ((in[q / 4] >> (8 * (q % 4))) & 0xff)] != 0.f;
             }
         }
-        // the elements once more, transposed ([k][row], ldt bytes per k; zeros past rows): mx_lo_fix reads a k's
-        // codes of 32 consecutive rows as one 32-byte run
-        __syncthreads();  // every lane has read its run of the tile
-        *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
-        __syncthreads();
-        const int kt = t / 2, rh = 16 * (t % 2);
-        u32 q4[4] = {0, 0, 0, 0};
+        if (lossy) {  // each as a {k, lo} entry of its row's list and of this block's slot (ordered by row, then k)
+            __shared__ int wsum[8];
+            int incl = nlost;
+            for (int o2 = 1; o2 < 32; o2 <<= 1) {
+                const int v2 = __shfl_up_sync(0xffffffffu, incl, o2);
+                if ((t & 31) >= o2) incl += v2;
+            }
+            if ((t & 31) == 31) wsum[t / 32] = incl;
+            __syncthreads();
+            int before = 0, total = 0;
+            for (int w2 = 0; w2 < (int)blockDim.x / 32; ++w2) {
+                before += w2 < t / 32 ? wsum[w2] : 0;
+                total += wsum[w2];
+            }
+            int* const slot = slots + ((i64)w * gridDim.x + blockIdx.x) * LO_SLOT_INTS;
+            if (t == 0) {
+                slot[0] = total;
+                if (total > LO_SLOT_ENTRIES) info[5] = 1;  // the GEMM adds this operand's lost bits in its epilogue
+            }
+            if (nlost) {
+                const int d = sc - 127 - E;
+                const u8* tab = lut + (d - lo) * ncodes;
+                int at = incl - nlost + before;
+                for (int q = 0; q < 16; ++q) {
+                    const u32 ci = (v4[q / 4] >> (8 * (q % 4))) & 0xff;
+                    const float rb = rest[(d - lo) * ncodes + ci];
+                    if (rb == 0.f) continue;
+                    const int k = k0 + 16 * run + q;
+                    const int pos = atomicAdd(&lo_cnt[r], 1);
+                    if (pos < cap)
+                        lo_ent[(i64)r * cap + pos] = make_int2(k, __float_as_int(rb));
+                    else
+                        info[4] = 1;
+                    if (at < LO_SLOT_ENTRIES)
+                        *(int2*)(slot + 4 + 2 * at) = make_int2((r - r0) | ((k - k0) << 8), __float_as_int(rb));
+                    ++at;
+                }
+            }
+            // the elements once more, transposed ([k][row], ldt bytes per k; zeros past rows): mx_lo_fix reads a k's
+            // codes of 32 consecutive rows as one 32-byte run
+            __syncthreads();  // every lane has read its run of the tile
+            *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
+            __syncthreads();
+            const int kt = t / 2, rh = 16 * (t % 2);
+            u32 q4[4] = {0, 0, 0, 0};
 #pragma unroll
-        for (int q = 0; q < 16; ++q) q4[q / 4] |= (u32)tile[(rh + q) * FOLD_PITCH + kt] << (8 * (q % 4));
-        *(uint4*)(el_t + (i64)(k0 + kt) * ldt + r0 + rh) = make_uint4(q4[0], q4[1], q4[2], q4[3]);
-    }
-    // factors (one lane per block): the window's 2^E on all 4 blocks (folded), else each live block's own code
-    int lo_enc = 0, hi = 0;
-    if (run % 2 == 0 && r < rows_pad) {
-        const int code = fold ? (any || whole ? E + 127 : 127) : (live ? sc : 127);
-        if (fold ? any : live) {
-            lo_enc = 255 - code;
-            hi = code;
+            for (int q = 0; q < 16; ++q) q4[q / 4] |= (u32)tile[(rh + q) * FOLD_PITCH + kt] << (8 * (q % 4));
+            *(uint4*)(el_t + (i64)(k0 + kt) * ldt + r0 + rh) = make_uint4(q4[0], q4[1], q4[2], q4[3]);
         }
-        put_factor(out, ld, role, r, j, code);
+        // factors (one lane per block): the window's 2^E on all 4 blocks (folded), else each live block's own code
+        if (run % 2 == 0 && r < rows_pad) {
+            const int code = fold ? (any || whole ? E + 127 : 127) : (live ? sc : 127);
+            if (fold ? any : live) {
+                lo_enc = max(lo_enc, 255 - code);
+                hi = max(hi, code);
+            }
+            put_factor(out, ld, role, r, j, code);
+        }
+        some_not_whole |= not_whole;
+        __syncthreads();
     }
-    if (__syncthreads_or(not_whole) && threadIdx.x == 0) info[3] = 1;
+    if (__syncthreads_or(some_not_whole) && threadIdx.x == 0) info[3] = 1;
     reduce_info(lo_enc, hi, 0, info);
 }
 

@@ -26,9 +26,10 @@ MX_PATHS = ("exact", "decode")
 #: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H100, one run (session
 #: 14, NOTES_SM90.md): kernel only, exact (the fold, then mx_lo_fix) 938 / 614 TFLOP/s at 8192^3 / 4096^3 against
 #: the bf16-decode kernel's 811 / 737 (mxfp8 x mxfp4: 990 / 632 against 821 / 749); end to end from fp16 inputs
-#: (quantization and the per-call staging included) exact 2.29-2.33 ms / 554-565 us against decode's 1.74 ms /
-#: 300 us: the exact staging (fold, lost-bit lists, transposed elements) costs more per call than its kernel saves.
-#: Decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for operands staged once and reused
+#: (quantization and the per-call staging included) exact 1.77 ms / 437 us against decode's 1.72 ms / 308 us
+#: (mxfp8 x mxfp4: 2.08 ms / 705 us against 1.73 ms / 302 us), after the fold's tables were built once per block
+#: (2.29-2.33 ms / 554-565 us before): the exact staging still costs about what its kernel saves at 8192^3 and more
+#: below.  Decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for operands staged once
 MX_EXACT_DEFAULT = False
 #: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
 #: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against

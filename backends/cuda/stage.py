@@ -436,6 +436,8 @@ class Stager:
         if rows_pad:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
             rows_grid = (max(1, min(-(-rows // 8), 8 * self.sms)),)
+            gx = -(-rows_pad // 32)  # mx_sm90_fold: a block per 32 rows folds windows y, y + grid y, ... (its
+            fold_grid = (gx, min(windows, -(-8 * self.sms // gx)))  # tables built once)
             lists = (np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent, fac.lo_slots) if lossy else (np.int32(0), _NULLP,
                                                                                             _NULLP, _NULLP)
             passes = [(lo, hi, _NULLP)]
@@ -445,7 +447,7 @@ class Stager:
                 launch(self._factor_kernel("mx_sm90_fold_rows"), rows_grid, (256,), scale_args + (
                     np.int32(rows), np.int32(-(-k // MX_BLOCK_KERNEL)), np.int32(plo), np.int32(phi), row_e,
                     fac.folded, np.int32(windows), only_if, fac.info, fac.lo_cnt if lossy else _NULLP))
-                launch(self._factor_kernel("mx_sm90_fold"), (-(-rows_pad // 32), windows), (256,), args + (
+                launch(self._factor_kernel("mx_sm90_fold"), fold_grid, (256,), args + (
                     np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(plo), np.int32(phi),
                     row_e, elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info,
                     np.int32(lossy), np.int32(_SPECIAL.get(spec.specials, 0)), *lists, only_if,
