@@ -181,6 +181,8 @@ def test_mx_factor_prep_compiles():
     b = nvrtc_tools.compile_cuda(source(sm90.SM90_MX_FILE), name="sm90_mx_factors", arch="sm_90", options=["-std=c++17"])
     for kernel in sm90.SM90_MX_KERNELS:
         assert b.resources[kernel]["local_bytes"] == 0, kernel
+    fix = b.resources["mx_lo_fix"]  # five blocks per SM (its __launch_bounds__): 228 KB of shared memory per SM,
+    assert 5 * (fix["shared_bytes"] + 1024) <= 228 * 1024, fix  # 1 KB of it reserved per block
 
 
 def test_tensor_map_needs_aligned_operands():
