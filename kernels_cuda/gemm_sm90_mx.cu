@@ -230,7 +230,8 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
             }
             const u32 q4[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int q = 0; q < 16; ++q) tile[(16 * (t % 2) + q) * FOLD_PITCH + t / 2] = (u8)(q4[q / 4] >> (8 * (q % 4)));
+            for (int q = 0; q < 16; ++q)
+                tile[(16 * (t % 2) + q) * FOLD_PITCH + t / 2] = (u8)(q4[q / 4] >> (8 * (q % 4)));
         } else {
             const int r = r0 + t / 8, k = k0 + 16 * (t % 8);
             uint4 v = make_uint4(0, 0, 0, 0);
@@ -593,7 +594,8 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
           const int* __restrict__ cnt_b, const int2* __restrict__ ent_b, const u8* __restrict__ elt_b, i64 ldt_b,
           int fmt_b, int folded) {
     __shared__ FixSmem s;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, m0 = blockIdx.y * FIX_ROWS, col = blockIdx.x * FIX_COLS + t;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int m0 = blockIdx.y * FIX_ROWS, col = blockIdx.x * FIX_COLS + t;
     const bool on = col < N;
     // every independent load first: the tile (asynchronously), the counts, this column's first two entries
     const int rows = min(FIX_ROWS, M - m0);
@@ -661,8 +663,8 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
     int groups = 0;
 #pragma unroll
     for (int w = 0; w < 8; ++w) groups += s.gcnt[w];
-    const FixArgs fa = {my, nb, e0, e1, listed, m0, M, t, col, on, cf0, pc, fac_a, ld_fa, fac_b, ld_fb, cap, cnt_a, ent_a,
-                        elt_a, ldt_a, elt_b, ldt_b, fast, whole};
+    const FixArgs fa = {my, nb, e0, e1, listed, m0, M, t, col, on, cf0, pc, fac_a, ld_fa, fac_b, ld_fb, cap, cnt_a,
+                        ent_a, elt_a, ldt_a, elt_b, ldt_b, fast, whole};
     if (fast && whole) {  // the common case, without the general factor's code in the loops
         fix_rows<true>(s, fa);
         __syncthreads();
@@ -681,6 +683,7 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
     } else {
         u16* dp = (u16*)dst + (i64)m0 * ldd + col;
 #pragma unroll 8
-        for (int r = 0; r < rows; ++r, dp += ldd) *dp = out_kind == 1 ? f32_to_f16(s.tile[r][t]) : f32_to_bf16(s.tile[r][t]);
+        for (int r = 0; r < rows; ++r, dp += ldd)
+            *dp = out_kind == 1 ? f32_to_f16(s.tile[r][t]) : f32_to_bf16(s.tile[r][t]);
     }
 }
