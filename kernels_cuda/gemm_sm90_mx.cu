@@ -278,15 +278,14 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
         if (r < rows && k0 + 16 * run < ldk) {
             const int d = fold ? sc - 127 - E : 0;
             const u8* tab = lut + (d - lo) * ncodes;
-            const u32 in[4] = {v.x, v.y, v.z, v.w};
             if (live)
 #pragma unroll
-                for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(in[q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
+                for (int q = 0; q < 16; ++q) o[q / 4] |= (u32)tab[(v4[q / 4] >> (8 * (q % 4))) & 0xff] << (8 * (q % 4));
             *(uint4*)(elems + r * ldk + k0 + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
             if (lossy && live && d != 0) {  // the bits the shift lost: how many of this lane's 16
+                const float* const rtab = rest + (d - lo) * ncodes;
 #pragma unroll
-                for (int q = 0; q < 16; ++q)
-                    nlost += rest[(d - lo) * ncodes + ((in[q / 4] >> (8 * (q % 4))) & 0xff)] != 0.f;
+                for (int q = 0; q < 16; ++q) nlost += rtab[(v4[q / 4] >> (8 * (q % 4))) & 0xff] != 0.f;
             }
         }
         if (lossy) {  // each as a {k, lo} entry of its row's list and of this block's slot (ordered by row, then k)
@@ -309,12 +308,10 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                 if (total > LO_SLOT_ENTRIES) info[5] = 1;  // the GEMM adds this operand's lost bits in its epilogue
             }
             if (nlost) {
-                const int d = sc - 127 - E;
-                const u8* tab = lut + (d - lo) * ncodes;
+                const float* const rtab = rest + (sc - 127 - E - lo) * ncodes;  // (d = sc - 127 - E: nlost > 0)
                 int at = incl - nlost + before;
                 for (int q = 0; q < 16; ++q) {
-                    const u32 ci = (v4[q / 4] >> (8 * (q % 4))) & 0xff;
-                    const float rb = rest[(d - lo) * ncodes + ci];
+                    const float rb = rtab[(v4[q / 4] >> (8 * (q % 4))) & 0xff];
                     if (rb == 0.f) continue;
                     const int k = k0 + 16 * run + q;
                     const int pos = atomicAdd(&lo_cnt[r], 1);
