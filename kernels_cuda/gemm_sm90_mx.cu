@@ -183,6 +183,38 @@ __device__ __forceinline__ float lost_bits(u32 c, u32 h, int d, int ebits, int m
 // 16-element run each, decide the window together (shuffles) and write its e4m3 codes as one 128-byte row segment.
 #define FOLD_ROWS 32
 #define FOLD_PITCH 144  // 128 bytes of K + 16 (bank spread for the transposing stores)
+// mx_sm90_fold's load of a window's codes tile, coalesced in the source's own layout: rows-contiguous sources (B's
+// [K][N] codes) 16 rows of one k per thread, else 16 k of one row; fold_store puts them in the tile as [row][k]
+__device__ __forceinline__ uint4 fold_load(const u8* __restrict__ codes, i64 cs_r, i64 cs_k, int rows, int K, int r0,
+                                           int k0, int t, bool rows_contig) {
+    u32 q4[4] = {0, 0, 0, 0};
+    if (rows_contig) {
+        const int k = k0 + t / 2, rr = r0 + 16 * (t % 2);
+        const u8* src = codes + (i64)k * cs_k + rr;
+        if (k < K && rr + 16 <= rows && ((unsigned long long)src & 15) == 0) return *(const uint4*)src;
+        if (k < K)
+            for (int q = 0; q < 16; ++q)
+                if (rr + q < rows) q4[q / 4] |= (u32)src[q] << (8 * (q % 4));
+    } else {
+        const int r = r0 + t / 8, k = k0 + 16 * (t % 8);
+        const u8* src = codes + (i64)r * cs_r + (i64)k * cs_k;
+        if (r < rows && cs_k == 1 && k + 16 <= K && ((unsigned long long)src & 15) == 0) return *(const uint4*)src;
+        if (r < rows)
+            for (int q = 0; q < 16; ++q)
+                if (k + q < K) q4[q / 4] |= (u32)src[q * cs_k] << (8 * (q % 4));
+    }
+    return make_uint4(q4[0], q4[1], q4[2], q4[3]);
+}
+__device__ __forceinline__ void fold_store(u8* tile, uint4 v, bool rows_contig, int t) {
+    if (rows_contig) {
+        const u32 q4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int q = 0; q < 16; ++q) tile[(16 * (t % 2) + q) * FOLD_PITCH + t / 2] = (u8)(q4[q / 4] >> (8 * (q % 4)));
+    } else {
+        *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * (t % 8)) = v;
+    }
+}
+
 // (256, 1): with no minimum given, ptxas spilled 4 bytes at 48 registers
 extern "C" __global__ void __launch_bounds__(256, 1)
 mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __restrict__ codes, i64 cs_r, i64 cs_k,
@@ -193,6 +225,11 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
              int2* __restrict__ lo_ent, int* __restrict__ slots, const int* __restrict__ only_if,
              u8* __restrict__ el_t, i64 ldt) {
     if (only_if != nullptr && *only_if == 0) return;  // the lossless rerun: only after a list overflowed
+    const int r0 = blockIdx.x * FOLD_ROWS, t = threadIdx.x;
+    const bool rows_contig = cs_r == 1 && cs_k != 1;
+    const int y0 = blockIdx.y, gy = gridDim.y, windows = blocks_pad / 4;
+    uint4 next = make_uint4(0, 0, 0, 0);  // a window's codes, loaded one window ahead (the first beside the tables)
+    if (y0 < windows) next = fold_load(codes, cs_r, cs_k, rows, K, r0, 128 * y0, t, rows_contig);
     // every (shift, code) pair's code: lut[(d - lo) * ncodes + c]: e4m3 (fp4 / fp6, 15 shifts x 64 codes at most),
     // or with lossy the same fp8 format, truncated (16 shifts x 256 codes), and with lossy what that takes off the
     // element (lost_bits, exact in fp32: rest[(d - lo) * ncodes + c]); built once per block, which then folds
@@ -211,41 +248,12 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                           ? 0.f
                           : lost_bits(i & (ncodes - 1), lut[i], lo + (i >> lg), ebits, mbits, bias, specials);
     __syncthreads();
-    const int r0 = blockIdx.x * FOLD_ROWS, t = threadIdx.x;
     int lo_enc = 0, hi = 0, some_not_whole = 0;  // over the block's windows (reduce_info, info[3])
-    for (int w = blockIdx.y; w < blocks_pad / 4; w += gridDim.y) {  // a barrier ends each window (tile reused)
+    for (int w = y0; w < windows; w += gy) {  // a barrier ends each window (tile reused)
         const int k0 = 128 * w;
-        // load: rows-contiguous sources (B's [K][N] codes) 16 rows of one k per thread, else 16 k of one row
-        if (cs_r == 1 && cs_k != 1) {
-            const int k = k0 + t / 2, rr = r0 + 16 * (t % 2);
-            uint4 v = make_uint4(0, 0, 0, 0);
-            const u8* src = codes + (i64)k * cs_k + rr;
-            if (k < K && rr + 16 <= rows && ((unsigned long long)src & 15) == 0) {
-                v = *(const uint4*)src;
-            } else if (k < K) {
-                u32 q4[4] = {0, 0, 0, 0};
-                for (int q = 0; q < 16; ++q)
-                    if (rr + q < rows) q4[q / 4] |= (u32)src[q] << (8 * (q % 4));
-                v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
-            }
-            const u32 q4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int q = 0; q < 16; ++q)
-                tile[(16 * (t % 2) + q) * FOLD_PITCH + t / 2] = (u8)(q4[q / 4] >> (8 * (q % 4)));
-        } else {
-            const int r = r0 + t / 8, k = k0 + 16 * (t % 8);
-            uint4 v = make_uint4(0, 0, 0, 0);
-            const u8* src = codes + (i64)r * cs_r + (i64)k * cs_k;
-            if (r < rows && cs_k == 1 && k + 16 <= K && ((unsigned long long)src & 15) == 0) {
-                v = *(const uint4*)src;
-            } else if (r < rows) {
-                u32 q4[4] = {0, 0, 0, 0};
-                for (int q = 0; q < 16; ++q)
-                    if (k + q < K) q4[q / 4] |= (u32)src[q * cs_k] << (8 * (q % 4));
-                v = make_uint4(q4[0], q4[1], q4[2], q4[3]);
-            }
-            *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * (t % 8)) = v;
-        }
+        fold_store(tile, next, rows_contig, t);  // this window's codes (loaded during the previous one)
+        if (w + gy < windows)                    // the next window's, in flight while this one folds
+            next = fold_load(codes, cs_r, cs_k, rows, K, r0, 128 * (w + gy), t, rows_contig);
         __syncthreads();
         // decide: lanes 8 g .. 8 g + 7 of a warp hold row t / 8's runs; runs 2b, 2b + 1 are block b of the window
         const int r = r0 + t / 8, run = t % 8, b = run / 2, j = 4 * w + b;
