@@ -121,10 +121,6 @@
 #ifndef SM90_MX_DIAG
 #define SM90_MX_DIAG 0  // benchmark diagnostics only (wrong results): parts of the promotion removed
 #endif
-#ifndef SM90_LO_DIAG
-#define SM90_LO_DIAG 0  // benchmark diagnostics only (wrong results): 1 no lost-bit adds, 2 no slots either,
-                        // 3 B's adds only, 4 A's only
-#endif
 #ifndef SM90_MX_DUAL
 #define SM90_MX_DUAL 0  // 1: two scratch accumulators, block j+1's wgmma issued before block j's promotion
 #endif
@@ -430,286 +426,6 @@ __device__ __forceinline__ void mx_promote_exact(float (&acc)[SM90_ACC], const f
     mx_for_each_factor(ra0, ra1, [cb](int g) { return ld_shared_v4(cb + 64 * g); },
                        [&](int i, int ra, int cf) { acc[i] = mx_add_exact(acc[i], part[i], ra, cf); });
 }
-
-// two fp8 codes (low byte first; E5M2: e5m2, else e4m3) as an f16x2, exact
-template <int E5M2>
-__device__ __forceinline__ u32 fp8x2_f16x2(u32 c) {
-    u32 h2;
-    if (E5M2)
-        asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e5m2x2 %0, t;}" : "=r"(h2) : "r"(c));
-    else
-        asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(h2) : "r"(c));
-    return h2;
-}
-// an fp8 code's value, exact
-template <int E5M2>
-__device__ __forceinline__ float fp8_value(u32 c) {
-    float f;
-    asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l;}" : "=f"(f) : "r"(fp8x2_f16x2<E5M2>(c)));
-    return f;
-}
-// two fp8 codes (low byte first) as two exact floats
-template <int E5M2>
-__device__ __forceinline__ void fp8x2_values(u32 c, float& v0, float& v1) {
-    asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}"
-        : "=f"(v0), "=f"(v1) : "r"(fp8x2_f16x2<E5M2>(c)));
-}
-__device__ __forceinline__ bool finite_f32(float x) { return (__float_as_int(x) & 0x7f800000) != 0x7f800000; }
-
-// The bits a lossy MXFP8 fold (gemm_sm90_mx.cu) took off the elements, added back at the end of a tile, after its
-// block factors: A = A_hi + A_lo and B = B_hi + B_lo (A_lo, B_lo: the sorted lists {k, lo} per row of A / column
-// of B, in folded units), the main loop gave A_hi B_hi, so this adds A_lo B_hi (each A entry against this thread's
-// columns of B's staged codes) and then (A_hi + A_lo) B_lo (each B entry against its rows of A's codes; A_lo looked
-// up in the row's list).  Every term is an exact product (a few bits each) times its two block factors 2^(ea + eb),
-// added in fp32 in list order.  Terms whose code in the other operand is NaN / inf are left out: the main loop's
-// product of that code with hi (never 0 where the element is not, with the element's sign) is already the
-// reference's.  row0: this thread's first row (the other: + 8); col0: the tile's first column.
-__device__ __forceinline__ void mx_lo_correct(float (&acc)[SM90_ACC], int row0, int col0, int lane, int M, int N,
-                                           const int* __restrict__ fac_a, i64 ld_fa, const int* __restrict__ fac_b,
-                                           i64 ld_fb, const int* __restrict__ cnt_a, const int2* __restrict__ ent_a,
-                                           const u8* __restrict__ el_a, i64 ld_ea, const int* __restrict__ cnt_b,
-                                           const int2* __restrict__ ent_b, const u8* __restrict__ el_b, i64 ld_eb,
-                                           int cap, bool fast) {
-    if (cnt_a != nullptr) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = row0 + 8 * h;
-            const int n = row < M ? min(cnt_a[row], cap) : 0;
-#pragma unroll 1
-            for (int e = 0; e < n; ++e) {
-                const int2 en = ent_a[(i64)row * cap + e];
-                const int k = en.x, blk = k >> 5;
-                const float v = __int_as_float(en.y);
-                const int ra = fac_a[(i64)row * ld_fa + blk];
-#pragma unroll
-                for (int g = 0; g < SM90_BN / 16; ++g) {
-                    const int col16 = col0 + 16 * g;
-                    const int4 c4 = col16 < ld_fb ? *(const int4*)(fac_b + blk * ld_fb + col16 + 4 * (lane % 4))
-                                                  : make_int4(0, 0, 0, 0);
-                    const int cc[4] = {c4.x, c4.y, c4.z, c4.w};
-#pragma unroll
-                    for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-                        for (int q = 0; q < 2; ++q) {
-                            const int col = col16 + 8 * bb + 2 * (lane % 4) + q;
-                            if (col < N) {
-                                const float b = fp8_value<SM90_B_E5M2>(el_b[(i64)col * ld_eb + k]);
-                                const int i = 4 * (2 * g + bb) + 2 * h + q;
-                                if (finite_f32(b)) acc[i] = mx_term(acc[i], v * b, ra, cc[2 * bb + q], fast);
-                            }
-                        }
-                }
-            }
-        }
-    }
-    if (cnt_b != nullptr) {
-#pragma unroll
-        for (int b8 = 0; b8 < SM90_BN / 8; ++b8)
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int col = col0 + 8 * b8 + 2 * (lane % 4) + q;
-                const int n = col < N ? min(cnt_b[col], cap) : 0;
-                const int pc = fac_b_pos(col);
-#pragma unroll 1
-                for (int e = 0; e < n; ++e) {
-                    const int2 en = ent_b[(i64)col * cap + e];
-                    const int k = en.x, blk = k >> 5;
-                    const float w = __int_as_float(en.y);
-                    const int cf = fac_b[blk * ld_fb + pc];
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int row = row0 + 8 * h;
-                        if (row >= M) continue;
-                        float a = fp8_value<SM90_A_E5M2>(el_a[(i64)row * ld_ea + k]);
-                        if (!finite_f32(a)) continue;
-                        if (cnt_a != nullptr) {  // + A_lo(row, k), from the row's sorted list
-                            const int na = min(cnt_a[row], cap);
-                            for (int j = 0; j < na; ++j) {
-                                const int2 ea = ent_a[(i64)row * cap + j];
-                                if (ea.x >= k) {
-                                    if (ea.x == k) a += __int_as_float(ea.y);
-                                    break;
-                                }
-                            }
-                        }
-                        const int ra = fac_a[(i64)row * ld_fa + blk];
-                        acc[4 * b8 + 2 * h + q] = mx_term(acc[4 * b8 + 2 * h + q], a * w, ra, cf, fast);
-                    }
-                }
-            }
-    }
-}
-
-#if SM90_MX_FOLDS
-// The same lost bits added inside the main loop of the folded variants in the whole tier (every row and column with
-// one factor over all of K, mx_whole), where a stage's factor region is free (the producer loads no factors).  The
-// prep wrote them per 32 rows (columns of B) and 128-K window as slots (mx_common.cuh: LO_SLOT_INTS).  The producer
-// bulk-copies the tile's slots of the stage's window (A's 4 then B's BN / 32) into the region; a consumer adds them
-// from shared memory, after its scratch, into the main accumulator in folded units (the epilogue scales both):
-// first B's against its rows of A's codes (plus A's own entry at that (row, k)), then A's against its columns of
-// B's codes.  Taken when no slot
-// overflowed (info[5] = 0 in both operands); else the epilogue adds the lost bits from the lists (mx_lo_correct).
-// The stage's codes: 128-byte rows, 16-byte chunks swizzled by row % 8.
-#define LO_SLOTS (SM90_BM / 32 + SM90_BN / 32)
-static_assert(16 + LO_SLOTS * LO_SLOT_INTS * 4 <= SM90_SA_BYTES + SM90_SB_BYTES, "slots exceed the factor region");
-
-__device__ __forceinline__ bool lo_in_loop(const int* __restrict__ info_a, const int* __restrict__ info_b,
-                                           const int* __restrict__ slots_a, const int* __restrict__ slots_b,
-                                           const u8* __restrict__ fold_a, const u8* __restrict__ fold_b) {
-    return (slots_a != nullptr || slots_b != nullptr) && info_a[5] == 0 && info_b[5] == 0 && fold_a != nullptr &&
-           fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0;
-}
-
-__device__ __forceinline__ u32 swz128(u32 base, int row, int kbyte) {
-    return base + row * 128 + ((((kbyte >> 4) ^ (row & 7)) << 4) | (kbyte & 15));
-}
-__device__ __forceinline__ u32 ld_shared_u8(u32 addr) {
-    u32 v;
-    asm volatile("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(addr));
-    return v;
-}
-__device__ __forceinline__ int2 ld_shared_int2(u32 addr) {
-    int2 v;
-    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
-    return v;
-}
-
-// the producer: the tile's slots of window kb are A's 32-row blocks m0 / 32 .. + BM / 32 and B's n0 / 32 .. + BN /
-// 32, each run contiguous (row blocks are the slots' fastest index), so one bulk copy per operand, of a fixed size:
-// no count is read on the way (a global load would stall the producer for every stage).  Slots past the matrix's
-// last block, or of an operand without lists, get a zero count by a shared store (before the stage's arrive
-// releases it).  Returns the bytes the copies will bring (lo_slots_copy issues them after the arrive).
-#define LO_SLOT_BYTES (LO_SLOT_INTS * 4)
-__device__ __forceinline__ void lo_runs(const int* __restrict__ slots_a, const int* __restrict__ slots_b, int m0,
-                                        int n0, int M, int N, int& na, int& nb) {
-    na = slots_a != nullptr ? min(SM90_BM / 32, (M + 31) / 32 - m0 / 32) : 0;
-    nb = slots_b != nullptr ? min(SM90_BN / 32, (N + 31) / 32 - n0 / 32) : 0;
-}
-__device__ __forceinline__ u32 lo_slots_issue(const int* __restrict__ slots_a, const int* __restrict__ slots_b,
-                                              u32 fs, int kb, int m0, int n0, int M, int N) {
-    const bool lists = slots_a != nullptr || slots_b != nullptr;
-    st_shared_u32(fs, lists);  // the region's first word: slots follow (else the consumers read no further)
-    if (!lists) return 0;
-    int na, nb;
-    lo_runs(slots_a, slots_b, m0, n0, M, N, na, nb);
-    for (int i = na; i < SM90_BM / 32; ++i) st_shared_u32(fs + 16 + i * LO_SLOT_BYTES, 0);
-    for (int i = nb; i < SM90_BN / 32; ++i) st_shared_u32(fs + 16 + (SM90_BM / 32 + i) * LO_SLOT_BYTES, 0);
-    return (na + nb) * LO_SLOT_BYTES;
-}
-__device__ __forceinline__ void lo_slots_copy(const int* __restrict__ slots_a, const int* __restrict__ slots_b, u32 fs,
-                                              int kb, int m0, int n0, int M, int N, u32 full) {
-    int na, nb;
-    lo_runs(slots_a, slots_b, m0, n0, M, N, na, nb);
-    if (na)
-        cp_async_bulk_g2s(fs + 16, slots_a + ((i64)kb * ((M + 31) / 32) + m0 / 32) * LO_SLOT_INTS, na * LO_SLOT_BYTES,
-                          full);
-    if (nb)
-        cp_async_bulk_g2s(fs + 16 + (SM90_BM / 32) * LO_SLOT_BYTES,
-                          slots_b + ((i64)kb * ((N + 31) / 32) + n0 / 32) * LO_SLOT_INTS, nb * LO_SLOT_BYTES, full);
-}
-
-// a consumer's view of the stage's slots: the counts of its two A slots (2c, 2c + 1, c = r_loc / 64) and of B's,
-// 5 bits each (a count is at most LO_SLOT_ENTRIES = 16), all loaded at once; 0: nothing to add in this stage
-__device__ __forceinline__ unsigned long long lo_counts(u32 fs, int r_loc) {
-    const u32 a0 = fs + 16 + (r_loc >> 6) * (2 * LO_SLOT_BYTES);
-    unsigned long long packed =
-        (unsigned long long)ld_shared_u32(a0) | (unsigned long long)ld_shared_u32(a0 + LO_SLOT_BYTES) << 5;
-#pragma unroll
-    for (int i = SM90_BM / 32; i < LO_SLOTS; ++i)
-        packed |= (unsigned long long)ld_shared_u32(fs + 16 + i * LO_SLOT_BYTES) << (5 * (i - SM90_BM / 32 + 2));
-    return packed;
-}
-
-// column `col` of the tile (this thread's: (col & 7) >> 1 = lane & 3) gets t0 / t1 in its rows r_loc / r_loc + 8:
-// a jump to the column's n8 block (static accumulator indices, no predicated walk over all of them)
-#define LO_ADD_CASE(B)                                                                                              \
-    case B:                                                                                                         \
-        if (B < SM90_BN / 8) {                                                                                      \
-            if (col & 1) {                                                                                          \
-                if (ok0) acc[4 * (B % (SM90_BN / 8)) + 1] += t0;                                                    \
-                if (ok1) acc[4 * (B % (SM90_BN / 8)) + 3] += t1;                                                    \
-            } else {                                                                                                \
-                if (ok0) acc[4 * (B % (SM90_BN / 8))] += t0;                                                        \
-                if (ok1) acc[4 * (B % (SM90_BN / 8)) + 2] += t1;                                                    \
-            }                                                                                                       \
-        }                                                                                                           \
-        break;
-__device__ __forceinline__ void lo_add_col(float (&acc)[SM90_ACC], int col, float t0, float t1, bool ok0, bool ok1) {
-    switch (col >> 3) {
-        LO_ADD_CASE(0) LO_ADD_CASE(1) LO_ADD_CASE(2) LO_ADD_CASE(3) LO_ADD_CASE(4) LO_ADD_CASE(5) LO_ADD_CASE(6)
-        LO_ADD_CASE(7) LO_ADD_CASE(8) LO_ADD_CASE(9) LO_ADD_CASE(10) LO_ADD_CASE(11) LO_ADD_CASE(12) LO_ADD_CASE(13)
-        LO_ADD_CASE(14) LO_ADD_CASE(15) LO_ADD_CASE(16) LO_ADD_CASE(17) LO_ADD_CASE(18) LO_ADD_CASE(19)
-        LO_ADD_CASE(20) LO_ADD_CASE(21) LO_ADD_CASE(22) LO_ADD_CASE(23) LO_ADD_CASE(24) LO_ADD_CASE(25)
-        LO_ADD_CASE(26) LO_ADD_CASE(27) LO_ADD_CASE(28) LO_ADD_CASE(29) LO_ADD_CASE(30) LO_ADD_CASE(31)
-        default: break;
-    }
-}
-static_assert(SM90_BN / 8 <= 32, "lo_add_col: one case per n8 block");
-
-// A's lost bits at (row, kk) from its slot (sl, n entries), 0 if none
-__device__ __forceinline__ float lo_a_at(u32 sl, int n, int row, int kk) {
-    float lo = 0.f;
-    for (int j = 0; j < n; ++j) {
-        const int2 y = ld_shared_int2(sl + 16 + 8 * j);
-        if (y.x == ((row & 31) | (kk << 8))) lo += __int_as_float(y.y);
-    }
-    return lo;
-}
-
-// a consumer adds the stage's slots (region fs: slot i at 16 + i * LO_SLOT_BYTES; codes at sa / sb; counts as
-// lo_counts packed them) to this thread's accumulators (tile rows r_loc, r_loc + 8, one 32-row slot: r_loc / 32)
-__device__ __forceinline__ void lo_stage(float (&acc)[SM90_ACC], u32 sa, u32 sb, u32 fs, unsigned long long counts,
-                                         int r_loc, int lane) {
-    constexpr int NA = SM90_BM / 32;
-    const u32 sl_a = fs + 16 + (r_loc >> 5) * LO_SLOT_BYTES;                 // this thread's rows' A slot
-    const int n_a = (int)(counts >> (5 * ((r_loc >> 5) & 1))) & 31;          // its count
-    for (unsigned long long bits = SM90_LO_DIAG == 4 ? 0 : counts >> 10; bits != 0;) {  // B's slots with entries
-        const int f = (__ffsll(bits) - 1) / 5, i = NA + f;  // the lowest nonempty B slot
-        const int n = (int)(bits >> (5 * f)) & 31;
-        bits &= ~(31ull << (5 * f));
-        const u32 slot = fs + 16 + i * LO_SLOT_BYTES;
-        const int col0 = 32 * (i - NA);
-#pragma unroll 1
-        for (int e = 0; e < n; ++e) {  // B's: (A_hi + A_lo)(row, k) * lo for this thread's rows
-            const int2 x = ld_shared_int2(slot + 16 + 8 * e);
-            const int col = col0 + (x.x & 31), kk = x.x >> 8;
-            if ((lane & 3) != ((col & 7) >> 1)) continue;  // not this thread's column
-            const float w = __int_as_float(x.y);
-            float a0 = fp8_value<SM90_A_E5M2>(ld_shared_u8(swz128(sa, r_loc, kk)));
-            float a1 = fp8_value<SM90_A_E5M2>(ld_shared_u8(swz128(sa, r_loc + 8, kk)));
-            const bool ok0 = finite_f32(a0), ok1 = finite_f32(a1);
-            if (n_a) {  // A's own lost bits at (row, k), if any
-                a0 += lo_a_at(sl_a, n_a, r_loc, kk);
-                a1 += lo_a_at(sl_a, n_a, r_loc + 8, kk);
-            }
-            lo_add_col(acc, col, a0 * w, a1 * w, ok0, ok1);
-        }
-    }
-#pragma unroll 1
-    for (int e = 0; e < (SM90_LO_DIAG == 3 ? 0 : n_a); ++e) {  // A's: lo * B_hi(k, col) for this thread's columns
-        const int2 y = ld_shared_int2(sl_a + 16 + 8 * e);
-        const int rr = y.x & 31;
-        if (rr != (r_loc & 31) && rr != ((r_loc + 8) & 31)) continue;
-        const int kk = y.x >> 8;
-        const float v = __int_as_float(y.y);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            if (rr != ((r_loc + 8 * h) & 31)) continue;
-#pragma unroll
-            for (int b8 = 0; b8 < SM90_BN / 8; ++b8) {
-                // the thread's two columns of the n8 block: their codes paired, one conversion for both
-                const u32 c0 = ld_shared_u8(swz128(sb, 8 * b8 + 2 * (lane & 3), kk));
-                const u32 c1 = ld_shared_u8(swz128(sb, 8 * b8 + 2 * (lane & 3) + 1, kk));
-                float b0, b1;
-                fp8x2_values<SM90_B_E5M2>(c0 | (c1 << 8), b0, b1);
-                // e4m3 has no inf: a NaN code's column is NaN already (the main loop's product), v * NaN keeps it
-                if (!SM90_B_E5M2 || finite_f32(b0)) acc[4 * b8 + 2 * h] = fmaf(v, b0, acc[4 * b8 + 2 * h]);
-                if (!SM90_B_E5M2 || finite_f32(b1)) acc[4 * b8 + 2 * h + 1] = fmaf(v, b1, acc[4 * b8 + 2 * h + 1]);
-            }
-        }
-    }
-}
-#endif
 #endif
 
 // split_fixup's sum: acc += the partials of splits 1 .. splits-1 (in that order), n8 column blocks of half H.
@@ -771,7 +487,7 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[SM90_ACC], float* __res
 // A consumer warpgroup has read stage buffers: tell the producer(s) that may refill them (called by every thread
 // of the warpgroup; lane 0 of warp r signals block r of the cluster).
 // (the folded MX variants: every warp arrives once it is done with the stage, so that a warp still reading the
-// stage's shared codes for lost bits, lo_stage, keeps it, with no barrier among the warps)
+// stage's factors keeps it, with no barrier among the warps)
 #define SM90_WARP_RELEASE (SM90_MX_FOLDS && SM90_CLUSTER == 1)
 __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
 #if SM90_WARP_RELEASE
@@ -797,11 +513,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
              const __grid_constant__ TmaMap map_sa, const __grid_constant__ TmaMap map_sb,
              const int* __restrict__ info_a, const int* __restrict__ info_b, const u8* __restrict__ nan_a,
              const u8* __restrict__ nan_b, const u8* __restrict__ fold_a, const u8* __restrict__ fold_b,
-             const int* __restrict__ fac_a, i64 ld_fa, const int* __restrict__ fac_b, i64 ld_fb,
-             const int* __restrict__ lo_cnt_a, const int2* __restrict__ lo_ent_a, const u8* __restrict__ el_a,
-             i64 ld_ea, const int* __restrict__ lo_cnt_b, const int2* __restrict__ lo_ent_b,
-             const u8* __restrict__ el_b, i64 ld_eb, const int* __restrict__ lo_slots_a,
-             const int* __restrict__ lo_slots_b, int lo_cap) {
+             const int* __restrict__ fac_a, i64 ld_fa, const int* __restrict__ fac_b, i64 ld_fb) {
     extern __shared__ __align__(1024) u8 smem_raw[];
     // 128-byte swizzle atoms repeat every 1024 bytes: the ring starts on a 1024-byte boundary
     u8* smem = (u8*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -853,7 +565,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             u32 phase = 0;
 #if SM90_MX_FOLDS  // one factor per row / column over all of K (see the consumers): no per-stage factors to load
             const bool no_factors = fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0;
-            const bool lo_in = lo_in_loop(info_a, info_b, lo_slots_a, lo_slots_b, fold_a, fold_b);
             const u32 stage_tx = no_factors ? SM90_A_BYTES + SM90_B_BYTES : SM90_STAGE_BYTES;
 #else
             const u32 stage_tx = SM90_STAGE_BYTES;
@@ -869,16 +580,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     const u32 full = full0 + 8 * s;
                     const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
                     const int k0 = kb * SM90_BK;
-#if SM90_MX_FOLDS
-                    // the stage's lost bits: the tile's slots of this window (lo_stage), or zero counts
-                    const int* const la = lo_in && SM90_LO_DIAG != 2 ? lo_slots_a : nullptr;
-                    const int* const lb = lo_in && SM90_LO_DIAG != 2 ? lo_slots_b : nullptr;
-                    const u32 lo_bytes = no_factors ? lo_slots_issue(la, lb, sb + SM90_B_BYTES, kb, m0, n0, M, N) : 0;
-                    mbarrier_arrive_expect_tx(full, stage_tx + lo_bytes);
-                    if (lo_bytes) lo_slots_copy(la, lb, sb + SM90_B_BYTES, kb, m0, n0, M, N, full);
-#else
                     mbarrier_arrive_expect_tx(full, stage_tx);
-#endif
 #if SM90_TA
                     for (int c = 0; c < SM90_BM / 64; ++c)
                         cp_async_bulk_tensor_2d(sa + c * SM90_BK * 128, &map_a, m0 + 64 * c, k0, full);
@@ -1026,17 +728,9 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     wgmma_commit_group();
                     wgmma_wait_group<0>();
                     if (mx_whole) {  // no factors in this stage (the producer loaded none)
-                        // the region's first word: whether the stage carries slots of lost bits (lo_slots_issue)
-                        const bool lists = SM90_LO_DIAG != 2 && ld_shared_u32(fs) != 0;
-                        if (!lists) release_stage(empty0 + 8 * s, t);  // nothing more to read: hand it back at once
+                        release_stage(empty0 + 8 * s, t);  // nothing more to read: hand it back at once
 #pragma unroll
                         for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
-                        if (lists) {  // its slots' counts, read once the scratch is free, then the lost bits
-                            const unsigned long long lo_n = lo_counts(fs, r_loc);
-                            if ((SM90_LO_DIAG == 0 || SM90_LO_DIAG >= 3) && lo_n != 0)
-                                lo_stage(acc, sa, sb, fs, lo_n, r_loc, lane);
-                            release_stage(empty0 + 8 * s, t);  // (each warp: once it is done with the stage)
-                        }
                     } else {
                         const int ra0 = ld_shared_v4(fs + 16 * r_loc).x, ra1 = ld_shared_v4(fs + 16 * (r_loc + 8)).x;
                         if (mx_fast)
@@ -1147,16 +841,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             }
 #endif
 #if SM90_MX
-            // a lossy fold's lost bits, in true units, where the main loop did not add them (lo_stage: folded
-            // variants in the whole tier)
-#if SM90_MX_FOLDS
-            if (!lo_in_loop(info_a, info_b, lo_slots_a, lo_slots_b, fold_a, fold_b) &&
-                (lo_cnt_a != nullptr || lo_cnt_b != nullptr))
-#else
-            if (lo_cnt_a != nullptr || lo_cnt_b != nullptr)
-#endif
-                mx_lo_correct(acc, tm * SM90_BM + r_loc, tn * SM90_BN, lane, M, N, fac_a, ld_fa, fac_b, ld_fb,
-                              lo_cnt_a, lo_ent_a, el_a, ld_ea, lo_cnt_b, lo_ent_b, el_b, ld_eb, lo_cap, mx_fast);
             if (mx_nan) {  // a NaN block (code 0xFF) makes its whole row of A / column of B NaN, as in the reference
                 const int row0 = tm * SM90_BM + r_loc, col0 = tn * SM90_BN + 2 * (lane % 4);
 #pragma unroll

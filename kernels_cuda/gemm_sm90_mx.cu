@@ -33,19 +33,13 @@
 // to -lo) keeps its elements only where they stay on the format's grid.  Each element is written as hi, its value
 // times 2^-d truncated toward zero onto the grid (the format's smallest subnormal when that is 0: hi keeps the
 // element's sign and never vanishes, so an inf of the other operand still meets a nonzero), and where
-// lo = value * 2^-d - hi is not 0 (exact in fp32) the entry is kept twice:
-//   * in the block's slot (mx_common.cuh: per 32 rows and 128-K window, in row then k order, placed by a scan over
-//     the block's threads; info[5] = 1 when one holds more than LO_SLOT_ENTRIES), which the GEMM's main loop copies
-//     with each stage and adds from shared memory (gemm_sm90.cu: lo_stage, the fast whole-row tier);
-//   * in the row's list ({k, lo}: lo_ent [rows][cap], lo_cnt [rows]; info[4] = 1 when a row has more than cap),
-//     ordered by k by mx_sm90_lo_sort (appended by atomics; the GEMM adds them in k order, so the bits do not depend
-//     on the atomics' order), which the GEMM's epilogue adds in true units where the main loop did not
-//     (mx_lo_correct: the other tiers, a slot overflow, the turn-taking forms).
-// Either way the GEMM adds lo * (the other operand) back, exact per term: that is the in-GEMM form (sm90.MX_LO_FIX
-// off).  By default the GEMM adds none of them and mx_lo_fix (below) adds the lists' terms to its fp32 result, from
-// the lists and the folded elements transposed ([k][row]: el_t, written here as well).  When a row's list overflowed, the
-// operand is folded again without loss (only_if = &info[4]: mx_sm90_fold_rows / mx_sm90_fold with lo = hi = 0
-// rerun, lists and slots emptied): the per-32 path of part 1 for blocks of different scales.
+// lo = value * 2^-d - hi is not 0 (exact in fp32) the entry {k, lo} goes into the row's list (lo_ent [rows][cap],
+// lo_cnt [rows]; info[4] = 1 when a row has more than cap), appended by atomics and then ordered by k by
+// mx_sm90_lo_sort, so that the bits added do not depend on the atomics' order.  The GEMM adds none of them:
+// mx_lo_fix (below) adds each term lo * (the other operand), exact per term, to the GEMM's fp32 result, from the
+// lists and the folded elements transposed ([k][row]: el_t, written here as well).  When a row's list overflowed,
+// the operand is folded again without loss (only_if = &info[4]: mx_sm90_fold_rows / mx_sm90_fold with lo = hi = 0
+// rerun, lists emptied): the per-32 path of part 1 for blocks of different scales.
 
 #include "mx_common.cuh"
 
@@ -222,7 +216,7 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
              int lo, int hi_shift, const int* __restrict__ row_e, u8* __restrict__ elems, i64 ldk,
              int* __restrict__ out, i64 ld, u8* __restrict__ folded, u8* __restrict__ nan_rows,
              int* __restrict__ info, int lossy, int specials, int cap, int* __restrict__ lo_cnt,
-             int2* __restrict__ lo_ent, int* __restrict__ slots, const int* __restrict__ only_if,
+             int2* __restrict__ lo_ent, const int* __restrict__ only_if,
              u8* __restrict__ el_t, i64 ldt) {
     if (only_if != nullptr && *only_if == 0) return;  // the lossless rerun: only after a list overflowed
     const int r0 = blockIdx.x * FOLD_ROWS, t = threadIdx.x;
@@ -296,28 +290,9 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                 for (int q = 0; q < 16; ++q) nlost += rtab[(v4[q / 4] >> (8 * (q % 4))) & 0xff] != 0.f;
             }
         }
-        if (lossy) {  // each as a {k, lo} entry of its row's list and of this block's slot (ordered by row, then k)
-            __shared__ int wsum[8];
-            int incl = nlost;
-            for (int o2 = 1; o2 < 32; o2 <<= 1) {
-                const int v2 = __shfl_up_sync(0xffffffffu, incl, o2);
-                if ((t & 31) >= o2) incl += v2;
-            }
-            if ((t & 31) == 31) wsum[t / 32] = incl;
-            __syncthreads();
-            int before = 0, total = 0;
-            for (int w2 = 0; w2 < (int)blockDim.x / 32; ++w2) {
-                before += w2 < t / 32 ? wsum[w2] : 0;
-                total += wsum[w2];
-            }
-            int* const slot = slots + ((i64)w * gridDim.x + blockIdx.x) * LO_SLOT_INTS;
-            if (t == 0) {
-                slot[0] = total;
-                if (total > LO_SLOT_ENTRIES) info[5] = 1;  // the GEMM adds this operand's lost bits in its epilogue
-            }
+        if (lossy) {  // each as a {k, lo} entry of its row's list
             if (nlost) {
                 const float* const rtab = rest + (sc - 127 - E - lo) * ncodes;  // (d = sc - 127 - E: nlost > 0)
-                int at = incl - nlost + before;
                 for (int q = 0; q < 16; ++q) {
                     const float rb = rtab[(v4[q / 4] >> (8 * (q % 4))) & 0xff];
                     if (rb == 0.f) continue;
@@ -327,9 +302,6 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                         lo_ent[(i64)r * cap + pos] = make_int2(k, __float_as_int(rb));
                     else
                         info[4] = 1;
-                    if (at < LO_SLOT_ENTRIES)
-                        *(int2*)(slot + 4 + 2 * at) = make_int2((r - r0) | ((k - k0) << 8), __float_as_int(rb));
-                    ++at;
                 }
             }
             // the elements once more, transposed ([k][row], ldt bytes per k; zeros past rows): mx_lo_fix reads a k's

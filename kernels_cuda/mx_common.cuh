@@ -95,9 +95,3 @@ __device__ __forceinline__ float mx_add_exact(float acc, float s, int ra, int cb
 __device__ __forceinline__ float mx_term(float acc, float s, int ra, int cf, bool fast) {
     return fast ? fmaf(s, __int_as_float(ra + cf), acc) : mx_add_exact(acc, s, ra, cf);
 }
-
-// A lossy MXFP8 fold's slots (gemm_sm90_mx.cu writes them, gemm_sm90.cu's main loop copies them per stage): per
-// 128-K window and 32 rows of an operand (columns of B), LO_SLOT_INTS ints: the count, 3 unused, then up to
-// LO_SLOT_ENTRIES entries {row in the 32 | (k - the window's first K) << 8, lost bits as fp32}, by row, then k.
-#define LO_SLOT_ENTRIES 16
-#define LO_SLOT_INTS (4 + 2 * LO_SLOT_ENTRIES)

@@ -147,7 +147,7 @@ def test_staging_replays_only_when_it_covers_every_buffer():
     aux = arr(1000, 64)  # info at +0, NaN flags at +16, window flags at +40: views into one zeroed allocation
     rec.steps += [("zero", aux), ("launch", None, (1,), (arr(200), 7), (256,), 0)]
     mx = SimpleNamespace(factors=arr(200), info=arr(1000), nan=arr(1016), folded=arr(1040), lo_cnt=None, lo_ent=None,
-                         lo_slots=None, lo_elt=None)
+                         lo_elt=None)
     staged = SimpleNamespace(da=SimpleNamespace(buf=arr(100), exp_at=None, mx=mx),
                              db=SimpleNamespace(buf=arr(100), exp_at=None, mx=None))
     assert fastpath._replayable(fastpath._plan_buffers(staged), quant, rec)
@@ -204,13 +204,8 @@ def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     assert fac.lo_cnt.shape == (m,) and fac.lo_ent.shape == (m, stage.LO_CAP, 2) and fac.info.shape == (8,)
     only_if = [c[2][-3] for c in calls if "_lo_" not in c[0]]  # fold_rows: (.., only_if, info, lo_cnt); fold:
     windows, blocks32 = 3, -(-(m if role == "a" else 80) // 32)  # (.., only_if, el_t, ldt)
-    assert fac.lo_slots.shape == (windows, blocks32, stage.LO_SLOT_INTS)
     assert fac.lo_elt.shape == (128 * windows, 32 * blocks32)  # mx_lo_fix's transposed elements
     assert all(c[2][-2] is fac.lo_elt and c[2][-1] == 32 * blocks32 for c in calls if c[0] == "mx_sm90_fold")
-    header = kernel_source("nvidia", sm90.SM90_MX_FILE)  # the slot's size, as the kernels define it
-    ents = int(re.search(r"#define LO_SLOT_ENTRIES (\d+)", header).group(1))
-    assert re.search(r"#define LO_SLOT_INTS \(4 \+ 2 \* LO_SLOT_ENTRIES\)", header)
-    assert stage.LO_SLOT_INTS == 4 + 2 * ents
     assert [o is not stage._NULLP for o in only_if] == [False, False, True, True]  # the second pass is gated
 
 

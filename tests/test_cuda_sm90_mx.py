@@ -382,7 +382,7 @@ def test_bench_mx_reports_paths(backend):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# MXFP8 folded with its lost bits kept (gemm_sm90_mx.cu lossy mode; gemm_sm90.cu mx_lo_correct)
+# MXFP8 folded with its lost bits kept (gemm_sm90_mx.cu: the fold's lossy mode, mx_lo_fix)
 # ----------------------------------------------------------------------------------------------------------------
 def _unit(fmt) -> float:
     """The element format's smallest subnormal (e4m3 2^-9, e5m2 2^-16)."""
@@ -462,55 +462,12 @@ def test_mxfp8_lost_bits_bit_exact(backend, rng, dtype, side, shape):
             continue
         cnt = cp.asnumpy(d.mx.lo_cnt)
         assert int(d.mx.info[4]) == 0 and int(d.mx.info[3]) == 0 and cnt.max() <= 64
-        assert int(d.mx.info[5]) == 0  # every slot fits (with sm90.MX_LO_FIX off the main loop adds them: lo_stage)
         assert (cnt.sum() > 0) == lossy, cnt.sum()
         if lossy:  # each row's list sorted by k, entries within K
             ent = cp.asnumpy(d.mx.lo_ent)
             r = int(np.argmax(cnt))
             ks = ent[r, :cnt[r], 0]
             assert (np.diff(ks) > 0).all() and ks.min() >= 32 and ks.max() < k, ks
-
-
-@pytest.mark.parametrize("fix", [True, False], ids=["mx_lo_fix", "in-gemm"])
-@pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
-def test_mxfp8_lost_bits_slot_overflow_epilogue(backend, rng, monkeypatch, dtype, fix):
-    """32 rows of A with more dropped bits in one 128-K window than a slot holds (two per row there: 64 > 16), each
-    row's list well within its cap: the prep flags the slot (info[5]); mx_lo_fix (the default) adds every lost bit
-    after the GEMM as always, and the in-GEMM form (sm90.MX_LO_FIX off) adds them in its epilogue from the lists
-    instead of its main loop: bit-exact either way."""
-    import cupy as cp
-
-    from mxcore.backends.cuda import sm90
-
-    monkeypatch.setattr(sm90, "MX_LO_FIX", fix)
-    fmts = _fmts(dtype)
-    m, n, k = 160, 192, 512
-    a = _lossy_operand(rng, m, k, fmts[0], 1)
-    b = _lossy_operand(rng, n, k, fmts[1], 0)
-    va, sa = formats.decode(a.codes, a.element), a.scales.copy()
-    va[32:64, 128:130] = 3 * _unit(fmts[0])  # window 1, block 4: two odd elements per row, 2 binades down
-    sa[32:64, 4] = sa[32:64, 0] - 2
-    a = _mx(va, sa, fmts[0], 1)
-    got = _run(backend, a, b, dtype)
-    np.testing.assert_array_equal(got, _ref(a, b, dtype))
-    plan = backend.plan(a, b, _dt.resolve(dtype, "sm_90"), family="wgmma", mx_path="exact")
-    assert int(plan.da.mx.info[5]) == 1 and int(plan.da.mx.info[4]) == 0
-    assert int(cp.asnumpy(plan.da.mx.lo_cnt).sum()) > 64
-
-
-@pytest.mark.parametrize("dtype", LOSSY_PAIRS, ids=_id)
-@pytest.mark.parametrize("side", ["a", "both"])
-def test_mxfp8_lost_bits_in_the_gemm(backend, rng, monkeypatch, dtype, side):
-    """The in-GEMM form of the lost bits (sm90.MX_LO_FIX off: the main loop's lo_stage from the per-window slots),
-    the one the benchmark compares mx_lo_fix with: bit-exact too (fp32 and bf16 outputs)."""
-    from mxcore.backends.cuda import sm90
-
-    monkeypatch.setattr(sm90, "MX_LO_FIX", False)
-    fmts = _fmts(dtype)
-    m, n, k = 129, 200, 512
-    a, b = _lost_bits_pair(rng, m, n, k, fmts, side)[:2]
-    for out_dtype in ("float32", "bfloat16"):
-        np.testing.assert_array_equal(_run(backend, a, b, dtype, out_dtype), _ref(a, b, dtype, out_dtype))
 
 
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e4m3", "mxfp8_e5m2")], ids=_id)
@@ -610,8 +567,8 @@ def test_mxfp8_heavy_tails_within_bound(backend, rng, dtype):
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3")], ids=_id)
 def test_mxfp8_lost_bits_window_tier(backend, rng, dtype):
     """Rows whose scales span more than a whole-row fold allows (27 binades between windows 0 and 1): those rows fold
-    per 128-K window (info[3] = 1), so the GEMM promotes per stage and adds the lost bits in its epilogue, in true
-    units with their block factors (mx_lo_correct): bit-exact."""
+    per 128-K window (info[3] = 1), so the GEMM promotes per stage and mx_lo_fix adds the lost bits after it, in true
+    units with their block factors: bit-exact."""
     import cupy as cp
 
     fmts = _fmts(dtype)
@@ -634,7 +591,7 @@ def test_mxfp8_lost_bits_window_tier(backend, rng, dtype):
 
 @pytest.mark.parametrize("form", ["pingpong", "dual"])
 def test_mxfp8_lost_bits_overlap_forms(backend, rng, monkeypatch, form):
-    """The turn-taking and dual-scratch forms add a lossy fold's lost bits in their epilogue: bit-exact."""
+    """The turn-taking and dual-scratch forms, a lossy fold's lost bits added after them by mx_lo_fix: bit-exact."""
     from mxcore.backends.cuda import sm90
 
     monkeypatch.setattr(sm90, "MX_PINGPONG", form == "pingpong")

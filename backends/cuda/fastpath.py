@@ -75,7 +75,7 @@ def _operand_buffers(d) -> list:
     out = [d.buf, d.exp_at]
     if d.mx is not None:
         f = d.mx
-        out += [f.factors, f.info, f.nan, f.folded, f.lo_cnt, f.lo_ent, f.lo_slots, f.lo_elt]
+        out += [f.factors, f.info, f.nan, f.folded, f.lo_cnt, f.lo_ent, f.lo_elt]
     return [x for x in out if x is not None]
 
 

@@ -14,8 +14,8 @@ the B tile through TMA multicast.
   integer add, then one FMA; exact, no subnormal arithmetic; see the kernel's SM90_MX).  The operands' scales go
   through ``gemm_sm90_mx.cu`` once per operand (:class:`~.stage.MXFactors`, cached on a quantized object like the
   staged codes) and are TMA-loaded with each stage.  Folded operands (MXFP4 / MXFP6 into e4m3; mxfp8 in its own
-  format, its lost bits as lists and per-stage slots that the kernel adds back) promote once per 128 K, or once
-  per tile where every row and column has one factor.
+  format, its lost bits as lists that ``mx_lo_fix`` adds to the GEMM's fp32 result after it) promote once per
+  128 K, or once per tile where every row and column has one factor.
 * Operands come from :class:`~.stage.Stager` unchanged (:class:`~.stage.DevOperand`: 16-byte aligned base, row
   pitch a multiple of 16 bytes, which is what TMA needs); this module encodes the two tensor maps per plan
   (``cuTensorMapEncodeTiled`` through the driver library, ctypes) and passes them by value.
@@ -58,9 +58,6 @@ SMEM_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_90 (opt-in)
 _ELEM_CODE = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 3, "e5m2": 3}
 _FP8 = ("e4m3", "e5m2")
 _OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
-#: a lossy MXFP8 fold's lost bits added to the GEMM's fp32 result by ``mx_lo_fix`` after it (True), or inside the
-#: GEMM (False: its main loop's ``lo_stage`` / epilogue's ``mx_lo_correct``)
-MX_LO_FIX = True
 FIX_ROWS, FIX_COLS = 32, 256  # mx_lo_fix's tile of C (its FIX_ROWS / FIX_COLS)
 _STORES = (0, 2, 4)  # direct stores, TMA store of 16-bit or fp32 outputs
 
@@ -295,15 +292,6 @@ _TMA_DTYPE = {1: 0, 2: 1, 4: 2}  # CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT
 _SWIZZLE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B = 0, 3, 3
 _NO_MAP = np.zeros(1, dtype="V128")  # an unused tensor-map parameter
 _NULL = np.uint64(0)
-_NO_LISTS = (_NULL, _NULL, _NULL, np.int64(0)) * 2 + (_NULL, _NULL, np.int32(0))
-
-
-def _lo_lists(d, fix: bool = False) -> tuple:
-    """A staged MX operand's lossy-fold lists as the kernel takes them (counts, entries: nulls without, or with
-    ``fix``: mx_lo_fix adds them), then its element codes and their row pitch (stage.py: Stager.mx_fold)."""
-    f = d.mx
-    lists = (_NULL, _NULL) if f.lo_cnt is None or fix else (f.lo_cnt, f.lo_ent)
-    return (*lists, d.buf, np.int64(d.ld))
 
 
 @functools.lru_cache(maxsize=1)
@@ -395,7 +383,7 @@ class Sm90Plan(CudaPlan):
         if getattr(self, "_nb", 1) > 1 or a.bstride or b.bstride:  # batch elements in the grid (folded: none)
             raise UnsupportedError("the wgmma kernel multiplies one matrix; batches run on family='mma_sync'")
         mx = a.mx is not None
-        self._fix = mx and MX_LO_FIX and (a.mx.lo_cnt is not None or b.mx.lo_cnt is not None)
+        self._fix = mx and (a.mx.lo_cnt is not None or b.mx.lo_cnt is not None)  # lost bits: mx_lo_fix after
         out = self._gemm_out()
         ob = out.dtype.itemsize  # 2 (fp16, bf16 bits) or 4 (fp32)
         store = ob if out.size > 0 and (out.shape[-1] * ob) % 16 == 0 and out.data.ptr % 16 == 0 else 0
@@ -492,16 +480,14 @@ class Sm90Plan(CudaPlan):
         self._map_a = operand_map(v, da, km, BM)
         self._map_b = operand_map(v, db, kn, v.bn // v.cluster)
         self._mx_args = (_NO_MAP, _NO_MAP, _NULL, _NULL, _NULL, _NULL, _NULL, _NULL, _NULL, np.int64(0), _NULL,
-                         np.int64(0)) + _NO_LISTS
+                         np.int64(0))
         if v.mx:  # int32 factors: A [M][blocks_pad] in boxes {4 blocks, 128 rows}, B [blocks_pad][N16] in {BN, 4}
             fa, fb = da.mx, db.mx
             map_sa = tensor_map(fa.factors.data.ptr, 4, fa.ld, km, fa.ld, 4, BM, swizzle=_SWIZZLE_NONE)
             map_sb = tensor_map(fb.factors.data.ptr, 4, fb.ld, fb.blocks_pad, fb.ld, v.bn, 4, swizzle=_SWIZZLE_NONE)
             folded = (fa.folded, fb.folded) if fa.folded is not None and fb.folded is not None else (_NULL, _NULL)
-            slots = tuple(_NULL if d.mx.lo_slots is None or self._fix else d.mx.lo_slots for d in (da, db))
-            lists = (*_lo_lists(da, self._fix), *_lo_lists(db, self._fix), *slots, np.int32(LO_CAP))
             self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan, *folded, fa.factors, np.int64(fa.ld),
-                             fb.factors, np.int64(fb.ld), *lists)
+                             fb.factors, np.int64(fb.ld))
         self._fix_args = None  # packed again by the next gemm()
         # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
         out = self._gemm_out()

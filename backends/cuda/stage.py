@@ -19,7 +19,7 @@ The staged buffer is cached on the quantized object (quantize once, multiply man
 
 Exact MX (``path="mx_exact"``: the sm_90a wgmma family's block-scaled variant, chosen by ``families.mx_path``):
 MXFP4 / MXFP6 codes are re-encoded as e4m3 with their block scales folded in, mxfp8 codes in their own format
-with their block scales folded in and the bits that leaves off kept as lists and slots the GEMM adds back
+with their block scales folded in and the bits that leaves off kept as lists that ``mx_lo_fix`` adds back
 (:meth:`Stager.mx_fold`, which also writes :class:`MXFactors`: int32 factor bits in the layout the kernel TMA-loads,
 the live range of scale codes, per-row NaN flags, the fold flags); with :data:`MX8_FOLD` off, mxfp8 codes are
 staged as fp8 bytes exactly as the fp8 path stages them and their scales go through ``gemm_sm90_mx.cu`` into
@@ -54,7 +54,6 @@ MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
 #: LO_CAP entries of lost bits (more: the operand is folded again without loss, per-32 blocks where scales differ)
 LO_SHIFT = 15
 LO_CAP = 64
-LO_SLOT_INTS = 36  # mx_common.cuh: a slot of 16 entries (checked against it by tests/test_cuda_backend.py)
 #: MXFP8 on the exact wgmma variant: folded with its lost bits kept (True), or its codes as they are with per-32
 #: block factors (False: part 1's per-block promotion everywhere)
 MX8_FOLD = True
@@ -68,10 +67,8 @@ class MXFactors:
     for folded operands 1 when some row has no single factor over all of K, and 1 when a lossy fold's list
     overflowed), ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block); an MXFP8 operand
     folded with its lost bits kept (:meth:`Stager.mx_fold`) has ``lo_cnt`` int32 per row and ``lo_ent`` int32
-    [rows][LO_CAP][2] ({k, lo bits} sorted by k), and ``lo_slots`` int32 [windows][rows / 32][LO_SLOT_INTS]: the
-    same per 128-K window and 32 rows (``mx_common.cuh``), as the GEMM's main loop copies them (``sm90.MX_LO_FIX``
-    off), and ``lo_elt`` the folded elements transposed for ``mx_lo_fix`` (a folded partner of a lossy operand gets
-    one too, made by ``sm90._transposed_elements``)."""
+    [rows][LO_CAP][2] ({k, lo bits} sorted by k), and ``lo_elt`` the folded elements transposed for ``mx_lo_fix``
+    (a folded partner of a lossy operand gets one too, made by ``sm90._transposed_elements``)."""
 
     factors: object
     ld: int
@@ -81,7 +78,6 @@ class MXFactors:
     folded: object = None  # uint8 per 128-K window (1: folded in every row; :meth:`Stager.mx_fold`), or None
     lo_cnt: object = None  # lossy MXFP8 fold: entries per row (may exceed LO_CAP: then info[4] = 1, refolded)
     lo_ent: object = None
-    lo_slots: object = None  # the same entries per 128-K window and 32 rows, as the GEMM's main loop copies them
     lo_elt: object = None  # the folded elements transposed, uint8 [windows * 128][rows rounded up to 32]: mx_lo_fix
 
     def copy(self) -> "MXFactors":
@@ -89,7 +85,7 @@ class MXFactors:
             return None if x is None else x.copy()
 
         return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy(),
-                         cp(self.folded), cp(self.lo_cnt), cp(self.lo_ent), cp(self.lo_slots), cp(self.lo_elt))
+                         cp(self.folded), cp(self.lo_cnt), cp(self.lo_ent), cp(self.lo_elt))
 
 
 @dataclass
@@ -431,15 +427,13 @@ class Stager:
             fac.lo_cnt = None
         else:
             fac.lo_ent = cp.empty((max(rows, 1), LO_CAP, 2), dtype=cp.int32)
-            fac.lo_slots = cp.empty((max(windows, 1), -(-max(rows_pad, 1) // 32), LO_SLOT_INTS), dtype=cp.int32)
             fac.lo_elt = cp.empty((max(windows, 1) * 128, 32 * -(-max(rows_pad, 1) // 32)), dtype=cp.uint8)
         if rows_pad:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
             rows_grid = (max(1, min(-(-rows // 8), 8 * self.sms)),)
             gx = -(-rows_pad // 32)  # mx_sm90_fold: a block per 32 rows folds windows y, y + grid y, ... (its
             fold_grid = (gx, min(windows, -(-8 * self.sms // gx)))  # tables built once)
-            lists = (np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent, fac.lo_slots) if lossy else (np.int32(0), _NULLP,
-                                                                                            _NULLP, _NULLP)
+            lists = (np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent) if lossy else (np.int32(0), _NULLP, _NULLP)
             passes = [(lo, hi, _NULLP)]
             if lossy:  # after an overflow (info[4]), again without loss
                 passes.append((0, 0, fac.info[4:5]))
@@ -452,7 +446,7 @@ class Stager:
                     row_e, elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info,
                     np.int32(lossy), np.int32(_SPECIAL.get(spec.specials, 0)), *lists, only_if,
                     fac.lo_elt if lossy else _NULLP, np.int64(fac.lo_elt.shape[1] if lossy else 0)))
-                if lossy and i == 0:  # each row's entries in k order (the GEMM adds them so)
+                if lossy and i == 0:  # each row's entries in k order (mx_lo_fix adds them so)
                     launch(self._factor_kernel("mx_sm90_lo_sort"), rows_grid, (256,), (
                         np.int32(rows), np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent))
         return elems, ldk, fac
