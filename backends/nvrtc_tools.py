@@ -496,6 +496,17 @@ def sass_counts(sass: str) -> collections.Counter:
     return counts
 
 
+#: CuPy compiles every kernel with -ftz=true: fp32 arithmetic written in plain C then flushes subnormal inputs and
+#: results to zero (FFMA.FTZ ...); kernels that must keep them use explicit PTX (mx_common.cuh: f32_fma ...)
+FTZ_FLAG = "-ftz=true"
+_RE_FTZ = re.compile(r"\bF(?:FMA|ADD|MUL)\.FTZ\b")
+
+
+def ftz_ops(sass: str) -> list[str]:
+    """The fp32 FMA / add / multiply instructions of ``sass`` that flush subnormals (``.FTZ``)."""
+    return _RE_FTZ.findall(sass)
+
+
 def sass_lines(sass: str, opcode: str) -> list[str]:
     """The SASS instruction texts whose mnemonic is ``opcode`` (e.g. all ``HMMA.16816.F32.BF16`` lines)."""
     out = []

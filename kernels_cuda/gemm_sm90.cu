@@ -401,7 +401,7 @@ __device__ __forceinline__ void mx_promote_fast(float (&acc)[SM90_ACC], const fl
                                                 int ra1, u32 cb) {
 #if SM90_MX_DIAG == 1  // benchmark diagnostic (wrong results): one FFMA per element, no factor loads or adds
 #pragma unroll
-    for (int i = 0; i < SM90_ACC; ++i) acc[i] = fmaf(__int_as_float(((i >> 1) & 1) ? ra1 : ra0), part[i], acc[i]);
+    for (int i = 0; i < SM90_ACC; ++i) acc[i] = f32_fma(__int_as_float(((i >> 1) & 1) ? ra1 : ra0), part[i], acc[i]);
     return;
 #elif SM90_MX_DIAG == 2  // diagnostic: no promotion
     return;
@@ -414,9 +414,9 @@ __device__ __forceinline__ void mx_promote_fast(float (&acc)[SM90_ACC], const fl
 #endif
     mx_for_each_factor(ra0, ra1, col4, [&](int i, int ra, int cf) {
 #if SM90_MX_DIAG == 4  // diagnostic: the factor as an fp32 product (FMUL) instead of an integer add
-        acc[i] = fmaf(__int_as_float(ra) * __int_as_float(cf), part[i], acc[i]);
+        acc[i] = f32_fma(f32_mul(__int_as_float(ra), __int_as_float(cf)), part[i], acc[i]);
 #else
-        acc[i] = fmaf(__int_as_float(ra + cf), part[i], acc[i]);
+        acc[i] = f32_fma(__int_as_float(ra + cf), part[i], acc[i]);
 #endif
     });
 }
@@ -438,10 +438,10 @@ __device__ __forceinline__ void split_add(float (&acc)[SM90_ACC], const float4* 
 #pragma unroll
         for (int q = H * Q / 2; q < (H + 1) * Q / 2; ++q) {
             const float4 p = __ldcg(pz + q * 32);
-            acc[4 * q] += p.x;
-            acc[4 * q + 1] += p.y;
-            acc[4 * q + 2] += p.z;
-            acc[4 * q + 3] += p.w;
+            acc[4 * q] = f32_add(acc[4 * q], p.x);
+            acc[4 * q + 1] = f32_add(acc[4 * q + 1], p.y);
+            acc[4 * q + 2] = f32_add(acc[4 * q + 2], p.z);
+            acc[4 * q + 3] = f32_add(acc[4 * q + 3], p.w);
         }
     }
 }
@@ -730,7 +730,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     if (mx_whole) {  // no factors in this stage (the producer loaded none)
                         release_stage(empty0 + 8 * s, t);  // nothing more to read: hand it back at once
 #pragma unroll
-                        for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
+                        for (int i = 0; i < SM90_ACC; ++i) acc[i] = f32_add(acc[i], part[i]);
                     } else {
                         const int ra0 = ld_shared_v4(fs + 16 * r_loc).x, ra1 = ld_shared_v4(fs + 16 * (r_loc + 8)).x;
                         if (mx_fast)
@@ -801,7 +801,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 wgmma_wait_group<0>();
                 release_stage(empty0 + 8 * s, t);
 #pragma unroll
-                for (int i = 0; i < SM90_ACC; ++i) acc[i] += part[i];
+                for (int i = 0; i < SM90_ACC; ++i) acc[i] = f32_add(acc[i], part[i]);
 #else
                 wgmma_wait_group<1>();  // the previous stage's wgmma are done: hand its buffers back
                 if (kb > kb0) release_stage(empty0 + 8 * (s ? s - 1 : SM90_STAGES - 1), t);
@@ -836,7 +836,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 mx_for_each_factor(
                     ra[0], ra[1], [&](int g) { return fb[g]; },
                     [&](int i, int r, int cf) {
-                        acc[i] = mx_fast ? acc[i] * __int_as_float(r + cf) : mx_add_exact(0.f, acc[i], r, cf);
+                        acc[i] = mx_fast ? f32_mul(acc[i], __int_as_float(r + cf)) : mx_add_exact(0.f, acc[i], r, cf);
                     });
             }
 #endif
@@ -876,7 +876,8 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                         const int byte = (col % SM90_BOX_COLS) * SM90_TMA_STORE;
                         const u32 addr = buf + (col / SM90_BOX_COLS) * (64 * 128) + r * 128 +
                                          (((byte >> 4) ^ (r % 8)) << 4) + (byte & 15);
-                        const float v0 = alpha * acc[4 * b + 2 * h], v1 = alpha * acc[4 * b + 2 * h + 1];
+                        const float v0 = f32_mul(alpha, acc[4 * b + 2 * h]);
+                        const float v1 = f32_mul(alpha, acc[4 * b + 2 * h + 1]);
 #if SM90_TMA_STORE == 4
                         asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
 #else
@@ -908,14 +909,15 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #if SM90_SWAP
                     // D is C transposed (A, B swapped by the host): D[row, col] -> C[col, row]
                     if (row < M && col < N)
-                        store_pair(C, (i64)col * ldc + row, alpha * acc[4 * b + 2 * h], 0.f, false, false, out_kind);
-                    if (row < M && col + 1 < N)
-                        store_pair(C, (i64)(col + 1) * ldc + row, alpha * acc[4 * b + 2 * h + 1], 0.f, false, false,
+                        store_pair(C, (i64)col * ldc + row, f32_mul(alpha, acc[4 * b + 2 * h]), 0.f, false, false,
                                    out_kind);
+                    if (row < M && col + 1 < N)
+                        store_pair(C, (i64)(col + 1) * ldc + row, f32_mul(alpha, acc[4 * b + 2 * h + 1]), 0.f, false,
+                                   false, out_kind);
 #else
                     if (row < M && col < N)
-                        store_pair(C, (i64)row * ldc + col, alpha * acc[4 * b + 2 * h], alpha * acc[4 * b + 2 * h + 1],
-                                   col + 1 < N, pair_ok, out_kind);
+                        store_pair(C, (i64)row * ldc + col, f32_mul(alpha, acc[4 * b + 2 * h]),
+                                   f32_mul(alpha, acc[4 * b + 2 * h + 1]), col + 1 < N, pair_ok, out_kind);
 #endif
                 }
             }

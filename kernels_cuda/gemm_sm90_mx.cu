@@ -136,8 +136,8 @@ __device__ __forceinline__ u32 e4m3_shifted(u32 c, int ebits, int mbits, int bia
 __device__ __forceinline__ float fp8_code_value(u32 c, int ebits, int mbits, int bias) {
     const int ef = (int)(c >> mbits) & ((1 << ebits) - 1), m = (int)c & ((1 << mbits) - 1);
     const int sig = ef ? (1 << mbits) | m : m;
-    const float v = (float)sig * __int_as_float(((ef ? ef : 1) - bias - mbits + 127) << 23);
-    return (c >> (ebits + mbits)) & 1u ? -v : v;
+    const float v = f32_mul((float)sig, __int_as_float(((ef ? ef : 1) - bias - mbits + 127) << 23));
+    return __uint_as_float(__float_as_uint(v) | ((c >> (ebits + mbits)) & 1u) << 31);  // the sign (no FTZ negation)
 }
 
 // zero magnitude, or NaN / inf (specials: 1 = e4m3fn's S.1111.111, 2 = IEEE's all-ones exponent)
@@ -168,8 +168,8 @@ __device__ __forceinline__ u32 fp8_shift_trunc(u32 c, int ebits, int mbits, int 
 // 0 for zeros, NaN / inf and values that stayed on the grid
 __device__ __forceinline__ float lost_bits(u32 c, u32 h, int d, int ebits, int mbits, int bias, int specials) {
     if (fp8_plain(c, ebits, mbits, specials)) return 0.f;
-    return fp8_code_value(c, ebits, mbits, bias) * __int_as_float((d + 127) << 23) -
-           fp8_code_value(h, ebits, mbits, bias);
+    return f32_sub(f32_mul(fp8_code_value(c, ebits, mbits, bias), __int_as_float((d + 127) << 23)),
+                   fp8_code_value(h, ebits, mbits, bias));
 }
 
 // One block per (32 rows, 128-K window): the codes tile is loaded coalesced in the source's own layout (16 bytes per
@@ -287,7 +287,7 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
             if (lossy && live && d != 0) {  // the bits the shift lost: how many of this lane's 16
                 const float* const rtab = rest + (d - lo) * ncodes;
 #pragma unroll
-                for (int q = 0; q < 16; ++q) nlost += rtab[(v4[q / 4] >> (8 * (q % 4))) & 0xff] != 0.f;
+                for (int q = 0; q < 16; ++q) nlost += f32_nonzero(rtab[(v4[q / 4] >> (8 * (q % 4))) & 0xff]);
             }
         }
         if (lossy) {  // each as a {k, lo} entry of its row's list
@@ -295,7 +295,7 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                 const float* const rtab = rest + (sc - 127 - E - lo) * ncodes;  // (d = sc - 127 - E: nlost > 0)
                 for (int q = 0; q < 16; ++q) {
                     const float rb = rtab[(v4[q / 4] >> (8 * (q % 4))) & 0xff];
-                    if (rb == 0.f) continue;
+                    if (!f32_nonzero(rb)) continue;
                     const int k = k0 + 16 * run + q;
                     const int pos = atomicAdd(&lo_cnt[r], 1);
                     if (pos < cap)
@@ -453,7 +453,7 @@ struct FixArgs {
     int nb;
     int2 e0, e1;
     bool listed;      // this column's entries are in the shared list
-    int m0, M, t, col;
+    int m0, t, col;
     bool on;
     int cf0, pc;
     const int* fac_a;
@@ -461,7 +461,6 @@ struct FixArgs {
     const int* fac_b;
     i64 ld_fb;
     int cap;
-    const int* cnt_a;
     const int2* ent_a;
     const u8* elt_a;
     i64 ldt_a;
@@ -473,12 +472,12 @@ struct FixArgs {
 // acc + s * 2^(ea + eb) (ra, cf: the factors' bits); SIMPLE: the fast form (mx_term) known
 template <bool SIMPLE>
 __device__ __forceinline__ float fix_add(float acc, float s, int ra, int cf, bool fast) {
-    return SIMPLE ? fmaf(s, __int_as_float(ra + cf), acc) : mx_term(acc, s, ra, cf, fast);
+    return SIMPLE ? f32_fma(s, __int_as_float(ra + cf), acc) : mx_term(acc, s, ra, cf, fast);
 }
 
 // B_lo of the thread's column at k (its list sorted by k: the first two entries in registers)
 __device__ __forceinline__ float fix_own_lo(const FixArgs& f, int k) {
-    float lo = (k == f.e0.x ? __int_as_float(f.e0.y) : 0.f) + (k == f.e1.x ? __int_as_float(f.e1.y) : 0.f);
+    float lo = f32_add(k == f.e0.x ? __int_as_float(f.e0.y) : 0.f, k == f.e1.x ? __int_as_float(f.e1.y) : 0.f);
     if (f.nb > 2 && k > f.e1.x) lo = lo_at(f.my + 2, f.nb - 2, k);
     return lo;
 }
@@ -500,27 +499,26 @@ __device__ __forceinline__ void fix_rows(FixSmem& s, const FixArgs& f) {
             if (i0 + j >= listed) break;
             const int4 en = s.list[i0 + j];
             const float bh = s.val_b[code[j]];
-            const float b = bh + fix_own_lo(f, en.x);  // exact in fp32
+            const float b = f32_add(bh, fix_own_lo(f, en.x));  // exact in fp32
             float& x = s.tile[en.z][t];
-            const float y = fix_add<SIMPLE>(x, __int_as_float(en.y) * b, en.w,
+            const float y = fix_add<SIMPLE>(x, f32_mul(__int_as_float(en.y), b), en.w,
                                             whole ? f.cf0 : f.fac_b[(en.x >> 5) * f.ld_fb + f.pc], f.fast);
-            if (bh != 0.f) x = y;
+            if (f32_nonzero(bh)) x = y;
         }
     }
     if (f.on && total > FIX_LIST) {  // the entries past the list, from global memory (rows past the list's end)
-        int before = 0;              // the row's entries before it in the flattened order
-        for (int r = 0; r < FIX_ROWS; ++r) {
-            const int m = f.m0 + r, n = f.cnt_a != nullptr && m < f.M ? min(f.cnt_a[m], f.cap) : 0;
-            for (int e = max(0, FIX_LIST - before); e < n; ++e) {
-                const int2 en = f.ent_a[(i64)m * f.cap + e];
+        for (int r = 0; r < FIX_ROWS; ++r) {  // row r's entries: [roff[r], the next row's start) of the flattened order
+            const int m = f.m0 + r, beg = s.roff[r], end = r + 1 < FIX_ROWS ? s.roff[r + 1] : total;
+            for (int i = max(FIX_LIST, beg); i < end; ++i) {
+                const int2 en = f.ent_a[(i64)m * f.cap + i - beg];
                 const int k = en.x, blk = k >> 5;
                 const float bh = s.val_b[f.elt_b[(i64)k * f.ldt_b + f.col]];
-                if (bh == 0.f) continue;
-                s.tile[r][t] = fix_add<SIMPLE>(s.tile[r][t], __int_as_float(en.y) * (bh + fix_own_lo(f, k)),
+                if (!f32_nonzero(bh)) continue;
+                const float b = f32_add(bh, fix_own_lo(f, k));  // exact in fp32
+                s.tile[r][t] = fix_add<SIMPLE>(s.tile[r][t], f32_mul(__int_as_float(en.y), b),
                                                whole ? s.ra[r] : f.fac_a[(i64)m * f.ld_fa + blk],
                                                whole ? f.cf0 : f.fac_b[blk * f.ld_fb + f.pc], f.fast);
             }
-            before += n;
         }
     }
     for (int e = 0; !f.listed && e < f.nb; ++e) {  // a column past the shared list: its own entries, A_hi * lo
@@ -531,8 +529,8 @@ __device__ __forceinline__ void fix_rows(FixSmem& s, const FixArgs& f) {
         const u8* const run = f.elt_a + (i64)k * f.ldt_a + f.m0;
         for (int r = 0; r < FIX_ROWS; ++r) {
             const float a = s.val_a[run[r]];  // 0: no term (rows past M hold 0)
-            if (a != 0.f)
-                s.tile[r][t] = fix_add<SIMPLE>(s.tile[r][t], a * lo,
+            if (f32_nonzero(a))
+                s.tile[r][t] = fix_add<SIMPLE>(s.tile[r][t], f32_mul(a, lo),
                                                whole ? s.ra[r] : f.fac_a[(i64)(f.m0 + r) * f.ld_fa + blk], cf, f.fast);
         }
     }
@@ -551,11 +549,11 @@ __device__ __forceinline__ void fix_cols(FixSmem& s, const FixArgs& f, int group
             const float a = s.val_a[((const u8*)s.runs[e])[r]];  // 0: no term (rows past M hold 0)
             const float lo = __int_as_float(en.y);
             if (SIMPLE) {  // a select, not a branch
-                const float y = fmaf(a * lo, __int_as_float(ra + gr.w), x);
-                if (a != 0.f) x = y;
-            } else if (a != 0.f) {
+                const float y = f32_fma(f32_mul(a, lo), __int_as_float(ra + gr.w), x);
+                if (f32_nonzero(a)) x = y;
+            } else if (f32_nonzero(a)) {
                 const int blk = en.x >> 5;
-                x = mx_term(x, a * lo, whole ? ra : f.fac_a[(i64)mr * f.ld_fa + blk],
+                x = mx_term(x, f32_mul(a, lo), whole ? ra : f.fac_a[(i64)mr * f.ld_fa + blk],
                             whole ? gr.w : f.fac_b[blk * f.ld_fb + gr.w], f.fast);
             }
         }
@@ -640,8 +638,8 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
     int groups = 0;
 #pragma unroll
     for (int w = 0; w < 8; ++w) groups += s.gcnt[w];
-    const FixArgs fa = {my, nb, e0, e1, listed, m0, M, t, col, on, cf0, pc, fac_a, ld_fa, fac_b, ld_fb, cap, cnt_a,
-                        ent_a, elt_a, ldt_a, elt_b, ldt_b, fast, whole};
+    const FixArgs fa = {my, nb, e0, e1, listed, m0, t, col, on, cf0, pc, fac_a, ld_fa, fac_b, ld_fb, cap, ent_a,
+                        elt_a, ldt_a, elt_b, ldt_b, fast, whole};
     if (fast && whole) {  // the common case, without the general factor's code in the loops
         fix_rows<true>(s, fa);
         __syncthreads();

@@ -290,14 +290,14 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                         const float f0 = wo_factor(sc, 16 * blk, special);      // W^T row g
                         const float f1 = wo_factor(sc, 16 * blk + 8, special);  // row g + 8
 #pragma unroll
-                        for (int i = 0; i < D; ++i) fb[i] = wo_fma(t[i], (i & 2) ? f1 : f0, fb[i]);
+                        for (int i = 0; i < D; ++i) fb[i] = f32_fma(t[i], (i & 2) ? f1 : f0, fb[i]);
                     }
                 }
             }
         }
         ww_wait<0>();
 #pragma unroll
-        for (int i = 0; i < D; ++i) acc[i] = wo_add(acc[i], fb[i]);
+        for (int i = 0; i < D; ++i) acc[i] = f32_add(acc[i], fb[i]);
     }
 
     float out[1][WO_MT][4];

@@ -8,6 +8,31 @@ typedef unsigned char u8;
 typedef long long i64;
 typedef unsigned long long u64;
 
+// IEEE fp32 arithmetic with subnormals kept, whatever -ftz says: CuPy compiles with -ftz=true, under which plain C
+// arithmetic flushes subnormal inputs and results to zero (FFMA.FTZ).  Every fp32 operation of the block-scaled
+// kernels whose operands or result may be subnormal is one of these (CI checks their SASS for .FTZ).
+__device__ __forceinline__ float f32_fma(float a, float b, float c) {
+    float d;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+    return d;
+}
+__device__ __forceinline__ float f32_add(float a, float b) {
+    float d;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ float f32_sub(float a, float b) {
+    float d;
+    asm("sub.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ float f32_mul(float a, float b) {
+    float d;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ bool f32_nonzero(float x) { return (__float_as_uint(x) << 1) != 0u; }  // subnormals too
+
 // fp32 -> f16 / bf16 bits: cvt.rn, IEEE round to nearest even with subnormals and overflow to inf
 __device__ __forceinline__ u16 f32_to_f16(float v) {
     u16 h;
@@ -46,7 +71,7 @@ __device__ __forceinline__ float out_scale(int exp0, const void* exp_a, const vo
     if (exp_a) e += load_exp(exp_a, exp_u8);
     if (exp_b) e += load_exp(exp_b, exp_u8);
     const int h = e >> 1;  // floor(e / 2) (arithmetic shift)
-    return pow2f(h) * pow2f(e - h);
+    return f32_mul(pow2f(h), pow2f(e - h));
 }
 
 // Column col's place in B's block-factor rows (gemm_sm90_mx.cu put_factor): 16-column groups, a group ordered as the
@@ -87,11 +112,11 @@ __device__ __forceinline__ float mx_add_exact(float acc, float s, int ra, int cb
         e1 = e;
         e2 = 0;
     }
-    return fmaf(s * __int_as_float((e1 + 127) << 23), __int_as_float((e2 + 127) << 23), acc);
+    return f32_fma(f32_mul(s, __int_as_float((e1 + 127) << 23)), __int_as_float((e2 + 127) << 23), acc);
 }
 
 // 2^E * s added to acc: one FFMA with the factor's bits ra + cf where E is in fp32's normal range (fast), else
 // mx_add_exact
 __device__ __forceinline__ float mx_term(float acc, float s, int ra, int cf, bool fast) {
-    return fast ? fmaf(s, __int_as_float(ra + cf), acc) : mx_add_exact(acc, s, ra, cf);
+    return fast ? f32_fma(s, __int_as_float(ra + cf), acc) : mx_add_exact(acc, s, ra, cf);
 }

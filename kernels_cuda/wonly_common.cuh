@@ -22,7 +22,8 @@
 // / e3m2 / e4m3 / e5m2 value (all lie in f16's and bf16's range); e4m3's NaN code and e5m2's inf/NaN codes are set
 // explicitly.  Block scales are applied in fp32: every 32-K block's two mma run into a zeroed accumulator t, then
 // acc = fma(t, 2^(scale - 127), acc) (exact factor: code 0 is the subnormal 2^-127, 0xFF NaN).  CuPy compiles with
-// -ftz=true, so every fp32 operation that may meet a subnormal is explicit PTX without .ftz (wo_fma, wo_add).
+// -ftz=true, so every fp32 operation that may meet a subnormal is explicit PTX without .ftz (mx_common.cuh: f32_fma,
+// f32_add).
 //
 // -D: WO_EBITS WO_MBITS WO_SPECIAL (0 none, 1 e4m3fn NaN, 2 e5m2 inf/NaN) WO_PACK4 (4-bit codes) WO_BF16 (activation
 // type bf16, else f16) WO_MUL (the 16-bit x2 bits of 2^(target bias - element bias)) WO_MT (m8 tiles per block)
@@ -180,16 +181,6 @@ __device__ __forceinline__ void wo_dependent_part() {
 #endif
 }
 
-__device__ __forceinline__ float wo_fma(float a, float b, float c) {  // IEEE fma, subnormals kept
-    float d;
-    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
-    return d;
-}
-__device__ __forceinline__ float wo_add(float a, float b) {
-    float d;
-    asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-    return d;
-}
 
 __device__ __forceinline__ void wo_mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile(WO_MMA " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -226,7 +217,7 @@ __device__ __forceinline__ void wo_block(float (&acc)[MT][4], const uint4& q, co
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][i] = wo_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[mt][i]);
+        for (int i = 0; i < 4; ++i) acc[mt][i] = f32_fma(t[mt][i], WO_C_ROW(lane, i) >= 8 ? f1 : f0, acc[mt][i]);
 }
 
 // Split K, after every block stored its fp32 partial tile (rows m0 .. m0 + tm, columns n0 .. n0 + tn) to
@@ -247,7 +238,7 @@ __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* 
         if (m >= M || n >= N) continue;
         const float* p = ws + (i64)m * ldw + n;
         float v = __ldcg(p);
-        for (int z = 1; z < (int)gridDim.z; ++z) v = wo_add(v, __ldcg(p + (i64)z * M * ldw));
+        for (int z = 1; z < (int)gridDim.z; ++z) v = f32_add(v, __ldcg(p + (i64)z * M * ldw));
         wo_store(C, (i64)m * ldc + n, v, out_kind);
     }
     if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch

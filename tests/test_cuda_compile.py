@@ -194,7 +194,7 @@ def test_variant_machine_code(arch, stem):
             assert c["LDS"] > 0 and c["STS"] <= 1, dict(c)  # records read from shared memory; one store: the flag
         pdl = "_pdl" in stem  # programmatic dependent launch: griddepcontrol.wait / .launch_dependents
         assert (c["ACQBULK"] > 0 and c["PREEXIT"] > 0) == pdl, dict(c)
-        ftz = re.findall(r"\bF(?:FMA|ADD|MUL)\.FTZ\b", binary.sass)  # compiled with -ftz=true, as CuPy does
+        ftz = nvrtc_tools.ftz_ops(binary.sass)  # compiled with -ftz=true, as CuPy does
         assert c["FFMA"] > 0 and not ftz, f"block scales must keep fp32 subnormals: {ftz[:3]}"
         assert job["smem"] + res["shared_bytes"] <= SMEM_PER_BLOCK, "more shared memory than a block may have"
     else:

@@ -50,8 +50,8 @@ def _covering(variants):
 VARIANTS = _covering(ALL)
 
 
-def _compile(v):
-    opts = [o for o in v.options() if not o.startswith("--gpu-architecture")]
+def _compile(v):  # with -ftz=true, as CuPy compiles
+    opts = [*(o for o in v.options() if not o.startswith("--gpu-architecture")), nvrtc_tools.FTZ_FLAG]
     return nvrtc_tools.compile_cuda(source(sm90.SM90_FILE), name=v.name, arch="sm_90a", options=opts)
 
 
@@ -83,6 +83,8 @@ def test_variant_compiles_to_wgmma_and_tma(binaries, v):
     assert counts["UTMALDG"] >= (4 if v.mx else 2) and counts["USETMAXREG"] == 2
     assert (counts["UTMASTG"] > 0) == bool(v.tma_store)  # the TMA-store epilogue, or direct stores
     assert counts["LDL"] == 0 and counts["STL"] == 0 and counts["HMMA"] == 0
+    # IEEE fp32 under CuPy's -ftz=true: promotions, split-K sums, block factors and the output scale keep subnormals
+    assert not nvrtc_tools.ftz_ops(b.sass), f"fp32 arithmetic flushing subnormals: {nvrtc_tools.ftz_ops(b.sass)[:3]}"
 
 
 def test_variant_validation():
@@ -178,9 +180,12 @@ def test_mx_path_rule():
 
 def test_mx_factor_prep_compiles():
     require_tool("NVRTC (cuda-bindings + nvidia-cuda-nvrtc)", nvrtc_tools.have_nvrtc())
-    b = nvrtc_tools.compile_cuda(source(sm90.SM90_MX_FILE), name="sm90_mx_factors", arch="sm_90", options=["-std=c++17"])
+    b = nvrtc_tools.compile_cuda(source(sm90.SM90_MX_FILE), name="sm90_mx_factors", arch="sm_90",
+                                 options=["-std=c++17", nvrtc_tools.FTZ_FLAG])  # as CuPy compiles
     for kernel in sm90.SM90_MX_KERNELS:
         assert b.resources[kernel]["local_bytes"] == 0, kernel
+    # the fold's lost bits and mx_lo_fix's sums in IEEE fp32 (a GEMM result that is an fp32 subnormal stays one)
+    assert not nvrtc_tools.ftz_ops(b.sass), nvrtc_tools.ftz_ops(b.sass)[:3]
     fix = b.resources["mx_lo_fix"]  # five blocks per SM (its __launch_bounds__): 228 KB of shared memory per SM,
     assert 5 * (fix["shared_bytes"] + 1024) <= 228 * 1024, fix  # 1 KB of it reserved per block
 

@@ -10,8 +10,9 @@ sm_90 GPU).  Every launch writes into an output poisoned with NaN first and chec
   multiple of 32 / 128), odd M and N, host and device MXTensors, fp32 / fp16 / bf16 outputs.
 * Scale codes at the ends of E8M0: every output gets one nonzero block product (block-diagonal operands), its
   scale pair drawn from codes 0x00, 0x01, 0x7F, 0xFE, ... (E from -254 to 254), so the reference's one rounding is
-  the kernel's: equal bit for bit (inf where the product overflows, 0 where it is far below fp32), except results
-  the reference gives as fp32 subnormals (none are drawn; counted and asserted absent).  All-zero blocks of code
+  the kernel's: equal bit for bit (inf where the product overflows, 0 where it is far below fp32, fp32 subnormals
+  between: the kernels' fp32 arithmetic keeps subnormals under CuPy's -ftz=true).  Sums whose results are fp32
+  subnormals (elements of halves, scales near 2^-126) through the fast and the exact promotion.  All-zero blocks of code
   0x00 (the quantizer's) beside live blocks keep the fast promotion.  NaN blocks (0xFF) make their whole row of A /
   column of B NaN; e5m2 inf elements give inf / NaN as the reference.
 * Random normal inputs quantized by ``quantize_mx``: |err| <= 4 * 2^-p * (|A| @ |B|) + (K/32 + 2) * 2^-23 *
@@ -135,9 +136,10 @@ def _block_diagonal(rng, m, n, nb, k, fmts, a_codes, b_codes, nz_value=(-4, 5)):
     return _mx(va, sa, fmts[0], 1), _mx(vb, sb, fmts[1], 0)
 
 
-def _assert_exact_but_subnormals(got, want):
-    sub = (want != 0) & (np.abs(want) < 2.0**-126) & np.isfinite(want)
-    assert not sub.any(), f"{sub.sum()} reference results are fp32 subnormals (the test draws none)"
+def _assert_exact_with_subnormals(got, want):
+    """Bit-exact, and some of the reference's results are fp32 subnormals (the test reaches them)."""
+    sub = (want != 0) & (np.abs(want) < 2.0**-126)
+    assert sub.sum() > 0, "no reference result is an fp32 subnormal"
     np.testing.assert_array_equal(got, want)
 
 
@@ -145,22 +147,38 @@ def _assert_exact_but_subnormals(got, want):
 @pytest.mark.parametrize("k", [128, 200, 4100])
 def test_extreme_scale_codes(backend, rng, dtype, k):
     """Scale codes 0x00 (2^-127, live: nonzero elements), 0x01, 0xFE (2^127), 0xFD and middle codes, paired so
-    that E = ea + eb spans [-254, 254]: products far below fp32 (0), normal ones (exact), overflowing ones (inf).
-    A's nonzero elements are even (a nonzero block sum has |s| >= 2), so no product with E >= -127 is a fp32
-    subnormal; pairs with E in (-160, -124) (where one could be) are left out of the comparison."""
+    that E = ea + eb spans [-254, 254]: products far below fp32 (0), fp32 subnormals (E from -144 to -125 with
+    codes 110 / 120: rounded once, as the reference), normal ones (exact), overflowing ones (inf)."""
     fmts = _fmts(dtype)
     nb = -(-k // 32)
-    codes = [0, 1, 2, 127, 128, 200, 253, 254]
+    codes = [0, 1, 2, 110, 120, 127, 128, 200, 253, 254]
     a, b = _block_diagonal(rng, 131, 97, min(nb, 5), k, fmts, codes, codes, nz_value=(-2, 3))
     a = MXTensor(formats.encode(formats.decode(a.codes, a.element) * 2, a.element), a.scales, a.fmt, 1)
     got = _run(backend, a, b, dtype)
     want = _ref(a, b, dtype)
-    ea = a.scales.astype(int).max(axis=1)[:, None] - 127
-    eb = b.scales.astype(int).max(axis=0)[None, :] - 127
-    e = ea + eb
-    mask = (e <= -160) | (e >= -124)
-    _assert_exact_but_subnormals(np.where(mask, got, 0), np.where(mask, want, 0))
-    assert np.isinf(want).any() and (want[mask] == 0).any() and np.isfinite(want[mask]).any()
+    _assert_exact_with_subnormals(got, want)
+    assert np.isinf(want).any() and (want == 0).any() and (np.abs(want) >= 2.0**-126).any()
+
+
+@pytest.mark.parametrize("dtype", ALL_PAIRS, ids=_id)
+@pytest.mark.parametrize("promotion", ["fast", "exact"])
+@pytest.mark.parametrize("shape", [(130, 260, 520), (64, 200, 4100)], ids=lambda s: "x".join(map(str, s)))
+def test_subnormal_results_exact(backend, rng, dtype, promotion, shape):
+    """Sums whose results are fp32 subnormals: elements in halves (|v| <= 1, exact in every MX element format),
+    A's scale codes 1..3 (2^-126..2^-124, per block) and B's 127 (fast: every pair's 2^E an fp32 normal, one FMA per
+    block) or 120..127 (exact: pairs below 2^-126, two normal factors; one code per column, so that B's windows
+    fold whole).  Every term and partial sum is a multiple of 2^-137, so the results are exact in fp32 (subnormals
+    included) and equal the reference bit for bit, fp32 and bf16 outputs; (64, 200, 4100) is two tiles, split
+    along K (the partials' sum).  e5m2 elements shifted by a lossy fold lose bits: mx_lo_fix adds them back."""
+    m, n, k = shape
+    fmts = _fmts(dtype)
+    kb = -(-k // 32)
+    va, vb = rng.integers(-2, 3, size=(m, k)) / 2, rng.integers(-2, 3, size=(k, n)) / 2
+    sb = np.full((kb, n), 127) if promotion == "fast" else np.repeat(rng.integers(120, 128, size=(1, n)), kb, 0)
+    a, b = _mx(va, rng.integers(1, 4, size=(m, kb)), fmts[0], 1), _mx(vb, sb, fmts[1], 0)
+    want = _ref(a, b, dtype)
+    _assert_exact_with_subnormals(_run(backend, a, b, dtype), want)
+    np.testing.assert_array_equal(_run(backend, a, b, dtype, "bfloat16"), _ref(a, b, dtype, "bfloat16"))
 
 
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3"), "mxfp4", ("mxfp6_e2m3", "mxfp4")],
@@ -318,12 +336,9 @@ def test_tiles_and_overlap_forms_bit_exact(backend, rng, monkeypatch, dtype, ove
     for m, n, k in [(300, 600, 1000), (129, 200, 4100), (1000, 520, 384)]:
         a, b = _exact_operands(rng, m, n, k, fmts)
         np.testing.assert_array_equal(_run(backend, a, b, dtype, tile=tile), _ref(a, b, dtype))
-    codes = [0, 1, 127, 200, 254]
+    codes = [0, 1, 110, 127, 200, 254]
     a, b = _block_diagonal(rng, 260, 300, 4, 256, fmts, codes, codes, nz_value=(1, 3))
-    got, want = _run(backend, a, b, dtype, tile=tile), _ref(a, b, dtype)
-    e = a.scales.astype(int).max(axis=1)[:, None] + b.scales.astype(int).max(axis=0)[None, :] - 254
-    mask = (e <= -160) | (e >= -126)
-    _assert_exact_but_subnormals(np.where(mask, got, 0), np.where(mask, want, 0))
+    _assert_exact_with_subnormals(_run(backend, a, b, dtype, tile=tile), _ref(a, b, dtype))
 
 
 @pytest.mark.parametrize("dtype", FOLD_PAIRS, ids=_id)

@@ -35,6 +35,7 @@ def compile_jobs(arch: str) -> list[dict]:
     for kname in PREP_KERNELS:
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
+    from ..nvrtc_tools import FTZ_FLAG
     from .wonly import all_wonly_variants
     from .wonly_records import PACK_FILE, formula_options
 
@@ -43,7 +44,7 @@ def compile_jobs(arch: str) -> list[dict]:
                      **({"arch": w.arch} if w.arch else {}),
                      "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel}{', PDL' if w.pdl else ''})",
                      # CuPy compiles with -ftz=true: the SASS checks see the same
-                     "options": [*(o for o in w.options() if not o.startswith("--gpu-architecture")), "-ftz=true"],
+                     "options": [*(o for o in w.options() if not o.startswith("--gpu-architecture")), FTZ_FLAG],
                      "smem": w.smem_bytes, "threads": w.threads, "mma": "HGMMA" if w.kernel == "wg" else "HMMA",
                      "cp_async": w.kernel in ("ring", "wg")})
     jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",
