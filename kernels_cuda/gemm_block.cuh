@@ -367,7 +367,7 @@ __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* _
                 const int row0 = rb + MX_C_ROW(lane, r), col0 = cb + MX_C_COL(lane, r);
                 const int row1 = rb + MX_C_ROW(lane, r + 1), col1 = cb + MX_C_COL(lane, r + 1);
                 const bool in0 = row0 < M && col0 < N, in1 = row1 < M && col1 < N;
-                const float v0 = acc[mi][ni][r] * alpha, v1 = acc[mi][ni][r + 1] * alpha;
+                const float v0 = f32_mul(acc[mi][ni][r], alpha), v1 = f32_mul(acc[mi][ni][r + 1], alpha);  // IEEE
                 const i64 o0 = (i64)row0 * ldc + col0, o1 = (i64)row1 * ldc + col1;
                 const bool vec = in0 && in1 && o1 == o0 + 1 &&
                                  ((unsigned long long)((u8*)C + o0 * osize) & (2 * osize - 1)) == 0;

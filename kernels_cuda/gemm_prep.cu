@@ -231,8 +231,8 @@ mx_splitk_reduce(const float* __restrict__ ws, int splits, i64 slice, void* __re
     const i64 total = (i64)M * N;
     for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
         float acc = 0.f;
-        for (int z = 0; z < splits; ++z) acc += ws[z * slice + t];
-        const float v = acc * alpha;
+        for (int z = 0; z < splits; ++z) acc = f32_add(acc, ws[z * slice + t]);  // IEEE: subnormal sums kept
+        const float v = f32_mul(acc, alpha);
         const i64 i = t / N, j = t % N, o = i * ldc + j;
         if (out_kind == 0)
             ((float*)C)[o] = v;

@@ -173,6 +173,8 @@ def test_variant_machine_code(arch, stem):
         assert c[mma] > 0, f"no {mma}: {dict(c)}"
         assert c["QMMA" if mma == "HMMA" else "HMMA"] == 0
         assert c["LDSM"] > 0 and c["LDGSTS"] > 0, "no LDSM or no LDGSTS"
+        ftz = nvrtc_tools.ftz_ops(binary.sass)  # compiled with -ftz=true, as CuPy does: the epilogue's scale is IEEE
+        assert not ftz, f"fp32 arithmetic flushing subnormals: {ftz[:3]}"
         assert job["smem"] + res["shared_bytes"] <= SMEM_PER_BLOCK, "more shared memory than a block may have"
     elif job["file"] == cuda.CEILING_FILE:
         assert c["HMMA"] + c["QMMA"] > 0, "the ceiling loop has no mma"
@@ -199,6 +201,9 @@ def test_variant_machine_code(arch, stem):
         assert job["smem"] + res["shared_bytes"] <= SMEM_PER_BLOCK, "more shared memory than a block may have"
     else:
         assert job["file"] in (cuda.PREP_FILE, PACK_FILE) and c["EXIT"] > 0
+        if job["kernel"] == "mx_splitk_reduce":  # the split-K sum and its scale in IEEE fp32 (subnormals kept)
+            text = binary.sass.split(f"Function : {job['kernel']}")[1].split("Function : ")[0]
+            assert c["FADD"] > 0 and not nvrtc_tools.ftz_ops(text), nvrtc_tools.ftz_ops(text)[:3]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -26,16 +26,17 @@ def compile_jobs(arch: str) -> list[dict]:
     ceiling loops.  (The loop diagnostics of ``bench --loop-ceilings``, gemm_diag.cu, are compiled when used.)"""
     from mxcore import layouts
 
+    from ..nvrtc_tools import FTZ_FLAG
+
     jobs = []
-    for v in all_variants(arch):
+    for v in all_variants(arch):  # (compiled with -ftz=true as CuPy compiles them: the SASS checks see the same)
         jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": _dtype_label(v), "tile": v.tile,
-                     "options": list(gemm_options(v)), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
+                     "options": [*gemm_options(v), FTZ_FLAG], "smem": v.smem_bytes, "threads": v.threads, "variant": v,
                      "ldmatrix": True, "cp_async": True,
                      "mma": "QMMA" if v.element.esize == 1 and not v.element.cvt else "HMMA"})
     for kname in PREP_KERNELS:
-        jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
-                     "smem": 0, "threads": 256})
-    from ..nvrtc_tools import FTZ_FLAG
+        jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep",
+                     "options": ["-std=c++17", FTZ_FLAG], "smem": 0, "threads": 256})
     from .wonly import all_wonly_variants
     from .wonly_records import PACK_FILE, formula_options
 
