@@ -270,8 +270,8 @@ def test_split_k_bit_exact(backend, rng, dtype, splits):
 @pytest.mark.parametrize("dtype", ["bf16", "tf32", "fp32"])
 @pytest.mark.parametrize("family", ["mma_sync", "wgmma"])
 def test_subnormal_results_exact(backend, rng, dtype, family):
-    """Results that are fp32 subnormals (products of 2^-70 and 2^-62 times small integers: multiples of 2^-132,
-    sums exact in fp32) come out bit-exact: the tensor cores keep them, and the epilogue's scale and the split-K
+    """Results that are fp32 subnormals (products of 2^-70 (2^-74 for K = 4096) and 2^-62 times small integers:
+    multiples of 2^-136, sums exact in fp32) come out bit-exact: the tensor cores keep them, and the epilogue's scale and the split-K
     sum are IEEE fp32 under CuPy's -ftz=true (which would flush them); fp32 and bf16 outputs, with and without
     split K (the mma.sync family's ordered reduction, the wgmma family's in-kernel sum)."""
     import cupy as cp
@@ -279,7 +279,7 @@ def test_subnormal_results_exact(backend, rng, dtype, family):
     if family == "wgmma" and cp.cuda.Device().compute_capability != "90":
         pytest.skip("the wgmma family needs an sm_90 GPU")
     for m, n, k, split in ((130, 70, 520, None), (64, 48, 4096, 2)):
-        a = rng.integers(-4, 5, size=(m, k)) * 2.0**-70
+        a = rng.integers(-4, 5, size=(m, k)) * 2.0**(-70 if k < 1000 else -74)  # long sums: further down
         b = rng.integers(-4, 5, size=(k, n)) * 2.0**-62
         want = reference_matmul(a, b, dtype)
         assert ((want != 0) & (np.abs(want) < 2.0**-126)).sum() > m * n // 4  # mostly subnormal results
