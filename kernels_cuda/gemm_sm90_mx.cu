@@ -42,6 +42,7 @@
 // rerun, lists emptied): the per-32 path of part 1 for blocks of different scales.
 
 #include "mx_common.cuh"
+#include "async_sm90.cuh"
 
 // a block factor in the layout the GEMM loads: A RA[r][j] = code << 23; B CB[j][perm(r)] = (code - 127) << 23
 __device__ __forceinline__ void put_factor(int* out, i64 ld, int role, int r, int j, int code) {
@@ -401,10 +402,13 @@ __device__ __forceinline__ bool fp8_term_value(u32 c, int fmt, float& v) {
 // inf are left out (the GEMM's product of that element with hi, which is never 0 where the element is not and
 // keeps its sign, is already the reference's).  A block per 32 x 256 tile of C, held in shared memory (cp.async),
 // in three phases between barriers, each element owned by one thread per phase:
-//   * prologue: the tile, the rows' entries flattened in row then list order (warp 0 scans the rows' counts, then
-//     thread i loads entry i, up to FIX_LIST), the columns' entries flattened in column then list order (a block
-//     scan of the counts, up to FIX_CLIST) with each entry's run of A's codes at its k for the tile's 32 rows (32
-//     bytes, cp.async);
+//   * prologue: the rows' entries flattened in row then list order (warp 0 scans the rows' counts, then thread i
+//     loads entry i, up to FIX_LIST), the columns' entries flattened in column then list order (a block scan of
+//     the counts, up to FIX_CLIST) with each entry's run of A's codes at its k for the tile's 32 rows (32 bytes,
+//     cp.async); then griddepcontrol.wait and the tile of C (cp.async).  The host launches it with programmatic
+//     dependent launch: its blocks may start on the SMs that the GEMM's blocks leave and run the prologue (which
+//     reads only what the staging wrote before the GEMM) while the GEMM finishes; every thread waits for the GEMM
+//     before it reads C, and before it exits (a kernel after it sees the GEMM's writes complete too);
 //   * rows: a thread per column adds the rows' entries against its column's codes of B at k (FIX_GROUP loaded at
 //     once; entries past the list are read from global memory), B_lo from its column's first two entries held in
 //     registers (the list beyond them from global memory);
@@ -572,11 +576,8 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int m0 = blockIdx.y * FIX_ROWS, col = blockIdx.x * FIX_COLS + t;
     const bool on = col < N;
-    // every independent load first: the tile (asynchronously), the counts, this column's first two entries
+    // every load that does not depend on the GEMM first: the counts, this column's first two entries
     const int rows = min(FIX_ROWS, M - m0);
-    const float* sp = src + (i64)m0 * lds + col;
-#pragma unroll 8
-    for (int r = 0; r < FIX_ROWS; ++r, sp += lds) cp_async_f32(&s.tile[r][t], sp, on && r < rows);
     const int nb = cnt_b != nullptr && on ? min(cnt_b[col], cap) : 0;
     const int m = m0 + t;
     const int na = cnt_a != nullptr && t < FIX_ROWS && m < M ? min(cnt_a[m], cap) : 0;
@@ -633,8 +634,14 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
             cp_async_16(&s.runs[beg + e][1], run + 16);
         }
     }
+    const bool any = __syncthreads_or(nb != 0 || na != 0);
+    griddep_wait();  // the GEMM's result is complete and visible from here on
+    if (!any && (const void*)src == dst) return;
+    const float* sp = src + (i64)m0 * lds + col;
+#pragma unroll 8
+    for (int r = 0; r < FIX_ROWS; ++r, sp += lds) cp_async_f32(&s.tile[r][t], sp, on && r < rows);
     cp_async_wait_all();
-    if (!__syncthreads_or(nb != 0 || na != 0) && (const void*)src == dst) return;
+    __syncthreads();
     int groups = 0;
 #pragma unroll
     for (int w = 0; w < 8; ++w) groups += s.gcnt[w];

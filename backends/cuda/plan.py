@@ -238,7 +238,7 @@ class RawLaunch:
     ``pdl``: launch through ``cuLaunchKernelEx`` with the programmatic-stream-serialization attribute (sm_90,
     programmatic dependent launch): the kernel may start before its predecessor in the stream has finished, so it
     must execute ``griddepcontrol.wait`` before reading anything a predecessor may write (only kernels built for
-    it: the weight-only kernels compiled with WO_PDL)."""
+    it: the weight-only kernels compiled with WO_PDL, and ``mx_lo_fix`` after the exact MX GEMM)."""
 
     def __init__(self, kernel, grid, block, smem: int, args, pdl: bool = False):
         import ctypes

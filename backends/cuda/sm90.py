@@ -36,7 +36,6 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
-from ..codec_runtime import launch
 from .device import address_of, unowned_view
 from .plan import CudaPlan, RawLaunch, scale_args
 from .stage import _SPECIAL, FP8_SHORT, LO_CAP
@@ -570,11 +569,11 @@ class Sm90Plan(CudaPlan):
                 self._raw = RawLaunch(self._kernel, self._grid, (THREADS,), self._smem, self._launch_args())
             self._raw(cp.cuda.driver, self.stream.ptr, ())
             if self._fix:  # a lossy MXFP8 fold's lost bits, added to the GEMM's fp32 result
-                with self.stream:  # (a partner's transposed elements, made by the first call, on this stream too)
-                    if self._fix_args is None:
-                        self._fix_args = self._fix_launch()
-                    kernel, grid, args = self._fix_args
-                    launch(kernel, grid, (256,), args)
+                if self._fix_args is None:  # packed once; programmatic dependent launch: mx_lo_fix's prologue
+                    with self.stream:  # runs while the GEMM finishes (it waits for the GEMM before reading C)
+                        kernel, grid, args = self._fix_launch()  # (a partner's transposed elements, made by the
+                    self._fix_args = RawLaunch(kernel, grid, (256,), 0, args, pdl=True)  # first call, on this stream)
+                self._fix_args(cp.cuda.driver, self.stream.ptr, ())
 
     def clone(self) -> "Sm90Plan":
         other = super().clone()
