@@ -30,7 +30,7 @@
 //                 one k32 wgmma into a scratch accumulator (scale-d 0), then main += 2^(ea(row)+eb(col)) * scratch in
 //                 fp32: the factor's bits are built by one integer add, f = RA(row) + CB(col) with RA = sa << 23 and
 //                 CB = (sb - 127) << 23 (sa, sb: E8M0 codes), which is exactly 2^E, E = (sa-127) + (sb-127), for E in
-//                 [-126, 127] (no subnormal factor, no subnormal arithmetic), then one FMA.  The host's prep
+//                 [-126, 127] (a normal factor), then one FMA (IEEE: f32_fma).  The host's prep
 //                 (gemm_sm90_mx.cu) writes RA as int32 [M][K/32 padded to 4] and CB as int32 [K/32 padded][N padded
 //                 to 16, columns permuted within 16 so that one 16-byte load gives a thread its 4 columns], TMA-loaded
 //                 with each stage (map_sa: box {4 blocks, 128 rows}; map_sb: box {BN, 4 blocks}, no swizzle).  All-zero
