@@ -6,7 +6,7 @@ and its rule goes into :func:`family_for`.  ``family=`` (a ``plan`` / ``matmul``
 
 MX operands on the wgmma family: every MX pair can run the exact block-scaled variant (the E8M0 scales applied in the
 kernel; MXFP4 / MXFP6 folded into e4m3 with one power of two per row or 128-K window where exact, MXFP8 folded the
-same way in its own format with the bits that leaves off added back by the GEMM); the rule takes it where
+same way in its own format with the bits that leaves off added back after the GEMM); the rule takes it where
 :data:`MX_FOLD_DEFAULT` (pairs of fp4 / fp6) / :data:`MX_EXACT_DEFAULT` (pairs with mxfp8) say it measured faster than
 decoding to bf16; ``mx_path`` forces either (:func:`mx_path`).
 """
@@ -29,7 +29,10 @@ MX_PATHS = ("exact", "decode")
 #: (quantization and the per-call staging included) exact 1.77 ms / 437 us against decode's 1.72 ms / 308 us
 #: (mxfp8 x mxfp4: 2.08 ms / 705 us against 1.73 ms / 302 us), after the fold's tables were built once per block
 #: (2.29-2.33 ms / 554-565 us before): the exact staging still costs about what its kernel saves at 8192^3 and more
-#: below.  Decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for operands staged once
+#: below.  Session 15 (H100, final tree): kernel 980 / 655 against decode's 832 / 771; end to end 1.65 ms / 416 us
+#: against 1.72 ms / 305 us (mxfp8 x mxfp4: 2.04 ms against 1.77 ms at 8192^3): exact wins only mxfp8 x mxfp8 at
+#: 8192^3, by 4 % in one run.  Decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for
+#: operands staged once
 MX_EXACT_DEFAULT = False
 #: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
 #: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against
