@@ -305,8 +305,9 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
                         info[4] = 1;
                 }
             }
-            // the elements once more, transposed ([k][row], ldt bytes per k; zeros past rows): mx_lo_fix reads a k's
-            // codes of 32 consecutive rows as one 32-byte run
+        }
+        if (el_t != nullptr) {  // lossy, or the partner of a lossy operand: the elements once more, transposed ([k][row],
+            // ldt bytes per k; zeros past rows): mx_lo_fix reads a k's codes of 32 consecutive rows as one 32-byte run
             __syncthreads();  // every lane has read its run of the tile
             *(uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run) = make_uint4(o[0], o[1], o[2], o[3]);
             __syncthreads();

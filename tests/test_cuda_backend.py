@@ -194,7 +194,13 @@ def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     rows_pad = m if role == "a" else 80
     assert calls[2][1] == (-(-rows_pad // 32), 3) and fac.blocks_pad == 12 and fac.folded.shape == (3,)
     assert elems.shape == (m, ldk) and ldk == 304
-    assert fac.lo_cnt is None and fac.lo_ent is None
+    assert fac.lo_cnt is None and fac.lo_ent is None and fac.lo_elt is None
+    assert calls[2][2][-2] is stage._NULLP and calls[2][2][-1] == 0  # no transposed elements
+    calls.clear()  # beside an MXFP8 partner: the fold writes its elements transposed for mx_lo_fix too
+    elems, ldk, fac = st.mx_fold(codes, scales, role, k, "e2m1", transposed=True)
+    blocks32 = -(-(m if role == "a" else 80) // 32)
+    assert fac.lo_cnt is None and fac.lo_elt.shape == (128 * 3, 32 * blocks32)
+    assert calls[-1][0] == "mx_sm90_fold" and calls[-1][2][-2] is fac.lo_elt and calls[-1][2][-1] == 32 * blocks32
     calls.clear()  # MXFP8: the lossy fold, its lists sorted, then the lossless fold gated on the overflow flag
     elems, ldk, fac = st.mx_fold(codes, scales, role, k, "e4m3fn")
     assert [c[0] for c in calls] == ["mx_sm90_fold_rows", "mx_sm90_fold", "mx_sm90_lo_sort", "mx_sm90_fold_rows",

@@ -348,16 +348,17 @@ def test_weight_quantized_once_replays(cupy_device, kind, dtype):
 
 
 @gpu
-@pytest.mark.parametrize("dtype", [("bf16", "mxfp4"), ("bf16", "mxfp8"), "fp8", "mxfp8", "mxfp8-exact", "mxfp4",
-                                   "bf16"], ids=_id)
+@pytest.mark.parametrize("dtype", [("bf16", "mxfp4"), ("bf16", "mxfp8"), "fp8", "mxfp8", "mxfp8-exact",
+                                   "mxfp8+mxfp4-exact", "mxfp4", "bf16"], ids=_id)
 @pytest.mark.parametrize("m", [1, 16, 256])
 def test_linear_calls_capture_in_a_cuda_graph(cupy_device, monkeypatch, dtype, m):
     """A region of linear calls (two layers, two weights; quantized once where the dtype is quantized) whose layouts
     ran on a stream (seen, kept, replayed) is captured on it into a torch CUDA graph.  Each replay on new
     activations (copied into the graph's input) equals the same calls made eagerly on that data bit for bit, also
     after an eviction of the backend's per-call cache (the graph's entries are pinned); M = 256 takes the weight-only
-    pairs' staged path; "mxfp8-exact" takes the exact MX path on sm_90 (the lossy fold, the GEMM, then mx_lo_fix by
-    programmatic dependent launch; M = 256 and K = N = 8704: enough tiles for the wgmma family).  A layout not warmed up on the capture stream is a typed error raised before
+    pairs' staged path; "-exact" takes the exact MX path on sm_90 (the lossy fold, the GEMM, then mx_lo_fix by
+    programmatic dependent launch; M = 256 and K = N = 8704: enough tiles for the wgmma family), whose staging the
+    kept entries replay (with mxfp4 weights too: their fold writes the transposed elements mx_lo_fix reads).  A layout not warmed up on the capture stream is a typed error raised before
     anything is enqueued, not a broken capture."""
     import warnings
 
@@ -368,11 +369,12 @@ def test_linear_calls_capture_in_a_cuda_graph(cupy_device, monkeypatch, dtype, m
     from mxcore.errors import UnsupportedError
 
     be = get("cuda")
-    exact = dtype == "mxfp8-exact"
+    exact = isinstance(dtype, str) and dtype.endswith("-exact")
     if exact:
         if be.target().arch != "sm_90" or m != 256:
             pytest.skip("the exact MX path runs on sm_90, for problems with enough tiles (M = 256 here)")
-        dtype = "mxfp8"
+        dtype = dtype[:-len("-exact")]
+        dtype = tuple(dtype.split("+")) if "+" in dtype else dtype
         monkeypatch.setattr(families, "MX_EXACT_DEFAULT", True)
     mdt = _dt.resolve(dtype, be.target().arch)
     quantized = mdt.kind != "float"
@@ -413,10 +415,10 @@ def test_linear_calls_capture_in_a_cuda_graph(cupy_device, monkeypatch, dtype, m
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=s):
             y = layers()
-        if exact:  # the kept plans: the exact variant with lost bits added back (mx_lo_fix in the graph)
-            plans = [e[1] for e in be._fast.values() if isinstance(e, tuple)]
-            assert any("lost bits added back" in getattr(p, "variant", "") for p in plans), [
-                getattr(p, "variant", "") for p in plans]
+        if exact:  # the kept plans: the exact variant with lost bits added back (mx_lo_fix in the graph), staging
+            kept = [e for e in be._fast.values() if isinstance(e, tuple)]  # replayed (no lazy copy made per call)
+            mine = [e for e in kept if "lost bits added back" in getattr(e[1], "variant", "")]
+            assert mine and all(e[2] is not None for e in mine), [(getattr(e[1], "variant", ""), e[2]) for e in kept]
         be._fast.clear()  # an eviction: the captured entries stay pinned
         for scale in (1.0, 4.0, 0.25):
             x.copy_(torch.randn(m, k, device="cuda", generator=gen) * scale)

@@ -290,8 +290,8 @@ class CudaBackend(Backend):
             return up[role]
 
         def prep():
-            return (stager.stage_quantized(opa, "a", path, src[0], lambda: uploaded(opa, "a")),
-                    stager.stage_quantized(opb, "b", path, src[1], lambda: uploaded(opb, "b")))
+            return (stager.stage_quantized(opa, "a", path, src[0], lambda: uploaded(opa, "a"), partner=mdt.b),
+                    stager.stage_quantized(opb, "b", path, src[1], lambda: uploaded(opb, "b"), partner=mdt.a))
 
         return prep
 

@@ -72,8 +72,9 @@ def _fp8_fmt(elem: str) -> int:
 
 def _transposed_elements(cp, d):
     """An MX folded operand's elements transposed as mx_lo_fix reads them (``MXFactors.lo_elt``: [k][row], rows
-    rounded up to 32, zeros beyond): made by a lossy fold itself, else here once and kept on the operand's factors
-    (the other operand of a lossy one: e.g. MXFP4 weights beside MXFP8 activations)."""
+    rounded up to 32, zeros beyond): written by the fold (a lossy one, or an MXFP4 / MXFP6 operand staged beside an
+    MXFP8 partner: ``Stager.stage_quantized``'s ``partner``), else here once and kept on the operand's factors (an
+    operand staged without its partner known)."""
     f = d.mx
     if f.lo_elt is None:
         rows, k = d.buf.shape[0], d.ld

@@ -116,6 +116,13 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+def _mxfp8(od) -> bool:
+    """An MX operand dtype with fp8 elements (its exact fold is lossy: mx_lo_fix adds its lost bits)."""
+    from mxcore import dtypes as _dt
+
+    return od.kind == "mx" and _dt.MX_ELEMENT[od.name] in FP8_SHORT
+
+
 def _host_int(x) -> bool:
     return isinstance(x, (int, np.integer))
 
@@ -251,15 +258,19 @@ class Stager:
         smax = op.mx.scale_max
         return codes, as_cupy(cp, op.mx.scales), int(smax) if _host_int(smax) else as_cupy(cp, smax)
 
-    def stage_quantized(self, op, role: str, path: str, src=None, uploaded=None) -> DevOperand:
+    def stage_quantized(self, op, role: str, path: str, src=None, uploaded=None, partner=None) -> DevOperand:
         """Stage a prepared fp8/MX operand (``mxcore.operands.Operand``; 2-D).  ``src``: the user's quantized
         object (MXTensor / ScaledTensor), on which the staged buffer is cached (a cached operand costs nothing);
-        ``uploaded``: a callable returning :meth:`upload`'s result (memoised by the caller across ``prep()``)."""
-        key = (self.ordinal, role, path, MX8_FOLD if path == "mx_exact" else None)
+        ``uploaded``: a callable returning :meth:`upload`'s result (memoised by the caller across ``prep()``).
+        ``partner``: the other operand's dtype; on the exact MX path an MXFP4 / MXFP6 operand beside an MXFP8 one is
+        staged with its elements transposed as well (``mx_fold(transposed=True)``: a recorded launch, so the
+        per-call path replays it), a separate cache entry."""
+        transposed = path == "mx_exact" and partner is not None and _mxfp8(partner) and not _mxfp8(op.dtype)
+        key = (self.ordinal, role, path, MX8_FOLD if path == "mx_exact" else None, transposed)
         cache = _STAGED.get(src) if src is not None else None
         if cache is not None and key in cache:
             return cache[key]
-        d = self._stage_quantized(op, role, path, uploaded() if uploaded is not None else self.upload(op))
+        d = self._stage_quantized(op, role, path, uploaded() if uploaded is not None else self.upload(op), transposed)
         if src is not None:
             try:
                 _STAGED.setdefault(src, {})[key] = d
@@ -267,7 +278,7 @@ class Stager:
                 pass
         return d
 
-    def _stage_quantized(self, op, role: str, path: str, uploaded) -> DevOperand:
+    def _stage_quantized(self, op, role: str, path: str, uploaded, transposed: bool = False) -> DevOperand:
         from mxcore import dtypes as _dt
 
         od = op.dtype
@@ -294,7 +305,7 @@ class Stager:
         if path == "mx_exact":  # the exact wgmma variant: fp8 bytes + block factors, or fp4/fp6 folded into e4m3
             short = FP8_SHORT.get(element)
             if short is None or MX8_FOLD:
-                buf, ld, fac = self.mx_fold(codes, scales, role, cols, element)
+                buf, ld, fac = self.mx_fold(codes, scales, role, cols, element, transposed)
                 return DevOperand(buf, ld, True, short or "e4m3", 0, cols, mx=fac)
             buf, ld = self._stage_bytes(codes, role, element)
             return DevOperand(buf, ld, True, short, 0, cols, mx=self.mx_factors(codes, scales, role, cols))
@@ -402,7 +413,7 @@ class Stager:
                 fac.factors, np.int64(fac.ld), fac.nan, fac.info))
         return fac
 
-    def mx_fold(self, codes, scales, role: str, k: int, element: str):
+    def mx_fold(self, codes, scales, role: str, k: int, element: str, transposed: bool = False):
         """An MX operand folded for the exact wgmma variant (``gemm_sm90_mx.cu``'s ``mx_sm90_fold``), as K-major
         rows with each 128-K window's block scales folded into one power of two where the blocks' exponents allow
         (one power of two for a whole row where its scales allow: ``info[3]`` = 0 when every row has one), and the
@@ -412,7 +423,8 @@ class Stager:
         kept as sorted lists per row (``lo_cnt`` / ``lo_ent``) that ``mx_lo_fix`` adds to the GEMM's result (reading
         ``lo_elt``, the elements transposed, which the fold writes too); a list longer than
         :data:`LO_CAP` folds the operand again without loss (the per-32 path where block scales differ), decided
-        on the device.  Returns (elements, ld, MXFactors)."""
+        on the device.  ``transposed``: write ``lo_elt`` for an MXFP4 / MXFP6 operand too (the partner of an MXFP8
+        one, whose lost bits ``mx_lo_fix`` adds against these elements).  Returns (elements, ld, MXFactors)."""
         from mxcore import formats
 
         cp = self.cp
@@ -427,6 +439,7 @@ class Stager:
             fac.lo_cnt = None
         else:
             fac.lo_ent = cp.empty((max(rows, 1), LO_CAP, 2), dtype=cp.int32)
+        if lossy or transposed:
             fac.lo_elt = cp.empty((max(windows, 1) * 128, 32 * -(-max(rows_pad, 1) // 32)), dtype=cp.uint8)
         if rows_pad:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
@@ -445,7 +458,8 @@ class Stager:
                     np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(plo), np.int32(phi),
                     row_e, elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info,
                     np.int32(lossy), np.int32(_SPECIAL.get(spec.specials, 0)), *lists, only_if,
-                    fac.lo_elt if lossy else _NULLP, np.int64(fac.lo_elt.shape[1] if lossy else 0)))
+                    fac.lo_elt if fac.lo_elt is not None else _NULLP,
+                    np.int64(fac.lo_elt.shape[1] if fac.lo_elt is not None else 0)))
                 if lossy and i == 0:  # each row's entries in k order (mx_lo_fix adds them so)
                     launch(self._factor_kernel("mx_sm90_lo_sort"), rows_grid, (256,), (
                         np.int32(rows), np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent))
