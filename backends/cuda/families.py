@@ -30,8 +30,9 @@ MX_PATHS = ("exact", "decode")
 #: (mxfp8 x mxfp4: 2.08 ms / 705 us against 1.73 ms / 302 us), after the fold's tables were built once per block
 #: (2.29-2.33 ms / 554-565 us before): the exact staging still costs about what its kernel saves at 8192^3 and more
 #: below.  Session 15 (H100, final tree): kernel 980 / 655 against decode's 832 / 771; end to end 1.65 ms / 416 us
-#: against 1.72 ms / 305 us (mxfp8 x mxfp4: 2.04 ms against 1.77 ms at 8192^3): exact wins only mxfp8 x mxfp8 at
-#: 8192^3, by 4 % in one run.  Decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for
+#: against 1.72 ms / 305 us; with the mixed pair's staging replayed, mxfp8 x mxfp4 1.55 ms / 373 us against 1.77 ms
+#: / 302 us.  Exact wins at 8192^3 (3 % / 13 %), decode at 4096^3 (kernel included); the crossover between is not
+#: measured, so decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for large problems and
 #: operands staged once
 MX_EXACT_DEFAULT = False
 #: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
