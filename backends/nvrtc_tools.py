@@ -507,6 +507,11 @@ def ftz_ops(sass: str) -> list[str]:
     return _RE_FTZ.findall(sass)
 
 
+def sass_function(sass: str, name: str) -> str:
+    """The SASS text of kernel ``name`` alone (from its ``Function : name`` header to the next one)."""
+    return sass.split(f"Function : {name}\n", 1)[1].split("Function : ", 1)[0]
+
+
 def sass_lines(sass: str, opcode: str) -> list[str]:
     """The SASS instruction texts whose mnemonic is ``opcode`` (e.g. all ``HMMA.16816.F32.BF16`` lines)."""
     out = []

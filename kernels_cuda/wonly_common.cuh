@@ -181,7 +181,6 @@ __device__ __forceinline__ void wo_dependent_part() {
 #endif
 }
 
-
 __device__ __forceinline__ void wo_mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile(WO_MMA " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -202,7 +202,7 @@ def test_variant_machine_code(arch, stem):
     else:
         assert job["file"] in (cuda.PREP_FILE, PACK_FILE) and c["EXIT"] > 0
         if job["kernel"] == "mx_splitk_reduce":  # the split-K sum and its scale in IEEE fp32 (subnormals kept)
-            text = binary.sass.split(f"Function : {job['kernel']}")[1].split("Function : ")[0]
+            text = nvrtc_tools.sass_function(binary.sass, job["kernel"])
             assert c["FADD"] > 0 and not nvrtc_tools.ftz_ops(text), nvrtc_tools.ftz_ops(text)[:3]
 
 

@@ -186,7 +186,7 @@ def test_mx_factor_prep_compiles():
         assert b.resources[kernel]["local_bytes"] == 0, kernel
     # the fold's lost bits and mx_lo_fix's sums in IEEE fp32 (a GEMM result that is an fp32 subnormal stays one)
     assert not nvrtc_tools.ftz_ops(b.sass), nvrtc_tools.ftz_ops(b.sass)[:3]
-    fix_sass = b.sass.split("Function : mx_lo_fix")[1].split("Function : ")[0]  # launched with PDL after the GEMM:
+    fix_sass = nvrtc_tools.sass_function(b.sass, "mx_lo_fix")  # launched with PDL after the GEMM:
     assert nvrtc_tools.sass_counts(fix_sass)["ACQBULK"] == 1  # one griddepcontrol.wait before it reads C
     fix = b.resources["mx_lo_fix"]  # five blocks per SM (its __launch_bounds__): 228 KB of shared memory per SM,
     assert 5 * (fix["shared_bytes"] + 1024) <= 228 * 1024, fix  # 1 KB of it reserved per block

@@ -29,14 +29,14 @@ def compile_jobs(arch: str) -> list[dict]:
     from ..nvrtc_tools import FTZ_FLAG
 
     jobs = []
-    for v in all_variants(arch):  # (compiled with -ftz=true as CuPy compiles them: the SASS checks see the same)
+    for v in all_variants(arch):
         jobs.append({"file": GEMM_FILE, "kernel": "mx_gemm", "stem": v.name, "dtype": _dtype_label(v), "tile": v.tile,
-                     "options": [*gemm_options(v), FTZ_FLAG], "smem": v.smem_bytes, "threads": v.threads, "variant": v,
+                     "options": list(gemm_options(v)), "smem": v.smem_bytes, "threads": v.threads, "variant": v,
                      "ldmatrix": True, "cp_async": True,
                      "mma": "QMMA" if v.element.esize == 1 and not v.element.cvt else "HMMA"})
     for kname in PREP_KERNELS:
-        jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep",
-                     "options": ["-std=c++17", FTZ_FLAG], "smem": 0, "threads": 256})
+        jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
+                     "smem": 0, "threads": 256})
     from .wonly import all_wonly_variants
     from .wonly_records import PACK_FILE, formula_options
 
@@ -44,8 +44,7 @@ def compile_jobs(arch: str) -> list[dict]:
         jobs.append({"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly",
                      **({"arch": w.arch} if w.arch else {}),
                      "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel}{', PDL' if w.pdl else ''})",
-                     # CuPy compiles with -ftz=true: the SASS checks see the same
-                     "options": [*(o for o in w.options() if not o.startswith("--gpu-architecture")), FTZ_FLAG],
+                     "options": [o for o in w.options() if not o.startswith("--gpu-architecture")],
                      "smem": w.smem_bytes, "threads": w.threads, "mma": "HGMMA" if w.kernel == "wg" else "HMMA",
                      "cp_async": w.kernel in ("ring", "wg")})
     jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",
@@ -76,6 +75,8 @@ def compile_jobs(arch: str) -> list[dict]:
                                                   "MXFP8 fold: lost bits added to the GEMM's result")):
             jobs.append({"file": SM90_MX_FILE, "kernel": kernel, "stem": kernel[3:], "family": "wgmma", "dtype": what,
                          "options": ["-std=c++17"], "smem": 0, "threads": 256})
+    for job in jobs:  # every kernel compiled as CuPy compiles it (with -ftz=true): the SASS checks see the same
+        job["options"] = [*job["options"], FTZ_FLAG]
     return jobs
 
 

@@ -67,8 +67,9 @@ class MXFactors:
     for folded operands 1 when some row has no single factor over all of K, and 1 when a lossy fold's list
     overflowed), ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block); an MXFP8 operand
     folded with its lost bits kept (:meth:`Stager.mx_fold`) has ``lo_cnt`` int32 per row and ``lo_ent`` int32
-    [rows][LO_CAP][2] ({k, lo bits} sorted by k), and ``lo_elt`` the folded elements transposed for ``mx_lo_fix``
-    (a folded partner of a lossy operand gets one too, made by ``sm90._transposed_elements``)."""
+    [rows][LO_CAP][2] ({k, lo bits} sorted by k), and ``lo_elt`` the folded elements transposed for ``mx_lo_fix``,
+    which the fold writes (for an MXFP4 / MXFP6 operand too when staged beside an MXFP8 one: ``mx_fold(transposed=)``;
+    else ``sm90._transposed_elements`` makes it at the first ``gemm()``)."""
 
     factors: object
     ld: int
