@@ -43,6 +43,7 @@
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
+#include "cp_async.cuh"
 
 // a block factor in the layout the GEMM loads: A RA[r][j] = code << 23; B CB[j][perm(r)] = (code - 127) << 23
 __device__ __forceinline__ void put_factor(int* out, i64 ld, int role, int r, int j, int code) {
@@ -426,15 +427,11 @@ __device__ __forceinline__ bool fp8_term_value(u32 c, int fmt, float& v) {
 #define FIX_LIST 128              // the rows' entries held in shared memory
 #define FIX_CLIST 128             // the columns' entries held in shared memory (five blocks per SM)
 #define FIX_GROUP 8               // the rows' entries whose codes of B one thread loads at once
-// one fp32 element from global to shared memory (cp.async; 0 where `in` is false), 16 bytes, and the wait for a
-// thread's own
+// one fp32 element from global to shared memory (cp.async; 0 where `in` is false), and the wait for all of a
+// thread's copies (16-byte ones: cp_async.cuh)
 __device__ __forceinline__ void cp_async_f32(float* dst, const float* src, bool in) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)),
-                 "l"(in ? src : nullptr), "r"(in ? 4 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_u32(dst)), "l"(in ? src : nullptr),
+                 "r"(in ? 4 : 0)
                  : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
@@ -477,7 +474,7 @@ struct FixArgs {
 // acc + s * 2^(ea + eb) (ra, cf: the factors' bits); SIMPLE: the fast form (mx_term) known
 template <bool SIMPLE>
 __device__ __forceinline__ float fix_add(float acc, float s, int ra, int cf, bool fast) {
-    return SIMPLE ? f32_fma(s, __int_as_float(ra + cf), acc) : mx_term(acc, s, ra, cf, fast);
+    return mx_term(acc, s, ra, cf, SIMPLE || fast);
 }
 
 // B_lo of the thread's column at k (its list sorted by k: the first two entries in registers)
@@ -554,7 +551,7 @@ __device__ __forceinline__ void fix_cols(FixSmem& s, const FixArgs& f, int group
             const float a = s.val_a[((const u8*)s.runs[e])[r]];  // 0: no term (rows past M hold 0)
             const float lo = __int_as_float(en.y);
             if (SIMPLE) {  // a select, not a branch
-                const float y = f32_fma(f32_mul(a, lo), __int_as_float(ra + gr.w), x);
+                const float y = fix_add<true>(x, f32_mul(a, lo), ra, gr.w, true);
                 if (f32_nonzero(a)) x = y;
             } else if (f32_nonzero(a)) {
                 const int blk = en.x >> 5;
@@ -631,8 +628,8 @@ mx_lo_fix(const float* __restrict__ src, i64 lds, void* __restrict__ dst, i64 ld
             const int2 en = e == 0 ? e0 : e == 1 ? e1 : my[e];
             s.clist[beg + e] = en;
             const u8* const run = elt_a + (i64)en.x * ldt_a + m0;
-            cp_async_16(&s.runs[beg + e][0], run);
-            cp_async_16(&s.runs[beg + e][1], run + 16);
+            cp_async16_full(smem_u32(&s.runs[beg + e][0]), run);
+            cp_async16_full(smem_u32(&s.runs[beg + e][1]), run + 16);
         }
     }
     const bool any = __syncthreads_or(nb != 0 || na != 0);
