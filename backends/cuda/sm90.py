@@ -12,8 +12,8 @@ the B tile through TMA multicast.
 * Exact OCP-MX fp8 (``mx``: mxfp8 e4m3/e5m2 and the mixed pair, blocks of 32 K, E8M0 scales): one k32 wgmma per
   block into a scratch accumulator, then ``main += 2^(ea + eb) * scratch`` in fp32 (the factor's bits built by one
   integer add, then one FMA; exact, IEEE fp32 under CuPy's -ftz=true; see the kernel's SM90_MX).  The operands'
-  scales go through ``gemm_sm90_mx.cu`` once per operand (:class:`~.stage.MXFactors`, cached on a quantized object like the
-  staged codes) and are TMA-loaded with each stage.  Folded operands (MXFP4 / MXFP6 into e4m3; mxfp8 in its own
+  scales go through ``gemm_sm90_mx.cu`` once per operand (:class:`~.stage.MXFactors`, cached on a quantized object
+  like the staged codes) and are TMA-loaded with each stage.  Folded operands (MXFP4 / MXFP6 into e4m3; mxfp8 in its own
   format, its lost bits as lists that ``mx_lo_fix`` adds to the GEMM's fp32 result after it) promote once per
   128 K, or once per tile where every row and column has one factor.
 * Operands come from :class:`~.stage.Stager` unchanged (:class:`~.stage.DevOperand`: 16-byte aligned base, row
