@@ -18,6 +18,7 @@ Input policy (documented in the README):
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,8 @@ import numpy as np
 from . import dtypes as _dt
 from .errors import InputTypeError, MXCoreError, UnsupportedError
 
-__all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input", "round_values"]
+__all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input", "round_values", "made_per_call",
+           "mark_per_call"]
 
 
 
@@ -273,6 +275,28 @@ def quantize_on_device(x, od, role: str, scale_rounding: str = "floor", *, batch
         return x
     if od.kind == "mx":
         axis = -1 if role == "a" else (-2 if batched else 0)
-        return mx.quantize_mx(x, od.name, axis=axis, scale_rounding=scale_rounding)
+        return mark_per_call(mx.quantize_mx(x, od.name, axis=axis, scale_rounding=scale_rounding))
     order = b_order if role == "b" and len(getattr(x, "shape", ())) == 2 else "C"
-    return mx.quantize_tensor(x, od.element, order=order)
+    return mark_per_call(mx.quantize_tensor(x, od.element, order=order))
+
+
+#: quantized operands that :func:`quantize_on_device` made from a call's float data: staged for that call (or
+#: replayed per call), unlike a caller's own quantized objects, staged once and reused.  The cuda backend's MX
+#: path rule weighs per-call staging by this (``backends/cuda/families.py``).
+_PER_CALL: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def mark_per_call(q, like=None):
+    """Mark quantized operand ``q`` as made for one call (``like``: only where ``like`` is so marked); returns
+    ``q``."""
+    if like is None or made_per_call(like):
+        _PER_CALL.add(q)
+    return q
+
+
+def made_per_call(x) -> bool:
+    """Whether ``x`` is a quantized operand :func:`quantize_on_device` made from a call's float data."""
+    try:
+        return x in _PER_CALL
+    except TypeError:  # not weak-referenceable: not one of ours
+        return False

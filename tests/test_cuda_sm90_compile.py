@@ -154,24 +154,54 @@ def test_split_tail_rule_invariants():
 
 
 def test_mx_path_rule():
-    """MX pairs on wgmma take the exact block-scaled variant by the rule where it measured faster than decoding
-    (MX_FOLD_DEFAULT for pairs of fp4 / fp6 operands, MX_EXACT_DEFAULT for pairs with mxfp8); mma.sync, non-MX
-    dtypes and mx_path="decode" decode; mx_path="exact" runs any MX pair on wgmma and raises elsewhere."""
+    """MX pairs on wgmma take the exact block-scaled variant by the rule where it measured faster than decoding:
+    pairs of fp4 / fp6 operands by MX_FOLD_DEFAULT at any shape; pairs with mxfp8 by MX_EXACT_FROM, from its K and
+    M N bounds per (operands staged per call, pair) and never without a shape; mma.sync, non-MX dtypes and
+    mx_path="decode" decode; mx_path="exact" runs any MX pair on wgmma and raises elsewhere."""
     from mxcore import dtypes as _dt
 
     def mdt(d):
         return _dt.resolve(d, "sm_90")
 
-    for ds, default in ((("mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2"), ("mxfp8_e4m3", "mxfp4")),
-                         families.MX_EXACT_DEFAULT),
-                        (("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", ("mxfp6_e2m3", "mxfp4")), families.MX_FOLD_DEFAULT)):
-        for d in ds:
-            assert families.mx_path("wgmma", mdt(d)) == ("mx_exact" if default else None)
-            assert families.mx_path("wgmma", mdt(d), "exact") == "mx_exact"
-            assert families.mx_path("wgmma", mdt(d), "decode") is None
-            assert families.mx_path("mma_sync", mdt(d)) is None
+    eights = {"mxfp8": ("mxfp8_e4m3", "mxfp8_e5m2", ("mxfp8_e4m3", "mxfp8_e5m2")),
+              "mixed": (("mxfp8_e4m3", "mxfp4"), ("mxfp6_e2m3", "mxfp8_e5m2"))}
+    assert set(families.MX_EXACT_FROM) == {(c, p) for c in (0, 1, 2) for p in eights}
+    for (per_call, pair), bound in families.MX_EXACT_FROM.items():
+        for d in eights[pair]:
+            assert families.mx_path("wgmma", mdt(d), per_call=per_call) is None  # no shape: decode
+            if bound is None:
+                big = (1, 1 << 15, 1 << 15, 1 << 16)
+                assert families.mx_path("wgmma", mdt(d), shape=big, per_call=per_call) is None
+                continue
+            k, mn = bound
+            at = (1, mn // 4096, 4096, k)
+            assert at[1] * at[2] == mn
+            assert families.mx_path("wgmma", mdt(d), shape=at, per_call=per_call) == "mx_exact"
+            assert families.mx_path("wgmma", mdt(d), shape=(3,) + at[1:], per_call=per_call) == "mx_exact"
+            assert families.mx_path("wgmma", mdt(d), shape=at[:3] + (k - 32,), per_call=per_call) is None
+            assert families.mx_path("wgmma", mdt(d), shape=(1, at[1] - 1, 4096, k), per_call=per_call) is None
+            assert families.mx_path("wgmma", mdt(d), "decode", at, per_call) is None
+            assert families.mx_path("mma_sync", mdt(d), None, at, per_call) is None
+    # the measured shapes (H100): exact where it won, decode where it lost or tied
+    assert families.mx_path("wgmma", mdt("mxfp8"), shape=(1, 8192, 8192, 8192), per_call=2) == "mx_exact"
+    assert families.mx_path("wgmma", mdt("mxfp8"), shape=(1, 4096, 8192, 16384), per_call=2) is None
+    assert families.mx_path("wgmma", mdt("mxfp8"), shape=(1, 7168, 7168, 7168), per_call=2) is None
+    assert families.mx_path("wgmma", mdt(("mxfp8", "mxfp4")), shape=(1, 7168, 7168, 7168), per_call=2) == "mx_exact"
+    assert families.mx_path("wgmma", mdt(("mxfp8", "mxfp4")), shape=(1, 16384, 4096, 4096), per_call=2) is None
+    assert families.mx_path("wgmma", mdt("mxfp8"), shape=(1, 8192, 8192, 8192), per_call=1) == "mx_exact"
+    assert families.mx_path("wgmma", mdt("mxfp8"), shape=(1, 7168, 7168, 7168), per_call=1) is None
+    assert families.mx_path("wgmma", mdt("mxfp8"), shape=(1, 6144, 6144, 6144), per_call=0) == "mx_exact"
+    assert families.mx_path("wgmma", mdt("mxfp8"), shape=(1, 5120, 5120, 5120), per_call=0) is None
+    for d in ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", ("mxfp6_e2m3", "mxfp4")):
+        for shape in (None, (1, 64, 64, 64), (1, 8192, 8192, 8192)):
+            assert families.mx_path("wgmma", mdt(d), shape=shape) == ("mx_exact" if families.MX_FOLD_DEFAULT else None)
+        assert families.mx_path("wgmma", mdt(d), "exact") == "mx_exact"
+        assert families.mx_path("wgmma", mdt(d), "decode") is None
+        assert families.mx_path("mma_sync", mdt(d)) is None
+    for d in ("mxfp8", ("mxfp8", "mxfp4")):
+        assert families.mx_path("wgmma", mdt(d), "exact") == "mx_exact"
     for d in ("bf16", "e4m3fn"):
-        assert families.mx_path("wgmma", mdt(d)) is None
+        assert families.mx_path("wgmma", mdt(d), shape=(1, 8192, 8192, 8192)) is None
     with pytest.raises(UnsupportedError, match="mx_path='exact'"):
         families.mx_path("mma_sync", mdt("mxfp4"), "exact")
     with pytest.raises(UnsupportedError, match="choose one of"):

@@ -84,7 +84,7 @@ def _run(backend, a, b, dtype, out_dtype="float32", expect_exact=True, **options
     m, n = a.shape[0], b.shape[1]
     out = poisoned_output(cp, m, n, out_dtype)
     options.setdefault("family", "wgmma")
-    if expect_exact:  # the exact path is not the rule's default (families.MX_EXACT_DEFAULT): ask for it
+    if expect_exact:  # ask for the exact path (the rule takes it only for large mxfp8 problems: MX_EXACT_FROM)
         options.setdefault("mx_path", "exact")
     plan = backend.plan(a, b, mdt, out_dtype=out_dtype, out=out, **options)
     assert ("_mx32" in plan.variant) == expect_exact, plan.variant
@@ -297,7 +297,8 @@ def test_large_exact(backend, rng):
     da, db = a.to_device(like), b.to_device(like)
     from mxcore.backends.cuda import families
 
-    got = _run(backend, da, db, "mxfp8_e4m3", expect_exact=families.MX_EXACT_DEFAULT, family=None)  # the rule
+    rule = families.exact_pays((1, m, n, k), 0, "mxfp8")  # two MXTensors staged once
+    got = _run(backend, da, db, "mxfp8_e4m3", expect_exact=rule, family=None, mx_path=None)  # the rule
     a64 = cp.asarray(formats.decode(a.codes, a.element)) * cp.repeat(cp.exp2(cp.asarray(a.scales, cp.float64) - 127),
                                                                        32, axis=1)
     b64 = cp.asarray(formats.decode(b.codes, b.element)) * cp.repeat(cp.exp2(cp.asarray(b.scales, cp.float64) - 127),
@@ -305,16 +306,23 @@ def test_large_exact(backend, rng):
     np.testing.assert_array_equal(got, cp.asnumpy(a64 @ b64).astype(np.float32).astype(np.float64))
 
 
-def test_rule_and_decode_option(backend, rng):
-    """The rule picks the exact variant for large mxfp8 problems when MX_EXACT_DEFAULT; mx_path="decode" runs the
-    bf16-decoded wgmma kernel; mxfp4 decodes; both exact on exact inputs."""
+def test_rule_and_decode_option(backend, rng, monkeypatch):
+    """The rule (families.MX_EXACT_FROM) takes the exact variant for an mxfp8 pair where K and M N reach its bounds
+    and decodes below either (shown with the bounds set at this problem's K and M N); mx_path="decode" runs the
+    bf16-decoded wgmma kernel whatever the bounds; all bit-exact on exact inputs."""
     from mxcore.backends.cuda import families
 
-    a, b = _exact_operands(rng, 2048, 2048, 512, ("mxfp8_e4m3", "mxfp8_e4m3"))
-    got = _run(backend, a, b, "mxfp8_e4m3", expect_exact=families.MX_EXACT_DEFAULT, family=None)
+    m, n, k = 2048, 2048, 512
+    a, b = _exact_operands(rng, m, n, k, ("mxfp8_e4m3", "mxfp8_e4m3"))
     want = _ref(a, b, "mxfp8_e4m3")
-    np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", expect_exact=False, mx_path="decode"), want)
+    rule = families.exact_pays((1, m, n, k), 0, "mxfp8")  # the landed bounds: decode at this size
+    np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", expect_exact=rule, family=None, mx_path=None),
+                                  want)
+    for bound, exact in (((k, m * n), True), ((k + 32, m * n), False), ((k, m * n + 1), False)):
+        monkeypatch.setattr(families, "MX_EXACT_FROM", {**families.MX_EXACT_FROM, (0, "mxfp8"): bound})
+        np.testing.assert_array_equal(
+            _run(backend, a, b, "mxfp8_e4m3", expect_exact=exact, family=None, mx_path=None), want)
+        np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", expect_exact=False, mx_path="decode"), want)
     np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", mx_path="exact"), want)
 
 

@@ -7,7 +7,8 @@
 * Placement: host + device operands, or two GPUs, are a typed DeviceError.
 * Batches: (B, M, K) @ (B, K, N) and (B, M, K) @ (K, N) equal the reference element by element; B = 0 is empty.
 * Quantize once, multiply many times: a device MXTensor / ScaledTensor is used as it is (quantization is not
-  called again), twice with the same result; an MXTensor with block != 32 is refused.
+  called again), twice with the same result; two such operands keep their plan across calls; an MXTensor with
+  block != 32 is refused.
 * Non-contiguous and negative-stride device views give the reference's result.
 """
 
@@ -347,6 +348,133 @@ def test_weight_quantized_once_replays(cupy_device, kind, dtype):
         assert all(r() is None for r in refs), "the kept entry holds a weight alive"
 
 
+def test_operands_quantized_by_the_call_are_marked():
+    """The MX path rule weighs per-call staging by the operands a call quantized itself: quantize_on_device marks
+    what it makes from float data (and a batch element of a marked batch is marked); a caller's quantized
+    objects pass through unmarked."""
+    from mxcore import dtypes as _dt
+    from mxcore import mx, operands
+    from mxcore.backends.cuda.backend import _item
+
+    x = np.ones((2, 8, 64), np.float32)
+    for name in ("mxfp8", "fp8"):
+        od = _dt.resolve(name, "sm_90").a
+        q = operands.quantize_on_device(x[0], od, "a")
+        assert operands.made_per_call(q)
+        user = mx.quantize_mx(x[0], "mxfp8", axis=1) if name == "mxfp8" else mx.quantize_tensor(x[0], "e4m3fn")
+        assert operands.quantize_on_device(user, od, "a") is user and not operands.made_per_call(user)
+    qb = operands.quantize_on_device(x, _dt.resolve("mxfp8", "sm_90").a, "a", batched=True)
+    assert operands.made_per_call(qb) and operands.made_per_call(_item(qb, 1))
+    assert not operands.made_per_call(_item(mx.quantize_mx(x, "mxfp8", axis=2), 1))
+    assert not operands.made_per_call(x) and not operands.made_per_call(3)
+
+
+@gpu
+def test_rule_agrees_between_a_weights_first_call_and_its_kept_layout(cupy_device, monkeypatch):
+    """With bounds that take the exact MX path only for two quantized objects of the caller: float activations x a
+    weight quantized once decode both on the weight's first (generic) call and in the kept layout, so the layout is
+    kept and serves a second weight (each call equal to the uncached decode path bit for bit); two quantized objects
+    take the exact path (sm_90, wgmma)."""
+    import cupy as cp
+
+    from mxcore import dtypes as _dt
+    from mxcore import mx
+    from mxcore.backends import get
+    from mxcore.backends.cuda import families
+
+    be = get("cuda")
+    if be.target().arch != "sm_90":
+        pytest.skip("the exact MX path runs on sm_90")
+    monkeypatch.setattr(families, "MX_EXACT_FROM", {key: (0, 0) if key[0] == 0 else None
+                                                    for key in families.MX_EXACT_FROM})
+    mdt = _dt.resolve("mxfp8", be.target().arch)
+    rng = np.random.default_rng(17)
+    m, k, n = 1024, 512, 2304
+    ws = [mx.quantize_mx(cp.asarray(rng.standard_normal((k, n)).astype(np.float32)), "mxfp8", axis=0)
+          for _ in range(2)]
+    for which in (0, 0, 1, 1, 0):
+        a = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+        got = mxcore.matmul(a, ws[which], "mxfp8", backend="cuda")
+        want = be.matmul(mx.quantize_mx(a, "mxfp8", axis=1), ws[which], mdt, mx_path="decode")
+        np.testing.assert_array_equal(_host(got), _host(want))
+    mine = [e for key, e in be._fast.items() if key[:2] == ("w", "cupy") and key[5] == (m, k) and key[9] == (k, n)]
+    assert len(mine) == 1 and isinstance(mine[0], tuple), mine
+    assert "_mx32" not in mine[0][1].variant, mine[0][1].variant
+    qa = mx.quantize_mx(a, "mxfp8", axis=1)
+    for _ in range(2):
+        mxcore.matmul(qa, ws[0], "mxfp8", backend="cuda")
+    pair = [e for key, e in be._fast.items() if key[0] == "qq" and key[5] == (m, k) and key[8] == (k, n)]
+    assert len(pair) == 1 and isinstance(pair[0], tuple) and "_mx32" in pair[0][0].variant, pair
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", ["fp8", "mxfp8", "mxfp4", ("mxfp8", "mxfp4"), "mxfp8-exact", "mxfp8+mxfp4-exact"],
+                         ids=_id)
+def test_two_operands_quantized_once_keep_the_plan(cupy_device, monkeypatch, kind, dtype):
+    """Two device operands quantized once (``fast_pair``): an operand's first call runs the generic path (staging
+    it once), the layout's first call with both staged keeps the plan, later calls point it at their staged
+    operands and launch into a new output, switching between two A's and two B's of one layout.  Every call equals
+    the uncached path (the backend's own matmul of the same objects, a plan each) bit for bit; earlier outputs are
+    not overwritten; a kept call builds no plan; one entry serves all four operands and keeps none alive.
+    "-exact": the exact MX path on sm_90 (the lossy fold, the GEMM, mx_lo_fix), whose kept plan is rebound."""
+    import gc
+    import weakref
+
+    import cupy as cp
+
+    from mxcore import dtypes as _dt
+    from mxcore import mx
+    from mxcore.backends import get
+    from mxcore.backends.cuda import families
+
+    torch = pytest.importorskip("torch") if kind == "torch" else None
+    be = get("cuda")
+    exact = isinstance(dtype, str) and dtype.endswith("-exact")
+    if exact:
+        if be.target().arch != "sm_90":
+            pytest.skip("the exact MX path runs on sm_90")
+        dtype = dtype[:-len("-exact")]
+        dtype = tuple(dtype.split("+")) if "+" in dtype else dtype
+        monkeypatch.setattr(families, "MX_EXACT_FROM", dict.fromkeys(families.MX_EXACT_FROM, (0, 0)))
+    mdt = _dt.resolve(dtype, be.target().arch)
+    rng = np.random.default_rng(13)
+
+    def quantized(shape, role):
+        x_h = rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 6)
+        x = cp.asarray(x_h.astype(np.float32)) if kind == "cupy" else torch.as_tensor(x_h, device="cuda").float()
+        od = mdt.a if role == "a" else mdt.b
+        return mx.quantize_tensor(x, od.element) if od.kind == "fp8" else mx.quantize_mx(x, od.name,
+                                                                                       axis=1 if role == "a" else 0)
+
+    for m, k, n in ((256, 8704, 8704),) if exact else ((96, 256, 80), (1024, 512, 2304)):
+        As, Bs = [quantized((m, k), "a") for _ in range(2)], [quantized((k, n), "b") for _ in range(2)]
+        results = []
+        for i, j in ((0, 0), (0, 0), (0, 0), (1, 0), (1, 1), (0, 1), (1, 1)):  # seen, kept, relaunched, new ones
+            got = mxcore.matmul(As[i], Bs[j], dtype, out_dtype="float32", backend="cuda")
+            results.append((got, _host(be.matmul(As[i], Bs[j], mdt, out_dtype="float32"))))
+        real_plan = be.plan
+
+        def no_plan(*args, **kw):
+            raise AssertionError("a kept layout built a plan")
+
+        monkeypatch.setattr(be, "plan", no_plan)
+        got = mxcore.matmul(As[1], Bs[0], dtype, out_dtype="float32", backend="cuda")
+        monkeypatch.setattr(be, "plan", real_plan)
+        results.append((got, _host(be.matmul(As[1], Bs[0], mdt, out_dtype="float32"))))
+        for got, want in results:  # checked after all calls: a later call must not overwrite an earlier output
+            np.testing.assert_array_equal(_host(got), want)
+        mine = [e for key, e in be._fast.items()
+                if key[0] == "qq" and key[5] == (m, k) and key[8] == (k, n) and key[9] == mdt.name]
+        assert len(mine) == 1 and isinstance(mine[0], tuple), f"not kept for {m}x{k}x{n}: {mine}"
+        if exact:
+            assert "_mx32" in mine[0][0].variant, mine[0][0].variant
+        refs = [weakref.ref(x) for x in As + Bs]
+        del As, Bs, results, got
+        gc.collect()
+        assert all(r() is None for r in refs), "the kept entry holds an operand alive"
+
+
 @gpu
 @pytest.mark.parametrize("dtype", [("bf16", "mxfp4"), ("bf16", "mxfp8"), "fp8", "mxfp8", "mxfp8-exact",
                                    "mxfp8+mxfp4-exact", "mxfp4", "bf16"], ids=_id)
@@ -375,7 +503,7 @@ def test_linear_calls_capture_in_a_cuda_graph(cupy_device, monkeypatch, dtype, m
             pytest.skip("the exact MX path runs on sm_90, for problems with enough tiles (M = 256 here)")
         dtype = dtype[:-len("-exact")]
         dtype = tuple(dtype.split("+")) if "+" in dtype else dtype
-        monkeypatch.setattr(families, "MX_EXACT_DEFAULT", True)
+        monkeypatch.setattr(families, "MX_EXACT_FROM", dict.fromkeys(families.MX_EXACT_FROM, (0, 0)))
     mdt = _dt.resolve(dtype, be.target().arch)
     quantized = mdt.kind != "float"
     act = torch.bfloat16

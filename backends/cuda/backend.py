@@ -54,13 +54,14 @@ from __future__ import annotations
 from mxcore.arrays import array_kind
 from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
+from mxcore.operands import made_per_call, mark_per_call
 
 from .._contract import Backend, Target
 from .compile import KernelCache
 from .device import as_cupy, device_info, refuse_capture, resolve_ordinal, stream_for
 from .families import family_for
 from .families import mx_path as _mx_path
-from .fastpath import _TORCH_OUT, fast_call, fast_quantized, fast_weight
+from .fastpath import _TORCH_OUT, fast_call, fast_pair, fast_quantized, fast_weight
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
@@ -211,7 +212,8 @@ class CudaBackend(Backend):
         path = fp8_path or ("native" if native_fp8(dev.arch) else "convert")
         if path not in _FP8_PATHS:
             raise UnsupportedError(f"fp8_path must be one of {', '.join(_FP8_PATHS)}, not {path!r}")
-        path = _mx_path(fam, mdt, mx_path) or path  # mxfp8 on wgmma: exact block scales in the kernel
+        per_call = made_per_call(a) + made_per_call(b)  # operands quantized (and staged) for this call alone
+        path = _mx_path(fam, mdt, mx_path, shape, per_call) or path  # MX on wgmma: block scales in the kernel
         with cp.cuda.Device(ordinal):
             stream = stream_for(cp, a, b)
             refuse_capture(cp, stream.ptr, "building a plan (staging, kernel choice, allocations)")
@@ -313,10 +315,13 @@ class CudaBackend(Backend):
         """The contract's per-call fast path for 2-D device operands (None: not taken, call matmul):
         fp16/bf16 read in place (``fastpath.fast_call``); fp8/MX products of contiguous float16/bfloat16/float32
         device arrays, whose quantization, staging and GEMM are set up once per layout and replayed
-        (``fast_quantized``); and such activations times a device weight quantized once (``fast_weight``)."""
+        (``fast_quantized``); such activations times a device weight quantized once (``fast_weight``); and two
+        operands quantized once (``fast_pair``)."""
         if mdt.kind == "float":
             return fast_call(self, a, b, mdt, out_dtype)
-        if array_kind(b) == "mx":  # a weight quantized once
+        if array_kind(b) == "mx":  # a weight quantized once (times activations, or times an operand quantized once)
+            if array_kind(a) == "mx":
+                return fast_pair(self, a, b, mdt, out_dtype, scale_rounding)
             return fast_weight(self, a, b, mdt, out_dtype, scale_rounding)
         return fast_quantized(self, a, b, mdt, out_dtype, scale_rounding)
 
@@ -403,9 +408,10 @@ def _item(x, i: int):
     if isinstance(x, MXTensor):
         if x.axis == 0:
             raise ShapeError("a batched MXTensor must have its blocks along M/K/N (axis 1 or 2), not the batch axis")
-        return MXTensor(x.codes[i], x.scales[i], x.fmt, x.axis - 1, x.block, tuple(x.shape[1:]), x.scale_max)
+        return mark_per_call(MXTensor(x.codes[i], x.scales[i], x.fmt, x.axis - 1, x.block, tuple(x.shape[1:]),
+                                      x.scale_max), x)
     if isinstance(x, ScaledTensor):
-        return ScaledTensor(x.codes[i], x.scale, x.fmt, x.scale_exp)
+        return mark_per_call(ScaledTensor(x.codes[i], x.scale, x.fmt, x.scale_exp), x)
     return x[i]
 
 

@@ -7,8 +7,9 @@ and its rule goes into :func:`family_for`.  ``family=`` (a ``plan`` / ``matmul``
 MX operands on the wgmma family: every MX pair can run the exact block-scaled variant (the E8M0 scales applied in the
 kernel; MXFP4 / MXFP6 folded into e4m3 with one power of two per row or 128-K window where exact, MXFP8 folded the
 same way in its own format with the bits that leaves off added back after the GEMM); the rule takes it where
-:data:`MX_FOLD_DEFAULT` (pairs of fp4 / fp6) / :data:`MX_EXACT_DEFAULT` (pairs with mxfp8) say it measured faster than
-decoding to bf16; ``mx_path`` forces either (:func:`mx_path`).
+:data:`MX_FOLD_DEFAULT` (pairs of fp4 / fp6) / :data:`MX_EXACT_FROM` (pairs with mxfp8: by shape and by how many
+operands are staged per call) say it measured faster than decoding to bf16; ``mx_path`` forces either
+(:func:`mx_path`).
 """
 
 from __future__ import annotations
@@ -17,27 +18,34 @@ from mxcore.errors import UnsupportedError
 
 from .sm90 import wgmma_reason
 
-__all__ = ["FAMILIES", "MX_EXACT_DEFAULT", "MX_FOLD_DEFAULT", "MX_PATHS", "family_for", "mx_path"]
+__all__ = ["FAMILIES", "MX_EXACT_FROM", "MX_FOLD_DEFAULT", "MX_PATHS", "exact_pays", "family_for", "mx_path"]
 
 #: family name -> what it needs (for messages)
 FAMILIES = {"mma_sync": "sm_80 or newer", "wgmma": "sm_90 (sm_90a kernels: H100/H200/GH200)"}
 _KNOWN = ("mma_sync", "wgmma")
 MX_PATHS = ("exact", "decode")
-#: the rule's choice for mxfp8 on wgmma: exact block scaling (True) or bf16 decoding (False).  H100, one run (session
-#: 14, NOTES_SM90.md): kernel only, exact (the fold, then mx_lo_fix) 938 / 614 TFLOP/s at 8192^3 / 4096^3 against
-#: the bf16-decode kernel's 811 / 737 (mxfp8 x mxfp4: 990 / 632 against 821 / 749); end to end from fp16 inputs
-#: (quantization and the per-call staging included) exact 1.77 ms / 437 us against decode's 1.72 ms / 308 us
-#: (mxfp8 x mxfp4: 2.08 ms / 705 us against 1.73 ms / 302 us), after the fold's tables were built once per block
-#: (2.29-2.33 ms / 554-565 us before): the exact staging still costs about what its kernel saves at 8192^3 and more
-#: below.  Session 15 (H100, final tree): kernel 980 / 655 against decode's 832 / 771; end to end 1.65 ms / 416 us
-#: against 1.72 ms / 305 us; with the mixed pair's staging replayed, mxfp8 x mxfp4 1.55 ms / 373 us against 1.77 ms
-#: / 302 us.  Exact wins at 8192^3 (3 % / 13 %), decode at 4096^3 (kernel included); the crossover between is not
-#: measured, so decode stays the rule for every pair with an mxfp8 operand; mx_path="exact" for large problems and
-#: operands staged once
-MX_EXACT_DEFAULT = False
+#: where the rule takes the exact variant for a pair with an mxfp8 operand on wgmma: (K at least, M N at least) by
+#: (operands staged per call, "mxfp8" for mxfp8 x mxfp8 or "mixed" for mxfp8 x fp4 / fp6); None: never (decode).
+#: Staged per call: how many operands the call itself quantized from float data (``mxcore.operands.made_per_call``;
+#: staged, or replayed, each call): 0 for two quantized objects of the caller (each staged once, cached on it), 1
+#: for float activations times a weight quantized once, 2 for two float operands.
+#: What each side costs beyond the GEMM: the exact path's mx_lo_fix reads and writes C (grows with M N, not K:
+#: ~0.27 ms at 8192^2) and its per-call staging (the fold, lists and transposed copies) grows with (M + N) K;
+#: decoding costs a slower kernel (the bf16 rate).  So exact pays where K is long and M N large.  Two H100s (session
+#: 16, NOTES_SM90.md "The size rule"; .notes/mx11/e2e_rule.py), end to end through matmul, exact / decode in us:
+#: from fp16 inputs mxfp8 x mxfp8 wins only at 8192^3 (1664-1699 / 1718-1826), ties at 4096 x 8192 x 16384 and
+#: loses at 7168^3 (1234-1248 / 1187-1194) and K = 4096; mxfp8 x mxfp4 wins from 7168^3 (1164-1170 / 1203-1208) and
+#: at 4096 x 8192 x 16384 (1646-1677 / 1865-1976), loses at K = 4096 (16384 x 4096 x 4096 1024-1042 / 940-986), ties
+#: at 6144^3; times a weight quantized once, mxfp8 x mxfp8 wins at 8192^3 (1406-1452 / 1612-1630) and 4096 x 8192 x
+#: 16384 (1460-1509 / 1540-1678), ties at 6144^3 and 7168^3; two quantized objects (kernel-bound: fast_pair) exact
+#: 571 / 678 at 6144^3, 1251 / 1508 at 8192^3, 1275 / 1490 at 4096 x 8192 x 16384, 804 / 780 at 16384 x 4096 x 4096,
+#: 323 / 211 at 4096^3 (bench_mx, session 15: exact ties at 5120^3)
+MX_EXACT_FROM = {(0, "mxfp8"): (6144, 4096 * 8192), (0, "mixed"): (6144, 4096 * 8192),
+                 (1, "mxfp8"): (8192, 4096 * 8192), (1, "mixed"): (7168, 4096 * 8192),
+                 (2, "mxfp8"): (8192, 8192 * 8192), (2, "mixed"): (7168, 4096 * 8192)}
 #: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
 #: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against
-#: decode's 849 / 676 (NOTES_SM90.md): exact.  A pair with an mxfp8 operand follows :data:`MX_EXACT_DEFAULT`
+#: decode's 849 / 676 (NOTES_SM90.md): exact.  A pair with an mxfp8 operand follows :data:`MX_EXACT_FROM`
 MX_FOLD_DEFAULT = True
 _MXFP8_ELEMENTS = ("e4m3fn", "e5m2")
 
@@ -55,11 +63,12 @@ def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> st
     return "wgmma" if wgmma_reason(arch, mdt, shape) is None else "mma_sync"
 
 
-def mx_path(family: str, mdt, option: str | None = None) -> str | None:
+def mx_path(family: str, mdt, option: str | None = None, shape=None, per_call: int = 0) -> str | None:
     """How MX operands of ``mdt`` are staged for ``family``: "mx_exact" (the exact block-scaled wgmma variant: mxfp8
     codes as they are, MXFP4 / MXFP6 folded into e4m3) or None (decoded to bf16, the staging's default).  ``option``
     ("exact" | "decode") forces one; "exact" where it cannot run raises.  The rule: pairs of fp4 / fp6 operands
-    by :data:`MX_FOLD_DEFAULT`, pairs with an mxfp8 operand by :data:`MX_EXACT_DEFAULT`."""
+    by :data:`MX_FOLD_DEFAULT`, pairs with an mxfp8 operand by :data:`MX_EXACT_FROM` for ``shape`` ((batch, m, n,
+    k); None: decode) with ``per_call`` of the operands staged per call."""
     if option is not None and option not in MX_PATHS:
         raise UnsupportedError(f"mx_path={option!r}; choose one of {', '.join(MX_PATHS)} (or None: the rule)")
     if mdt is None or mdt.kind != "mx" or option == "decode":
@@ -69,5 +78,19 @@ def mx_path(family: str, mdt, option: str | None = None) -> str | None:
             raise UnsupportedError(f"mx_path='exact' runs MX operands on the wgmma family (sm_90); this problem is "
                                    f"{mdt.a.name} x {mdt.b.name} on {family}: use mx_path='decode'")
         return "mx_exact"
-    folds = not any(od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
-    return "mx_exact" if family == "wgmma" and (MX_FOLD_DEFAULT if folds else MX_EXACT_DEFAULT) else None
+    if family != "wgmma":
+        return None
+    eights = sum(od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
+    if not eights:
+        return "mx_exact" if MX_FOLD_DEFAULT else None
+    return "mx_exact" if exact_pays(shape, per_call, "mxfp8" if eights == 2 else "mixed") else None
+
+
+def exact_pays(shape, per_call: int, pair: str) -> bool:
+    """Whether :data:`MX_EXACT_FROM` takes the exact variant for ``shape`` ((batch, m, n, k) or None) of a ``pair``
+    ("mxfp8" | "mixed") with ``per_call`` (0-2) operands staged per call."""
+    bound = MX_EXACT_FROM.get((min(max(per_call, 0), 2), pair)) if shape is not None else None
+    if bound is None:
+        return False
+    _, m, n, k = shape
+    return k >= bound[0] and m * n >= bound[1]

@@ -9,6 +9,8 @@
   and :meth:`~.plan.CudaPlan.rebind` the operands) and launch into a new output.
 
 * :func:`fast_weight` — float device activations times a weight quantized once (fp8, MX, weight-only pairs).
+* :func:`fast_pair` — two operands quantized once (device MXTensors / ScaledTensors): the kept plan pointed at the
+  call's staged operands.
 
 All keep their entries in the backend's ``_fast`` dict (False: the layout does not qualify).  Their later calls
 can be captured into a CUDA graph on the stream the layout ran on (entries a graph uses are pinned in
@@ -25,11 +27,12 @@ from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
-from .device import address_of, as_cupy, capturing, ordinal_of, refuse_capture, torch_stream, unowned_view
+from .device import (address_of, as_cupy, capturing, ordinal_of, refuse_capture, stream_for, torch_stream,
+                     unowned_view)
 from .plan import CudaPlan
 from .stage import _STAGED
 
-__all__ = ["fast_call", "fast_quantized", "fast_weight", "swap_weight"]
+__all__ = ["fast_call", "fast_pair", "fast_quantized", "fast_weight", "swap_weight"]
 
 _TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -244,10 +247,10 @@ def _new_out(cp, p, a):
 _SEEN = "seen"  # an entry's state after the first call of a layout (the generic path staged the weight, cached on it)
 
 
-def _weight_on(b, ordinal: int) -> bool:
-    """``b`` is a 2-D quantized weight (an MXTensor blocked along K, or a ScaledTensor) whose codes and device
-    scales all live on GPU ``ordinal``."""
-    if array_kind(b) != "mx" or len(b.shape) != 2 or getattr(b, "axis", 0) != 0:
+def _weight_on(b, ordinal: int, axis: int = 0) -> bool:
+    """``b`` is a 2-D quantized operand (an MXTensor blocked along K: ``axis`` 0 for B, 1 for A; or a
+    ScaledTensor) whose codes and device scales all live on GPU ``ordinal``."""
+    if array_kind(b) != "mx" or len(b.shape) != 2 or getattr(b, "axis", axis) != axis:
         return False
     bufs = _quantized_buffers(b)
     return any(x is b.codes for x in bufs) and all(ordinal_of(x) == ordinal for x in bufs)
@@ -256,10 +259,9 @@ def _weight_on(b, ordinal: int) -> bool:
 def staged_weight(b, ordinal: int, key=None):
     """The staged form of weight ``b`` cached on it (stage.py): under ``key``, or (key=None) whether any B
     staging on GPU ``ordinal`` is cached; None / False when not staged yet."""
-    cache = _STAGED.get(b) or {}
     if key is None:
-        return any(k[0] == ordinal and k[1] == "b" for k in cache)
-    return cache.get(key)
+        return _staged(b, ordinal, "b")
+    return (_STAGED.get(b) or {}).get(key)
 
 
 def staged_key(before: dict, d):
@@ -395,6 +397,65 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
             p._prep = None
             be._fast[key] = (replay, p, rec_stage.replay(()), wkey)
     return result
+
+
+def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
+    """``a @ b`` of two operands quantized once (2-D device MXTensors blocked along K / ScaledTensors on one GPU;
+    fp8 or MX): "quantize once, multiply many times" without a plan per call.  One entry per layout (device,
+    stream, each operand's kind, format and shape, dtype, output).  An operand's first call runs the generic path,
+    which stages it once (cached on it); the layout's first call with both operands staged keeps its plan; later
+    calls point the plan at this call's staged operands (cached on them under the plan's keys, the same form:
+    :func:`same_form`) and launch into a new output.  The entry holds neither operand, only the last call's staged
+    buffers.  None: the generic path."""
+    if mdt.kind not in ("fp8", "mx"):
+        return None
+    ordinal = ordinal_of(a)
+    if ordinal is None or not (_weight_on(a, ordinal, 1) and _weight_on(b, ordinal, 0)):
+        return None
+    cp = be.cp_module
+    with cp.cuda.Device(ordinal):
+        stream_h = stream_for(cp, a, b).ptr
+    key = ("qq", ordinal, stream_h, type(a).__name__, a.fmt, tuple(a.shape), type(b).__name__, b.fmt,
+           tuple(b.shape), mdt.name, out_dtype, scale_rounding)
+    entry = be._fast.get(key)
+    if type(entry) is tuple:
+        p, akey, bkey, like = entry
+        da, db = staged_weight(a, ordinal, akey), staged_weight(b, ordinal, bkey)
+        if not da or not db or not (same_form(da, p.da) and same_form(db, p.db)):
+            return None  # an operand not staged yet (the generic path stages it), or staged in another form
+        _pin_if_captured(be, cp, stream_h, key, entry)
+        with cp.cuda.Device(ordinal):
+            out = cp.empty(p.out.shape, dtype=p.out.dtype)
+            # the plan must not keep this result alive until the next call: it holds an unowned view of it
+            p.rebind(None if da is p.da else da, None if db is p.db else db, unowned_view(cp, out))
+            p.gemm()
+        return like(out)
+    if entry is False or not (_staged(a, ordinal, "a") and _staged(b, ordinal, "b")):
+        return None  # an operand's first call: the generic path stages it (cached on it)
+    refuse_capture(cp, stream_h, "a layout's first call with two operands quantized once (the plan)")
+    if len(be._fast) > 256:
+        be._fast.clear()
+    before_a, before_b = weight_cache(a), weight_cache(b)
+    p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)
+    p.gemm()
+    result = p.result()
+    from .sm90 import Sm90Plan
+
+    if not (type(p) in (CudaPlan, Sm90Plan) and p.batch is None and p._fold is None and p.out.size):
+        be._fast[key] = False  # a plan this path does not keep: the generic path from now on
+        return result
+    akey, bkey = staged_key(before_a, p.da), staged_key(before_b, p.db)
+    if akey is not None and bkey is not None:  # else the plan staged one itself (another path's form was
+        like = p._like                          # cached): it is cached now, the next call keeps the plan
+        _kept(cp, p)
+        be._fast[key] = (p, akey, bkey, like)
+    return result
+
+
+def _staged(x, ordinal: int, role: str) -> bool:
+    """Whether a staged form of quantized operand ``x`` as ``role`` ("a" | "b") on GPU ``ordinal`` is cached on
+    it (stage.py)."""
+    return any(k[0] == ordinal and k[1] == role for k in (_STAGED.get(x) or {}))
 
 
 def fast_call(be, a, b, mdt, out_dtype: str):
