@@ -419,17 +419,17 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
            tuple(b.shape), mdt.name, out_dtype, scale_rounding)
     entry = be._fast.get(key)
     if type(entry) is tuple:
-        p, akey, bkey, like = entry
+        p, akey, bkey = entry
         da, db = staged_weight(a, ordinal, akey), staged_weight(b, ordinal, bkey)
         if not da or not db or not (same_form(da, p.da) and same_form(db, p.db)):
             return None  # an operand not staged yet (the generic path stages it), or staged in another form
         _pin_if_captured(be, cp, stream_h, key, entry)
         with cp.cuda.Device(ordinal):
-            out = cp.empty(p.out.shape, dtype=p.out.dtype)
+            out = _new_out(cp, p, a.codes)  # the codes' kind of array (torch: on torch's allocator and stream)
             # the plan must not keep this result alive until the next call: it holds an unowned view of it
             p.rebind(None if da is p.da else da, None if db is p.db else db, unowned_view(cp, out))
             p.gemm()
-        return like(out)
+        return out
     if entry is False or not (_staged(a, ordinal, "a") and _staged(b, ordinal, "b")):
         return None  # an operand's first call: the generic path stages it (cached on it)
     refuse_capture(cp, stream_h, "a layout's first call with two operands quantized once (the plan)")
@@ -446,9 +446,8 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         return result
     akey, bkey = staged_key(before_a, p.da), staged_key(before_b, p.db)
     if akey is not None and bkey is not None:  # else the plan staged one itself (another path's form was
-        like = p._like                          # cached): it is cached now, the next call keeps the plan
-        _kept(cp, p)
-        be._fast[key] = (p, akey, bkey, like)
+        _kept(cp, p)                            # cached): it is cached now, the next call keeps the plan
+        be._fast[key] = (p, akey, bkey)
     return result
 
 
