@@ -224,8 +224,16 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
     const int r0 = blockIdx.x * FOLD_ROWS, t = threadIdx.x;
     const bool rows_contig = cs_r == 1 && cs_k != 1;
     const int y0 = blockIdx.y, gy = gridDim.y, windows = blocks_pad / 4;
-    uint4 next = make_uint4(0, 0, 0, 0);  // a window's codes, loaded one window ahead (the first beside the tables)
-    if (y0 < windows) next = fold_load(codes, cs_r, cs_k, rows, K, r0, 128 * y0, t, rows_contig);
+    // lanes 8 g .. 8 g + 7 of a warp hold row t / 8's runs; runs 2b, 2b + 1 are block b of a window
+    const int r = r0 + t / 8, run = t % 8, b = run / 2;
+    const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
+    // a window's codes and this lane's block scale, loaded one window ahead (the first beside the tables)
+    uint4 next = make_uint4(0, 0, 0, 0);
+    int sc_next = 127;
+    if (y0 < windows) {
+        next = fold_load(codes, cs_r, cs_k, rows, K, r0, 128 * y0, t, rows_contig);
+        sc_next = r < rows && 4 * y0 + b < blocks ? scales[r * ss_r + (4 * y0 + b) * ss_j] : 127;
+    }
     // every (shift, code) pair's code: lut[(d - lo) * ncodes + c]: e4m3 (fp4 / fp6, 15 shifts x 64 codes at most),
     // or with lossy the same fp8 format, truncated (16 shifts x 256 codes), and with lossy what that takes off the
     // element (lost_bits, exact in fp32: rest[(d - lo) * ncodes + c]); built once per block, which then folds
@@ -247,15 +255,17 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
     int lo_enc = 0, hi = 0, some_not_whole = 0;  // over the block's windows (reduce_info, info[3])
     for (int w = y0; w < windows; w += gy) {  // a barrier ends each window (tile reused)
         const int k0 = 128 * w;
-        fold_store(tile, next, rows_contig, t);  // this window's codes (loaded during the previous one)
-        if (w + gy < windows)                    // the next window's, in flight while this one folds
+        fold_store(tile, next, rows_contig, t);  // this window's codes and scale (loaded during the previous one)
+        const int sc = sc_next, j = 4 * w + b;
+        if (w + gy < windows) {  // the next window's, in flight while this one folds
             next = fold_load(codes, cs_r, cs_k, rows, K, r0, 128 * (w + gy), t, rows_contig);
+            const int jn = j + 4 * gy;
+            sc_next = r < rows && jn < blocks ? scales[r * ss_r + jn * ss_j] : 127;
+        }
         __syncthreads();
-        // decide: lanes 8 g .. 8 g + 7 of a warp hold row t / 8's runs; runs 2b, 2b + 1 are block b of the window
-        const int r = r0 + t / 8, run = t % 8, b = run / 2, j = 4 * w + b;
+        // decide
         const uint4 v = *(const uint4*)(tile + (t / 8) * FOLD_PITCH + 16 * run);
         const u32 mag4 = ((1u << (ebits + mbits)) - 1) * 0x01010101u;
-        const int sc = r < rows && j < blocks ? scales[r * ss_r + j * ss_j] : 127;
         const bool nz = ((v.x | v.y | v.z | v.w) & mag4) != 0;
         const int nz_pair = __shfl_xor_sync(0xffffffffu, (int)nz, 1);  // every lane (a short-circuited shuffle hangs)
         const bool live = (nz || nz_pair) && sc != 255 && r < rows && j < blocks;
@@ -269,7 +279,6 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
             emin = min(emin, __shfl_xor_sync(0xffffffffu, emin, o));
         }
         const bool any = emax >= emin;
-        const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
         const bool whole = re >= -127 && (!any || (emax - re <= hi_shift && emin - re >= lo));
         const bool fold = whole || emax - emin <= hi_shift - lo;
         const int E = whole ? re : any ? min(max(emax - hi_shift, -127), 127) : 0;
