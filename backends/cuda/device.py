@@ -40,6 +40,16 @@ def device_info(cp, ordinal: int) -> DeviceInfo:
     return info
 
 
+def resident_blocks(props: dict, regs: int, threads: int, smem: int = 0) -> int:
+    """Blocks of ``threads`` threads using ``regs`` registers and ``smem`` bytes of shared memory each that one SM
+    holds at once (``props``: :class:`DeviceInfo`'s)."""
+    warps = -(-threads // 32)
+    by_regs = props.get("regsPerMultiprocessor", 65536) // (-(-regs * 32 // 256) * 256 * warps)
+    by_smem = (props.get("sharedMemPerMultiprocessor", 233472)
+               // (smem + props.get("reservedSharedMemPerBlock", 1024))) if smem else 32
+    return max(1, min(by_regs, by_smem, props.get("maxThreadsPerMultiProcessor", 2048) // threads, 32))
+
+
 def address_of(x) -> int:
     """The device address of a torch CUDA tensor or CuPy array."""
     return int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.data.ptr)

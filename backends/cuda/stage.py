@@ -31,6 +31,7 @@ Batched operands (3-D) are staged into one buffer with a batch stride (0 for an 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
 from ..codec_runtime import launch, taint, zeros
-from .device import as_cupy
+from .device import as_cupy, device_info, resident_blocks
 
 __all__ = ["DevOperand", "MXFactors", "Stager"]
 
@@ -139,6 +140,23 @@ def _logical(arr, role: str):
     if role == "a":
         return b, d0, d1, sb, s0, s1
     return b, d1, d0, sb, s1, s0
+
+
+#: mx_sm90_fold's tables (every (shift, code) pair's code and lost bits, built once per block before its first
+#: window), in windows of work: ~1600 instructions per thread, about three windows' (ncu, session 16)
+FOLD_TABLE_WINDOWS = 3
+
+
+@functools.lru_cache(maxsize=256)
+def fold_split(gx: int, windows: int, slots: int) -> int:
+    """grid.y of mx_sm90_fold over ``gx`` blocks of rows and ``windows`` 128-K windows, ``slots`` blocks resident on
+    the GPU at once: the fewest window-times, the waves of gx * gy blocks times a block's windows plus its tables
+    (ties: the smaller gy).  H100, 8192 rows x 64 windows at three blocks per SM: 3 (2 waves of 22 windows), where
+    the former rule (8 blocks per SM) gave 5 (3.23 waves, the last a quarter full)."""
+    def cost(gy: int) -> int:
+        return -(-gx * gy // max(slots, 1)) * (-(-windows // gy) + FOLD_TABLE_WINDOWS)
+
+    return min(range(1, max(windows, 1) + 1), key=cost)
 
 
 # staged quantized operands cached on the quantized object: {object: {(ordinal, role, path): DevOperand}}
@@ -446,7 +464,10 @@ class Stager:
             row_e = cp.empty(max(rows, 1), dtype=cp.int32)
             rows_grid = (max(1, min(-(-rows // 8), 8 * self.sms)),)
             gx = -(-rows_pad // 32)  # mx_sm90_fold: a block per 32 rows folds windows y, y + grid y, ... (its
-            fold_grid = (gx, min(windows, -(-8 * self.sms // gx)))  # tables built once)
+            fold = self._factor_kernel("mx_sm90_fold")  # tables built once), grid y by fold_split
+            fold_grid = (gx, fold_split(gx, windows, self.kernels.constant(self.ordinal, "mx_sm90_fold slots", lambda: (
+                self.sms * resident_blocks(device_info(self.cp, self.ordinal).props, int(fold.attributes["num_regs"]),
+                                           256, int(fold.attributes.get("shared_size_bytes", 0)))))))
             lists = (np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent) if lossy else (np.int32(0), _NULLP, _NULLP)
             passes = [(lo, hi, _NULLP)]
             if lossy:  # after an overflow (info[4]), again without loss
@@ -455,7 +476,7 @@ class Stager:
                 launch(self._factor_kernel("mx_sm90_fold_rows"), rows_grid, (256,), scale_args + (
                     np.int32(rows), np.int32(-(-k // MX_BLOCK_KERNEL)), np.int32(plo), np.int32(phi), row_e,
                     fac.folded, np.int32(windows), only_if, fac.info, fac.lo_cnt if lossy else _NULLP))
-                launch(self._factor_kernel("mx_sm90_fold"), fold_grid, (256,), args + (
+                launch(fold, fold_grid, (256,), args + (
                     np.int32(spec.ebits), np.int32(spec.mbits), np.int32(spec.bias), np.int32(plo), np.int32(phi),
                     row_e, elems, np.int64(ldk), fac.factors, np.int64(fac.ld), fac.folded, fac.nan, fac.info,
                     np.int32(lossy), np.int32(_SPECIAL.get(spec.specials, 0)), *lists, only_if,

@@ -51,6 +51,7 @@ import numpy as np
 from mxcore.errors import UnsupportedError
 
 from .._contract import Plan
+from .device import resident_blocks
 from .plan import OUT_KIND, RawLaunch
 from .stage import DevOperand
 from .variants import sm_of
@@ -399,16 +400,6 @@ def ring_split_cap(m: int, n_padded: int, weight_bytes: int) -> int:
     return max(1, weight_bytes // (RING_WS_SHARE * 8 * max(m, 1) * max(n_padded, 1)))
 
 
-def _resident(props: dict, regs: int, threads: int, smem: int = 0) -> int:
-    """Blocks of ``threads`` threads using ``regs`` registers and ``smem`` bytes of shared memory each that one SM
-    holds at once."""
-    warps = -(-threads // 32)
-    by_regs = props.get("regsPerMultiprocessor", 65536) // (-(-regs * 32 // 256) * 256 * warps)
-    by_smem = (props.get("sharedMemPerMultiprocessor", 233472)
-               // (smem + props.get("reservedSharedMemPerBlock", 1024))) if smem else 32
-    return max(1, min(by_regs, by_smem, props.get("maxThreadsPerMultiProcessor", 2048) // threads, 32))
-
-
 def _even_smem(props: dict, blocks: int, sms: int, resident: int, smem: int, static: int) -> int:
     """Dynamic shared memory for a one-wave grid of ``blocks`` launched with PDL: enough that an SM holds at most
     ceil(blocks / sms) of them.  A PDL launch's blocks start on the SMs its predecessor frees first, which would
@@ -454,7 +445,7 @@ class WonlyPlan(Plan):
             if small:  # one wave: no more blocks per SM than can be resident (registers, shared memory, threads)
                 attrs = self._kernel.attributes
                 per_sm = min({"gemv": GEMV_CTAS_PER_SM, "tma": TMA_CTAS_PER_SM, "wg": WG_CTAS_PER_SM}[v.kernel],
-                             _resident(dev.props, int(attrs["num_regs"]), v.threads,
+                             resident_blocks(dev.props, int(attrs["num_regs"]), v.threads,
                                        v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
             base = self._grid_xy[0] * self._grid_xy[1]
             cap = (64 if v.kernel in ("gemv", "tma")
