@@ -165,6 +165,22 @@ def test_staging_replays_only_when_it_covers_every_buffer():
     assert not fastpath._replayable(fastpath._plan_buffers(staged), quant, rec, r)  # a staging copy: no replay
 
 
+def test_fold_split_fewest_window_times():
+    """mx_sm90_fold's grid y: the fewest (waves of blocks) x (windows per block + the tables' cost), the smaller on
+    ties; it covers every window (a block folds windows y, y + grid y, ...)."""
+    from mxcore.backends.cuda.stage import FOLD_TABLE_WINDOWS, fold_split
+
+    def cost(gx, windows, slots, gy):
+        return -(-gx * gy // slots) * (-(-windows // gy) + FOLD_TABLE_WINDOWS)
+
+    for gx, windows, slots in ((256, 64, 396), (128, 32, 396), (3, 3, 396), (512, 128, 528), (1, 1, 132), (64, 7, 132)):
+        gy = fold_split(gx, windows, slots)
+        assert 1 <= gy <= windows
+        costs = [cost(gx, windows, slots, y) for y in range(1, windows + 1)]
+        assert costs[gy - 1] == min(costs) and costs.index(min(costs)) == gy - 1
+    assert fold_split(256, 64, 396) == 3  # 8192 rows, 8192 K on an H100 (3 blocks per SM): 2 waves of 22 windows
+
+
 @pytest.mark.parametrize("role", ["a", "b"])
 def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     """``Stager.mx_factors`` / ``mx_fold`` (numpy standing in for CuPy, launches captured): each launch passes as
@@ -183,6 +199,7 @@ def test_mx_factor_launches_match_the_kernels_parameters(monkeypatch, role):
     monkeypatch.setattr(stage, "launch", lambda fn, grid, block, args, shared_mem=0: calls.append((fn, grid, args)))
     st = stage.Stager(np, 0, None, 132)
     monkeypatch.setattr(st, "_factor_kernel", lambda name: name)
+    monkeypatch.setattr(st, "_slots", lambda kernel, name: 3 * 132)  # resident blocks (an H100's fold: 3 per SM)
     m, k = 70, 300  # 10 blocks of 32: 3 windows of 128
     codes = np.zeros((m, k) if role == "a" else (k, m), np.uint8)
     scales = np.full((m, 10) if role == "a" else (10, m), 127, np.uint8)

@@ -421,6 +421,15 @@ class Stager:
 
         return self.kernels.get(self.cp, self.ordinal, ("sm90", name), SM90_MX_FILE, name, ("-std=c++17",))
 
+    def _slots(self, kernel, name: str, threads: int = 256) -> int:
+        """Blocks of ``kernel`` (``name``) of ``threads`` threads resident on this device at once (once per device)."""
+        def make():
+            attrs = kernel.attributes
+            return self.sms * resident_blocks(device_info(self.cp, self.ordinal).props, int(attrs["num_regs"]),
+                                              threads, int(attrs.get("shared_size_bytes", 0)))
+
+        return self.kernels.constant(self.ordinal, ("slots", name, threads), make)
+
     def mx_factors(self, codes, scales, role: str, k: int) -> MXFactors:
         """The exact wgmma variant's block factors of an MX fp8 operand (``gemm_sm90_mx.cu``): A (M, K) codes with
         (M, K/32) scales, or B (K, N) codes with (K/32, N) scales; any strides."""
@@ -465,9 +474,7 @@ class Stager:
             rows_grid = (max(1, min(-(-rows // 8), 8 * self.sms)),)
             gx = -(-rows_pad // 32)  # mx_sm90_fold: a block per 32 rows folds windows y, y + grid y, ... (its
             fold = self._factor_kernel("mx_sm90_fold")  # tables built once), grid y by fold_split
-            fold_grid = (gx, fold_split(gx, windows, self.kernels.constant(self.ordinal, "mx_sm90_fold slots", lambda: (
-                self.sms * resident_blocks(device_info(self.cp, self.ordinal).props, int(fold.attributes["num_regs"]),
-                                           256, int(fold.attributes.get("shared_size_bytes", 0)))))))
+            fold_grid = (gx, fold_split(gx, windows, self._slots(fold, "mx_sm90_fold")))
             lists = (np.int32(LO_CAP), fac.lo_cnt, fac.lo_ent) if lossy else (np.int32(0), _NULLP, _NULLP)
             passes = [(lo, hi, _NULLP)]
             if lossy:  # after an overflow (info[4]), again without loss
