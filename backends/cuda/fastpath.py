@@ -20,6 +20,8 @@ can be captured into a CUDA graph on the stream the layout ran on (entries a gra
 
 from __future__ import annotations
 
+import copy
+import weakref
 from dataclasses import replace
 
 from mxcore.arrays import array_kind
@@ -298,18 +300,40 @@ def swap_weight(p, staged) -> bool:
     return True
 
 
+def _bound_plan(bound: dict, b, p, staged):
+    """The kept plan ``p`` bound to weight ``b``'s staged form ``staged``: made once per weight, a shallow copy of
+    ``p`` rebound to it (its own operand maps and packed launches; A's staged buffers, the workspace and the
+    output scratch are ``p``'s: one stream, one call at a time), kept in ``bound`` until ``b`` is collected.  A
+    model's layers of one layout then switch weights without encoding maps or packing launches per call (rebinding
+    one plan per call cost more host time than a 4096-row call's GPU time).  None where ``staged`` is of another
+    form (:func:`same_form`)."""
+    hit = bound.get(id(b))
+    if hit is not None and hit[0] is staged:
+        return hit[1]
+    if not same_form(staged, p.db):
+        return None
+    q = p
+    if staged is not p.db:
+        q = copy.copy(p)
+        q.rebind(db=staged)
+    if hit is None:
+        weakref.finalize(b, bound.pop, id(b), None)  # the weight's binding goes with it (ids are not reused before)
+    bound[id(b)] = (staged, q)
+    return q
+
+
 def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     """``a @ b`` with ``a`` a contiguous 2-D float device array and ``b`` a weight quantized once (a device
     MXTensor / ScaledTensor; fp8, MX, or a weight-only pair such as bf16 x mxfp4): the linear-layer call.
     One entry per layout (device, stream, A's dtype, shape and alignment, the weight's kind, format, shape and
     blocking axis, dtype, output), shared by every weight of that layout (the layers of a model): a weight's first
     call runs the generic path, which stages it once (cached on the weight); the layout's first call with a staged
-    weight records A's quantization and staging and keeps the plan when both replay; later calls replay them, point
-    the plan at this call's staged weight (:func:`swap_weight`) and launch into a new output.  A weight-only pair
+    weight records A's quantization and staging and keeps the plan when both replay; later calls replay them, take
+    the plan bound to this call's weight (:func:`_bound_plan`: made once per weight) and launch into a new output.  A weight-only pair
     whose activations the kernel reads in place keeps the plan's packed launch and sets B's, A's and the output's
     addresses per call (registers path), or the staged path's bf16 GEMM launched at A's and the staged weight's
-    addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight (only the last one's staged buffers)
-    and no activations.  A kept layout checks a weight by its staged form alone (cached on it under the plan's key:
+    addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight and no activations (the bound plans
+    hold their weights' staged buffers, dropped when a weight is collected).  A kept layout checks a weight by its staged form alone (cached on it under the plan's key:
     staged on this GPU as a B operand, which the first call checked), not buffer by buffer (:func:`_weight_on`,
     ~5 us)."""
     fa = _float_device(be, a)
@@ -327,6 +351,11 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         cp = be.cp_module
         _pin_if_captured(be, cp, stream_h, key, entry)
         with cp.cuda.Device(ordinal):
+            if entry[0] not in ("wonly", "direct"):  # the plan bound to this weight (operand maps, packed launches)
+                q = _bound_plan(entry[3], b, p, staged)
+                if q is None:
+                    return None  # another staged form: the generic path
+                return _replayed(be, (entry[0], q, entry[2]), (pa,), a)
             if not swap_weight(p, staged):
                 return None  # another staged form: the generic path
             if entry[0] == "wonly":
@@ -337,7 +366,6 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 out = _new_out(cp, p, a)
                 p.launch_at(pa, int(staged.buf.data.ptr), out)
                 return out
-        return _replayed(be, entry[:3], (pa,), a)
     if entry is False or not _weight_on(b, ordinal):
         return None
     refuse_capture(be.cp_module, stream_h, "a layout's first calls with a weight quantized once (staging, recording)")
@@ -395,7 +423,7 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
         weight = [_span(x) for x in _operand_buffers(p.db)]
         if _replayable(_plan_buffers(p), rec, rec_stage, extra=weight):
             p._prep = None
-            be._fast[key] = (replay, p, rec_stage.replay(()), wkey)
+            be._fast[key] = (replay, p, rec_stage.replay(()), {}, wkey)
     return result
 
 
