@@ -300,25 +300,28 @@ def swap_weight(p, staged) -> bool:
     return True
 
 
-def _bound_plan(bound: dict, b, p, staged):
-    """The kept plan ``p`` bound to weight ``b``'s staged form ``staged``: made once per weight, a shallow copy of
-    ``p`` rebound to it (its own operand maps and packed launches; A's staged buffers, the workspace and the
-    output scratch are ``p``'s: one stream, one call at a time), kept in ``bound`` until ``b`` is collected.  A
-    model's layers of one layout then switch weights without encoding maps or packing launches per call (rebinding
-    one plan per call cost more host time than a 4096-row call's GPU time).  None where ``staged`` is of another
-    form (:func:`same_form`)."""
-    hit = bound.get(id(b))
-    if hit is not None and hit[0] is staged:
-        return hit[1]
-    if not same_form(staged, p.db):
+def _bound_plan(bound: dict, owners: tuple, p, da=None, db=None):
+    """The kept plan ``p`` bound to staged operands ``da`` / ``db`` (None: ``p``'s own) of the quantized objects
+    ``owners``: made once per owners, a shallow copy of ``p`` rebound to them (its own operand maps and packed
+    launches; the workspace, the output scratch and the operands not given are ``p``'s: one stream, one call at a
+    time), kept in ``bound`` until one of ``owners`` is collected.  A model's layers of one layout then switch
+    weights without encoding maps or packing launches per call (rebinding one plan per call cost more host time
+    than a 4096-row call's GPU time).  None where a staged operand is of another form (:func:`same_form`)."""
+    key = tuple(map(id, owners))
+    hit = bound.get(key)
+    if hit is not None and hit[0] is da and hit[1] is db:
+        return hit[2]
+    if (da is not None and not same_form(da, p.da)) or (db is not None and not same_form(db, p.db)):
         return None
+    new_a, new_b = (None if x is None or x is y else x for x, y in ((da, p.da), (db, p.db)))
     q = p
-    if staged is not p.db:
+    if new_a is not None or new_b is not None:
         q = copy.copy(p)
-        q.rebind(db=staged)
+        q.rebind(new_a, new_b)
     if hit is None:
-        weakref.finalize(b, bound.pop, id(b), None)  # the weight's binding goes with it (ids are not reused before)
-    bound[id(b)] = (staged, q)
+        for owner in owners:  # the binding goes with its objects (their ids are not reused before)
+            weakref.finalize(owner, bound.pop, key, None)
+    bound[key] = (da, db, q)
     return q
 
 
@@ -352,7 +355,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         _pin_if_captured(be, cp, stream_h, key, entry)
         with cp.cuda.Device(ordinal):
             if entry[0] not in ("wonly", "direct"):  # the plan bound to this weight (operand maps, packed launches)
-                q = _bound_plan(entry[3], b, p, staged)
+                q = _bound_plan(entry[3], (b,), p, db=staged)
                 if q is None:
                     return None  # another staged form: the generic path
                 return _replayed(be, (entry[0], q, entry[2]), (pa,), a)
@@ -432,9 +435,10 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     fp8 or MX): "quantize once, multiply many times" without a plan per call.  One entry per layout (device,
     stream, each operand's kind, format and shape, dtype, output).  An operand's first call runs the generic path,
     which stages it once (cached on it); the layout's first call with both operands staged keeps its plan; later
-    calls point the plan at this call's staged operands (cached on them under the plan's keys, the same form:
-    :func:`same_form`) and launch into a new output.  The entry holds neither operand, only the last call's staged
-    buffers.  None: the generic path."""
+    calls take the plan bound to this call's staged operands (cached on them under the plan's keys, the same form:
+    :func:`same_form`; :func:`_bound_plan`: made once per pair) and launch into a new output.  The entry holds
+    neither operand (the bound plans hold their staged buffers, dropped when an operand is collected).  None: the
+    generic path."""
     if mdt.kind not in ("fp8", "mx"):
         return None
     ordinal = ordinal_of(a)
@@ -447,16 +451,19 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
            tuple(b.shape), mdt.name, out_dtype, scale_rounding)
     entry = be._fast.get(key)
     if type(entry) is tuple:
-        p, akey, bkey = entry
+        p, akey, bkey, bound = entry
         da, db = staged_weight(a, ordinal, akey), staged_weight(b, ordinal, bkey)
-        if not da or not db or not (same_form(da, p.da) and same_form(db, p.db)):
-            return None  # an operand not staged yet (the generic path stages it), or staged in another form
+        if not da or not db:
+            return None  # an operand not staged yet: the generic path stages it (cached on it)
         _pin_if_captured(be, cp, stream_h, key, entry)
         with cp.cuda.Device(ordinal):
-            out = _new_out(cp, p, a.codes)  # the codes' kind of array (torch: on torch's allocator and stream)
+            q = _bound_plan(bound, (a, b), p, da, db)  # the plan bound to this pair (made once per pair)
+            if q is None:
+                return None  # staged in another form: the generic path
+            out = _new_out(cp, q, a.codes)  # the codes' kind of array (torch: on torch's allocator and stream)
             # the plan must not keep this result alive until the next call: it holds an unowned view of it
-            p.rebind(None if da is p.da else da, None if db is p.db else db, unowned_view(cp, out))
-            p.gemm()
+            q.rebind(out=unowned_view(cp, out))
+            q.gemm()
         return out
     if entry is False or not (_staged(a, ordinal, "a") and _staged(b, ordinal, "b")):
         return None  # an operand's first call: the generic path stages it (cached on it)
@@ -475,7 +482,7 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     akey, bkey = staged_key(before_a, p.da), staged_key(before_b, p.db)
     if akey is not None and bkey is not None:  # else the plan staged one itself (another path's form was
         _kept(cp, p)                            # cached): it is cached now, the next call keeps the plan
-        be._fast[key] = (p, akey, bkey)
+        be._fast[key] = (p, akey, bkey, {})
     return result
 
 
