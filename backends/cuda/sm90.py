@@ -363,6 +363,7 @@ def max_active_clusters(kernel, v: Sm90Variant) -> int:
 _CLUSTERS: dict = {}
 _OUT_ARGS = (2, 3, 13)  # Sm90Plan._launch_args: positions of map_c, C and pair_ok (Sm90Plan._out_args)
 _MAP_ARGS = (0, 1)  # and of the operand maps (Sm90Plan.readdress)
+_FIX_OUT_ARGS = (0, 2)  # mx_lo_fix's (Sm90Plan._fix_launch): the GEMM's fp32 result and the output
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -502,7 +503,11 @@ class Sm90Plan(CudaPlan):
         self.da, self.db = da or self.da, db or self.db
         if out is not None:
             self.out = out
-            self._fix_args = None
+            if operands or self._fix_args is None:
+                self._fix_args = None
+            else:  # mx_lo_fix's packed launch: the GEMM's result it reads and the output it writes (_fix_launch)
+                self._fix_args.set(_FIX_OUT_ARGS[0], self._gemm_out())
+                self._fix_args.set(_FIX_OUT_ARGS[1], out)
         if operands:
             self._scale = scale_args(self.da, self.db)  # another weight: its scale exponent (or device scale) too
             self._maps()
