@@ -332,13 +332,13 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     blocking axis, dtype, output), shared by every weight of that layout (the layers of a model): a weight's first
     call runs the generic path, which stages it once (cached on the weight); the layout's first call with a staged
     weight records A's quantization and staging and keeps the plan when both replay; later calls replay them, take
-    the plan bound to this call's weight (:func:`_bound_plan`: made once per weight) and launch into a new output.  A weight-only pair
-    whose activations the kernel reads in place keeps the plan's packed launch and sets B's, A's and the output's
-    addresses per call (registers path), or the staged path's bf16 GEMM launched at A's and the staged weight's
-    addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight and no activations (the bound plans
-    hold their weights' staged buffers, dropped when a weight is collected).  A kept layout checks a weight by its staged form alone (cached on it under the plan's key:
-    staged on this GPU as a B operand, which the first call checked), not buffer by buffer (:func:`_weight_on`,
-    ~5 us)."""
+    the plan bound to this call's weight (:func:`_bound_plan`: made once per weight) and launch into a new output.
+    A weight-only pair whose activations the kernel reads in place keeps the plan's packed launch and sets B's, A's
+    and the output's addresses per call (registers path), or the staged path's bf16 GEMM launched at A's and the
+    staged weight's addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight and no activations
+    (the bound plans hold their weights' staged buffers, dropped when a weight is collected).  A kept layout checks
+    a weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
+    the first call checked), not buffer by buffer (:func:`_weight_on`, ~5 us)."""
     fa = _float_device(be, a)
     if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
         return None
