@@ -17,6 +17,7 @@ from __future__ import annotations
 from mxcore.errors import UnsupportedError
 
 from .sm90 import wgmma_reason
+from .stage import is_mxfp8
 
 __all__ = ["FAMILIES", "MX_EXACT_FROM", "MX_FOLD_DEFAULT", "MX_PATHS", "exact_pays", "family_for", "mx_path"]
 
@@ -47,7 +48,6 @@ MX_EXACT_FROM = {(0, "mxfp8"): (6144, 4096 * 8192), (0, "mixed"): (6144, 4096 * 
 #: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against
 #: decode's 849 / 676 (NOTES_SM90.md): exact.  A pair with an mxfp8 operand follows :data:`MX_EXACT_FROM`
 MX_FOLD_DEFAULT = True
-_MXFP8_ELEMENTS = ("e4m3fn", "e5m2")
 
 
 def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> str:
@@ -80,7 +80,7 @@ def mx_path(family: str, mdt, option: str | None = None, shape=None, per_call: i
         return "mx_exact"
     if family != "wgmma":
         return None
-    eights = sum(od.element in _MXFP8_ELEMENTS for od in (mdt.a, mdt.b))
+    eights = sum(map(is_mxfp8, (mdt.a, mdt.b)))
     if not eights:
         return "mx_exact" if MX_FOLD_DEFAULT else None
     return "mx_exact" if exact_pays(shape, per_call, "mxfp8" if eights == 2 else "mixed") else None
@@ -89,7 +89,7 @@ def mx_path(family: str, mdt, option: str | None = None, shape=None, per_call: i
 def exact_pays(shape, per_call: int, pair: str) -> bool:
     """Whether :data:`MX_EXACT_FROM` takes the exact variant for ``shape`` ((batch, m, n, k) or None) of a ``pair``
     ("mxfp8" | "mixed") with ``per_call`` (0-2) operands staged per call."""
-    bound = MX_EXACT_FROM.get((min(max(per_call, 0), 2), pair)) if shape is not None else None
+    bound = MX_EXACT_FROM.get((per_call, pair)) if shape is not None else None
     if bound is None:
         return False
     _, m, n, k = shape

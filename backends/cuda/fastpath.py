@@ -217,10 +217,17 @@ def _replayed(be, entry, ptrs, a):
         # the plan must not keep this result alive until the next call: it holds an unowned view of it
         if restage is None:
             p.rebind(da, db, unowned_view(cp, out))  # every staged part as prep() made it again (codes, MX factors)
-        elif address_of(out) != int(p.out.data.ptr):  # the allocator often hands back the last result's block
-            p.rebind(out=unowned_view(cp, out))
+        else:
+            _retarget(cp, p, out)
         p._gemm() if type(p) is CudaPlan else p.gemm()
     return out
+
+
+def _retarget(cp, p, out) -> None:
+    """Point plan ``p`` at a new output ``out`` (an unowned view: the plan must not keep the caller's result alive
+    until the next call), unless the allocator handed back the block it already writes (it often does)."""
+    if address_of(out) != int(p.out.data.ptr):
+        p.rebind(out=unowned_view(cp, out))
 
 
 def _kept(cp, p, *direct) -> None:
@@ -249,7 +256,7 @@ def _new_out(cp, p, a):
 _SEEN = "seen"  # an entry's state after the first call of a layout (the generic path staged the weight, cached on it)
 
 
-def _weight_on(b, ordinal: int, axis: int = 0) -> bool:
+def _quantized_on(b, ordinal: int, axis: int = 0) -> bool:
     """``b`` is a 2-D quantized operand (an MXTensor blocked along K: ``axis`` 0 for B, 1 for A; or a
     ScaledTensor) whose codes and device scales all live on GPU ``ordinal``."""
     if array_kind(b) != "mx" or len(b.shape) != 2 or getattr(b, "axis", axis) != axis:
@@ -338,7 +345,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     staged weight's addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight and no activations
     (the bound plans hold their weights' staged buffers, dropped when a weight is collected).  A kept layout checks
     a weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
-    the first call checked), not buffer by buffer (:func:`_weight_on`, ~5 us)."""
+    the first call checked), not buffer by buffer (:func:`_quantized_on`, ~5 us)."""
     fa = _float_device(be, a)
     if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
         return None
@@ -369,7 +376,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 out = _new_out(cp, p, a)
                 p.launch_at(pa, int(staged.buf.data.ptr), out)
                 return out
-    if entry is False or not _weight_on(b, ordinal):
+    if entry is False or not _quantized_on(b, ordinal):
         return None
     refuse_capture(be.cp_module, stream_h, "a layout's first calls with a weight quantized once (staging, recording)")
     if entry is None and len(be._fast) > 256:
@@ -442,7 +449,7 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     if mdt.kind not in ("fp8", "mx"):
         return None
     ordinal = ordinal_of(a)
-    if ordinal is None or not (_weight_on(a, ordinal, 1) and _weight_on(b, ordinal, 0)):
+    if ordinal is None or not (_quantized_on(a, ordinal, 1) and _quantized_on(b, ordinal, 0)):
         return None
     cp = be.cp_module
     with cp.cuda.Device(ordinal):
@@ -461,9 +468,7 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             if q is None:
                 return None  # staged in another form: the generic path
             out = _new_out(cp, q, a.codes)  # the codes' kind of array (torch: on torch's allocator and stream)
-            # the plan must not keep this result alive until the next call: it holds an unowned view of it
-            if address_of(out) != int(q.out.data.ptr):  # the allocator often hands back the last result's block
-                q.rebind(out=unowned_view(cp, out))
+            _retarget(cp, q, out)
             q.gemm()
         return out
     if entry is False or not (_staged(a, ordinal, "a") and _staged(b, ordinal, "b")):

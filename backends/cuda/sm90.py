@@ -489,7 +489,7 @@ class Sm90Plan(CudaPlan):
             folded = (fa.folded, fb.folded) if fa.folded is not None and fb.folded is not None else (_NULL, _NULL)
             self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan, *folded, fa.factors, np.int64(fa.ld),
                              fb.factors, np.int64(fb.ld))
-        self._fix_args = None  # packed again by the next gemm()
+        self._fix_raw = None  # packed again by the next gemm()
         # the output as TMA stores it: dims {N, M}, boxes of 128 bytes x 64 rows; zeros (unused) for direct stores
         out = self._gemm_out()
         ob = v.tma_store
@@ -503,11 +503,11 @@ class Sm90Plan(CudaPlan):
         self.da, self.db = da or self.da, db or self.db
         if out is not None:
             self.out = out
-            if operands or self._fix_args is None:
-                self._fix_args = None
+            if operands or self._fix_raw is None:
+                self._fix_raw = None
             else:  # mx_lo_fix's packed launch: the GEMM's result it reads and the output it writes (_fix_launch)
-                self._fix_args.set(_FIX_OUT_ARGS[0], self._gemm_out())
-                self._fix_args.set(_FIX_OUT_ARGS[1], out)
+                self._fix_raw.set(_FIX_OUT_ARGS[0], self._gemm_out())
+                self._fix_raw.set(_FIX_OUT_ARGS[1], out)
         if operands:
             self._scale = scale_args(self.da, self.db)  # another weight: its scale exponent (or device scale) too
             self._maps()
@@ -575,11 +575,11 @@ class Sm90Plan(CudaPlan):
                 self._raw = RawLaunch(self._kernel, self._grid, (THREADS,), self._smem, self._launch_args())
             self._raw(cp.cuda.driver, self.stream.ptr, ())
             if self._fix:  # a lossy MXFP8 fold's lost bits, added to the GEMM's fp32 result
-                if self._fix_args is None:  # packed once; programmatic dependent launch: mx_lo_fix's prologue
+                if self._fix_raw is None:  # packed once; programmatic dependent launch: mx_lo_fix's prologue
                     with self.stream:  # runs while the GEMM finishes (it waits for the GEMM before reading C)
                         kernel, grid, args = self._fix_launch()  # (a partner's transposed elements, made by the
-                    self._fix_args = RawLaunch(kernel, grid, (256,), 0, args, pdl=True)  # first call, on this stream)
-                self._fix_args(cp.cuda.driver, self.stream.ptr, ())
+                    self._fix_raw = RawLaunch(kernel, grid, (256,), 0, args, pdl=True)  # first call, on this stream)
+                self._fix_raw(cp.cuda.driver, self.stream.ptr, ())
 
     def clone(self) -> "Sm90Plan":
         other = super().clone()

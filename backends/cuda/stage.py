@@ -118,11 +118,9 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _mxfp8(od) -> bool:
+def is_mxfp8(od) -> bool:
     """An MX operand dtype with fp8 elements (its exact fold is lossy: mx_lo_fix adds its lost bits)."""
-    from mxcore import dtypes as _dt
-
-    return od.kind == "mx" and _dt.MX_ELEMENT[od.name] in FP8_SHORT
+    return od.kind == "mx" and od.element in FP8_SHORT
 
 
 def _host_int(x) -> bool:
@@ -284,7 +282,7 @@ class Stager:
         ``partner``: the other operand's dtype; on the exact MX path an MXFP4 / MXFP6 operand beside an MXFP8 one is
         staged with its elements transposed as well (``mx_fold(transposed=True)``: a recorded launch, so the
         per-call path replays it), a separate cache entry."""
-        transposed = path == "mx_exact" and partner is not None and _mxfp8(partner) and not _mxfp8(op.dtype)
+        transposed = path == "mx_exact" and partner is not None and is_mxfp8(partner) and not is_mxfp8(op.dtype)
         key = (self.ordinal, role, path, MX8_FOLD if path == "mx_exact" else None, transposed)
         cache = _STAGED.get(src) if src is not None else None
         if cache is not None and key in cache:
