@@ -8,15 +8,16 @@
 // memory (K-major, 128-byte swizzle, one 128-byte row of 64 K per token).  Warp w of the consumer warpgroup owns
 // tiles 2w and 2w + 1 of the group: half r's wgmma covers tiles r, 2 + r, 4 + r, 6 + r.
 //
-// Block scales: on a chunk whose every scale byte s lies in [WW_SLO, WW_SHI] (checked by every consumer warp on
-// the same 8 records, so the decision is warpgroup-uniform), each code is decoded straight to its scaled value,
+// Block scales: on a chunk whose every scale byte s lies in [WW_SLO, WW_SHI] (the producer tests the chunk's range
+// of scale codes, stored after the records, and publishes one bit per chunk with the stage: the decision is the
+// same in every consumer warp), each code is decoded straight to its scaled value,
 // the placed bits times 2^(target bias - element bias) * 2^(s - 127) in one exact 16-bit multiply (the range is
 // where that factor is a normal 16-bit number and every value of the format times it is representable:
 // backends/cuda/wonly.py fold_range), and the wgmma accumulate over the whole K range in fp32.  Any other chunk
 // (scale codes near 0x00 / 0xFF, NaN blocks, or fp16's narrow range) runs block by block exactly as the mma.sync
 // kernels do: the block's two wgmma into a zeroed scratch, then acc = fma(t, 2^(s - 127), acc) in fp32.
 //
-// Warp specialization: warp 4 is the producer.  Per ring stage (WW_CPS K chunks) its lane 0 bulk-copies the
+// Warp specialization: warp 8 is the producer.  Per ring stage (WW_CPS K chunks) its lane 0 bulk-copies the
 // group's records (contiguous) completing on the stage's "full" mbarrier by byte count, and all its lanes gather
 // the activations with 4-byte cp.async into the stage's swizzled rows (the records permute K inside each 32-K
 // block, WO_KPHYS, so that a lane's 8 K of a block are contiguous; the rows put them back in k16 order: physical
@@ -54,9 +55,14 @@ __device__ __forceinline__ void ww_wait() {
 }
 // K-major operand in shared memory, 128-byte swizzle (rows of 128 bytes, 8-row atoms of 1024 bytes): the B of k16
 // step s (0, 1) of 32-K block bb of the stage whose activation rows start at act (two blocks per 64-K row)
-__device__ __forceinline__ u64 ww_desc(u32 act, int bb, int s) {
-    const u32 addr = act + (bb >> 1) * WW_MP * 128 + 32 * (2 * (bb & 1) + s);
-    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(16 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+// (the stage's descriptor is formed once; a step's adds its offset / 16 to the start-address field, which cannot
+// carry out of its 14 bits: shared memory ends below 2^18 bytes)
+__device__ __forceinline__ u64 ww_desc0(u32 act) {
+    return (u64)((act & 0x3FFFF) >> 4) | ((u64)(16 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ u64 ww_desc(u64 desc0, int bb, int s) {
+    const u32 lo = (u32)desc0 + (u32)(((bb >> 1) * WW_MP * 128 + 32 * (2 * (bb & 1) + s)) >> 4);
+    return (desc0 & ~0xffffffffull) | lo;
 }
 
 // d (+)= A (registers a) * B (desc); acc = 0 overwrites d.  WW_MMA_ASM: the instruction with its operands
@@ -131,18 +137,16 @@ __device__ __forceinline__ u32 ww_factor(u32 e) {
     return WO_BF16 ? two >> 1 : two << 2;
 }
 
-// whether every scale byte of a stage chunk's record group lies in [WW_SLO, WW_SHI] (each warp reads all 8 records'
-// scale words: the same answer in every consumer warp)
-__device__ __forceinline__ bool ww_foldable(const u8* chunk_recs, int lane) {
-    bool ok = true;
-#pragma unroll
-    for (int j = 0; j < WO_BPC; ++j) {
-        const int word = lane * WO_BPC + j;  // 4 * WO_BPC words per record
-        const u8* rec = chunk_recs + (word / (4 * WO_BPC)) * WO_REC;
-        const u32 v = *reinterpret_cast<const u32*>(rec + 512 + 4 * (word % (4 * WO_BPC)));
-        ok &= (__vcmpgeu4(v, WW_SLO * 0x01010101u) & __vcmpleu4(v, WW_SHI * 0x01010101u)) == 0xffffffffu;
-    }
-    return __all_sync(0xffffffffu, ok);
+// The chunks of a stage that fold, one bit per chunk (chunk cc of the stage: bit cc): the producer's lanes read the
+// scale-code range of the record group's chunks (pack_weight stores min | max << 8 of its 8 records' scale bytes
+// after the records, [group][chunk]) and test it against [WW_SLO, WW_SHI]
+__device__ __forceinline__ u32 ww_fold_bits(u32 range) {
+    const bool ok = (range & 0xffu) >= WW_SLO && (range >> 8) <= WW_SHI;
+    return __ballot_sync(0xffffffffu, ok) & ((1u << WW_CPS) - 1u);
+}
+// the range of chunk c0 + lane for the lanes below WW_CPS (any value for the others and past c_end)
+__device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, int lane) {
+    return lane < WW_CPS && c0 + lane < c_end ? (u32)__ldg(ranges + c0 + lane) : 0x7f7fu;
 }
 
 #ifndef WW_MINB
@@ -153,6 +157,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
     extern __shared__ u8 smem_raw[];
     __shared__ __align__(8) u64 bars[2 * WW_STAGES];  // full[s], then empty[s]
+    __shared__ u32 fold_bits[WW_STAGES];               // stage s's chunks that fold (ww_fold_bits)
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
     u8* const ring_ptr = smem_raw + (ring - smem_u32(smem_raw));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -190,6 +195,11 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         if (lane == 0)
             for (int st = 0; st < min(stages, WW_STAGES); ++st) records(st);
         __syncwarp();
+        // the scale-code ranges follow the records (grid x: one block column per record group); read, like the
+        // records, before the dependent part
+        const u16* ranges = reinterpret_cast<const u16*>(W + (i64)gridDim.x * nchunks * (WO_GROUP * WO_REC)) +
+                            (i64)blockIdx.x * nchunks;
+        u32 range = ww_range(ranges, c_begin, c_end, lane);
         wo_dependent_part();
         const u16* xr[WO_MT];
         u32 live[WO_MT];
@@ -207,6 +217,11 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             }
             ww_gather(ring + s * WW_STAGE_BYTES, xr, live, K, (c_begin + st * WW_CPS) * WO_KC, lane);
             ww_cp_commit();
+            // stage st's fold bits (slot s is free: its previous stage was released above), published by this
+            // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather
+            const u32 bits = ww_fold_bits(range);
+            if (lane == 0) fold_bits[s] = bits;
+            range = ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane);
             if (st >= WW_LAG) {  // stage st - LAG's gather is complete: hand it to the async proxy, then arrive
                 ww_cp_wait<WW_LAG>();
                 ww_fence_async();
@@ -231,7 +246,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
             mbarrier_wait(full0 + 8 * s, (st / WW_STAGES) & 1);
-            const u32 act = ring + s * WW_STAGE_BYTES;
+            const u32 folds = fold_bits[s];
+            const u64 desc0 = ww_desc0(ring + s * WW_STAGE_BYTES);
             const u8* recs = ring_ptr + s * WW_STAGE_BYTES + WW_ACT_BYTES;
 #pragma unroll
             for (int cc = 0; cc < WW_CPS; ++cc) {
@@ -245,7 +261,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #else
                 const u32 sc = wo_scale_word(*reinterpret_cast<const u16*>(rec + 512 + g * 2));
 #endif
-                if (ww_foldable(crec, lane)) {
+                if ((folds >> cc) & 1u) {
                     const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
                     ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
                     release(st, cc);
@@ -265,7 +281,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                     ww_fence();
 #pragma unroll
                     for (int u = 0; u < 2 * WO_BPC; ++u) {
-                        ww_mma(acc, a[buf][u], ww_desc(act, cc * WO_BPC + (u >> 1), u & 1), 1);
+                        ww_mma(acc, a[buf][u], ww_desc(desc0, cc * WO_BPC + (u >> 1), u & 1), 1);
                     }
                     ww_commit();
                 } else {  // block by block: the block's wgmma into t, then fb += 2^(s - 127) t in fp32
@@ -284,7 +300,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                         }
                         ww_fence();
 #pragma unroll
-                        for (int s2 = 0; s2 < 2; ++s2) ww_mma(t, b2[s2], ww_desc(act, cc * WO_BPC + blk, s2), s2);
+                        for (int s2 = 0; s2 < 2; ++s2) ww_mma(t, b2[s2], ww_desc(desc0, cc * WO_BPC + blk, s2), s2);
                         ww_commit();
                         ww_wait<0>();
                         const float f0 = wo_factor(sc, 16 * blk, special);      // W^T row g

@@ -156,6 +156,33 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
             assert np.isfinite(got).all() and (err <= bound).all(), (what, m, n, k, float((err / bound).max()))
 
 
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"])
+def test_packed_scale_ranges(cuda_backend, rng, monkeypatch, fmt):
+    """After the records, pack_weight stores each record group's chunk's least and greatest scale code (pad rows and
+    blocks: 127), which the wgmma kernel's fold test reads: against the MXTensor's own scales (every code, 0xFF
+    included), on a weight whose N and K leave pad rows and blocks."""
+    from mxcore.backends.cuda import wonly_records as wr
+
+    _force_kernel(monkeypatch, "wg")
+    m, n, k = 8, 300, 520
+    elem = dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)]
+    nb = -(-k // 32)
+    sc = rng.integers(0, 256, (nb, n)).astype(np.uint8)
+    w = MXTensor(_mx_weight(rng, k, n, fmt, [0x7F]).codes, sc, fmt, 0)
+    a = _device_act(_act_values(rng, m, k, "bf16"), "bf16")
+    _, p = _plan_out(cuda_backend, a, w.to_device(a), ("bf16", fmt), "registers")
+    _check_kernel(p, "wg")
+    kc = wr.chunk_k(elem)
+    nchunks, groups, body = -(-k // kc), wr.record_groups(n), wr.packed_bytes(elem, k, n)
+    full = np.full((nchunks * kc // 32, groups * 128), 127, np.uint8)
+    full[:nb, :n] = sc
+    want = full.reshape(nchunks, kc // 32, groups, 128).transpose(2, 0, 1, 3).reshape(groups, nchunks, -1)
+    buf = p.db.buf.get()
+    assert buf.size == body + 2 * groups * nchunks
+    got = buf[body:].reshape(groups, nchunks, 2)
+    assert np.array_equal(got[..., 0], want.min(-1)) and np.array_equal(got[..., 1], want.max(-1))
+
+
 @pytest.mark.parametrize("fmt", MX)
 def test_staged_exact_bf16(cuda_backend, rng, fmt):
     for m, n, k in [(3, 40, 70), (200, 300, 257), (512, 1024, 384)]:

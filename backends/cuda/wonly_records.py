@@ -85,12 +85,16 @@ def _record_geometry(element: str, k: int, n: int) -> tuple[int, int, int]:
 
 def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOperand:
     """The packed fragment records of a (K, N) MX weight (codes and scales: CuPy arrays, any strides) as a
-    :class:`DevOperand` (``buf``: uint8 records, ``elem``: the element format, ``k``: K, ``ld``: N)."""
+    :class:`DevOperand` (``buf``: uint8 records, ``elem``: the element format, ``k``: K, ``ld``: N).  After the
+    records (``packed_bytes``), the range of each record group's chunk's scale codes, [group][chunk] of two bytes
+    (the least and the greatest of its records' scale bytes, pad rows' 127 included): the wgmma kernel
+    (gemm_wonly_wg.cu) tests it against its fold range instead of reading every scale byte per chunk and warp."""
     from mxcore import formats
 
     cp = stager.cp
     nchunks, groups, rec = _record_geometry(element, k, n)
-    out = cp.empty(max(1, groups * GROUP * nchunks * rec), dtype=cp.uint8)
+    body = groups * GROUP * nchunks * rec
+    out = cp.empty(max(1, body + 2 * groups * nchunks), dtype=cp.uint8)
     total = groups * GROUP * nchunks * 32
     if total:
         kern = stager.kernels.get(cp, stager.ordinal, ("wonly", "pack"), PACK_FILE, "mx_wonly_pack",
@@ -101,6 +105,10 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         kern(grid, (256,), (codes, np.int64(c0), np.int64(c1), scales, np.int64(s0), np.int64(s1), np.int32(k),
                             np.int32(n), np.int32(int(formats.get(element).bits == 4)), np.int32(nchunks),
                             np.int32(GROUP), np.int64(total), out))
+        scales_of = out[:body].reshape(groups, nchunks, GROUP, rec)[..., 512:]  # each record's scale bytes
+        ranges = out[body:].reshape(groups, nchunks, 2)
+        ranges[..., 0] = scales_of.min(axis=(2, 3))
+        ranges[..., 1] = scales_of.max(axis=(2, 3))
         records_written(stager.kernels, cp, stager.ordinal)
     return DevOperand(out, n, True, element, 0, k)
 
@@ -117,6 +125,7 @@ def records_written(kernels, cp, ordinal: int) -> None:
 
 def packed_bytes(element: str, k: int, n: int) -> int:
     """Bytes of the packed records of a (K, N) weight: what one launch reads of the weight (codes + scales, N
-    padded to whole tile groups of 128)."""
+    padded to whole tile groups of 128; the wgmma kernel also reads the scale ranges after them, 2 bytes per
+    record group and chunk, 1/2176 of the records at 4-bit codes, not counted)."""
     nchunks, groups, rec = _record_geometry(element, k, n)
     return groups * GROUP * nchunks * rec
