@@ -17,6 +17,8 @@
 
 #include "mx_common.cuh"
 #include "cp_async.cuh"
+#define WO_FIN 0  // the split-K finish a column and a partial at a time (wonly_common.cuh): this kernel is short of
+                  // registers (sm_80, f16 x e2m1, m16: the batched finish spills)
 #include "wonly_common.cuh"
 
 #define WO_XS (WO_KC == 64 ? 192 : 64)  // activation row pitch in shared memory (bytes): 16-byte reads conflict-free

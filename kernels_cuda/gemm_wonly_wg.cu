@@ -43,9 +43,12 @@
 #define WW_REC_BYTES (WW_CPS * WO_GROUP * WO_REC)
 #define WW_STAGE_BYTES ((WW_ACT_BYTES + WW_REC_BYTES + 1023) / 1024 * 1024)
 #define WW_THREADS 288
-#define WW_LAG 1                                        // activation stages in flight before the producer arrives
+#ifndef WW_LAG
+#define WW_LAG 1  // activation stages in flight before the producer arrives (at most WW_STAGES - 2)
+#endif
 static_assert(WW_CPS % 2 == 0, "the decode alternates two register buffers by chunk parity inside a stage");
 static_assert(WW_STAGES >= 3, "a stage is released while the next one is multiplied; the producer runs one ahead");
+static_assert(WW_LAG >= 1 && WW_LAG <= WW_STAGES - 2, "the producer arrives on a stage before it waits for its slot");
 
 __device__ __forceinline__ void ww_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void ww_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

@@ -221,7 +221,19 @@ __device__ __forceinline__ void wo_block(float (&acc)[MT][4], const uint4& q, co
 
 // Split K, after every block stored its fp32 partial tile (rows m0 .. m0 + tm, columns n0 .. n0 + tn) to
 // ws[blockIdx.z][M][ldw]: the last block of the tile to arrive (a counter per tile, reset afterwards) sums the
-// partials in z order (deterministic) and writes C.
+// partials in z order (deterministic) and writes C.  The finish is the launch's tail, so it is latency-bound: each
+// thread takes WO_FIN items of 4 columns (16-byte loads: n0, ldw and M ldw are multiples of 16 floats) and issues the
+// loads of WO_FIN_Z partials of all its items before it adds them, in order (-D: fewer where registers are short;
+// WO_FIN 0: a column and a partial at a time).
+#ifndef WO_FIN
+#define WO_FIN 2
+#endif
+#ifndef WO_FIN_Z
+#define WO_FIN_Z 4
+#endif
+__device__ __forceinline__ void wo_add4(float4& v, const float4& u) {
+    v.x = f32_add(v.x, u.x), v.y = f32_add(v.y, u.y), v.z = f32_add(v.z, u.z), v.w = f32_add(v.w, u.w);
+}
 __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* counters, int M, int N, i64 ldc,
                                                  int ldw, int out_kind, int m0, int n0, int tm, int tn) {
     __threadfence();
@@ -232,6 +244,7 @@ __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* 
     __syncthreads();
     if (!last) return;
     __threadfence();
+#if WO_FIN == 0  // one column at a time, a partial at a time: the fewest registers
     for (int q = threadIdx.x; q < tn * tm; q += blockDim.x) {
         const int m = m0 + q / tn, n = n0 + q % tn;
         if (m >= M || n >= N) continue;
@@ -240,6 +253,49 @@ __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* 
         for (int z = 1; z < (int)gridDim.z; ++z) v = f32_add(v, __ldcg(p + (i64)z * M * ldw));
         wo_store(C, (i64)m * ldc + n, v, out_kind);
     }
+#else
+    const int quads = tn / 4, items = min(tm, M - m0) * quads, Z = gridDim.z;
+    const i64 zstride = (i64)M * ldw / 4;  // float4 between partials
+    for (int q0 = 0; q0 < items; q0 += WO_FIN * blockDim.x) {
+        const float4* p[WO_FIN];
+        float4 v[WO_FIN];
+        bool on[WO_FIN];
+#pragma unroll
+        for (int i = 0; i < WO_FIN; ++i) {
+            const int q = q0 + i * blockDim.x + threadIdx.x;
+            on[i] = q < items;
+            const int qq = on[i] ? q : 0;
+            p[i] = reinterpret_cast<const float4*>(ws + (i64)(m0 + qq / quads) * ldw + n0 + 4 * (qq % quads));
+            v[i] = on[i] ? __ldcg(p[i]) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        int z = 1;
+        for (; z + WO_FIN_Z <= Z; z += WO_FIN_Z) {
+            float4 u[WO_FIN_Z][WO_FIN];
+#pragma unroll
+            for (int j = 0; j < WO_FIN_Z; ++j)
+#pragma unroll
+                for (int i = 0; i < WO_FIN; ++i)
+                    u[j][i] = on[i] ? __ldcg(p[i] + (z + j) * zstride) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int j = 0; j < WO_FIN_Z; ++j)
+#pragma unroll
+                for (int i = 0; i < WO_FIN; ++i) wo_add4(v[i], u[j][i]);
+        }
+        for (; z < Z; ++z)
+#pragma unroll
+            for (int i = 0; i < WO_FIN; ++i)
+                if (on[i]) wo_add4(v[i], __ldcg(p[i] + z * zstride));
+#pragma unroll
+        for (int i = 0; i < WO_FIN; ++i) {
+            if (!on[i]) continue;
+            const int q = q0 + i * blockDim.x + threadIdx.x, m = m0 + q / quads, n = n0 + 4 * (q % quads);
+            const float w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (n + j < N) wo_store(C, (i64)m * ldc + n + j, w[j], out_kind);
+        }
+    }
+#endif
     if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
 }
 
