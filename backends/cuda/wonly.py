@@ -122,7 +122,12 @@ TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
 #: in us, the previous rule's kernel -> wg (session 10 sweeps; stages / chunks 4 / 2, 6 / 2, 8 / 2, 4 / 4 within 5 %
 #: of each other except 16 x 28672 x 8192: 4 / 4 65.2, 4 / 2 72.8): 16 x 8192 x 8192 33.5 -> 26.8; 32 x 8192 x 8192
 #: 49.0 -> 34.3; 64 x 8192 x 8192 61 (staged) -> 50.2; 32 x 14336 x 4096 48.3 -> 29.1; 16 x 28672 x 8192 85.6 ->
-#: 65.2; but 16 / 32 x 4096 x 4096 17.7 / 20.6 (direct loads) -> 18.8 / 33.3
+#: 65.2; but 16 / 32 x 4096 x 4096 17.7 / 20.6 (direct loads) -> 18.8 / 33.3.  M up to WG_M[0] runs it too where N
+#: has fewer record groups than SMs (wider weights keep the bulk-copy kernel or direct loads there), except f16 x 4-bit
+#: codes.  Session 17, H100, direct loads -> wg, us: 1 / 4 x 8192 x 8192 bf16 x mxfp8 42.0 / 42.7 -> 38.0 / 38.0,
+#: mxfp6 31.0 / 31.8 -> 28.1 / 29.1, mxfp4 18.4 / 19.1 -> 18.2 / 18.5, f16 x mxfp8 42.1 / 42.9 -> 36.5 / 37.3; 1 x 14336
+#: x 4096 bf16 x mxfp4 / mxfp6 / mxfp8 16.8 / 27.5 / 36.1 -> 16.2 / 25.5 / 35.3; but f16 x mxfp4 there 20.2 -> 21.7
+#: (1 x 8192 x 8192: 22.0 -> 20.1)
 WG_M, WG_BYTE_MAX_M = (4, 64), 32
 WG_STAGES, WG_CTAS_PER_SM = 4, 2
 WG_MT = (1, 2, 4)
@@ -322,12 +327,18 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
 
 def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str = "e2m1") -> bool:
     """Whether M = ``m`` of ``act`` activations with N = ``n`` and an ``element`` weight runs the wgmma kernel on
-    ``arch`` (``sms`` multiprocessors): WG_M, and bf16 x byte codes (fp8 weights, twice the bytes of fp4) up to
-    WG_BYTE_MAX_M (H100, bf16 x mxfp8 64 x 8192 x 8192: staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8)."""
+    ``arch`` (``sms`` multiprocessors): weights wider than a quarter record group per SM, M in (WG_M[0], WG_M[1]]
+    (bf16 x byte codes, fp8 weights with twice the bytes of fp4, up to WG_BYTE_MAX_M: H100, bf16 x mxfp8 64 x 8192 x
+    8192 staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8), and M up to WG_M[0] on weights of fewer record
+    groups than SMs but for f16 x 4-bit codes."""
     from mxcore import formats
 
-    top = WG_BYTE_MAX_M if act == "bf16" and formats.get(element).bits == 8 else WG_M[1]
-    return bool(arch) and sm_of(arch) == 90 and WG_M[0] < m <= top and record_groups(n) > 0.25 * sms
+    groups = record_groups(n)
+    if not arch or sm_of(arch) != 90 or groups <= 0.25 * sms:
+        return False
+    if m <= WG_M[0]:  # where the bulk-copy kernel or direct loads take no wider weight; not f16 x 4-bit codes
+        return groups < sms and (act == "bf16" or formats.get(element).bits > 4)
+    return m <= (WG_BYTE_MAX_M if act == "bf16" and formats.get(element).bits == 8 else WG_M[1])
 
 
 def sm90_small(act: str, n: int, sms: int, m: int = 1, element: str = "e2m1") -> str:
