@@ -325,6 +325,12 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     return out
 
 
+def _one_group_per_sm(n: int, sms: int) -> bool:
+    """N has at least one record group (128 columns) per SM: at M up to WG_M[0] the bulk-copy kernel's weights
+    (bf16; f16 keeps direct loads), not the wgmma kernel's."""
+    return record_groups(n) >= sms
+
+
 def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str = "e2m1") -> bool:
     """Whether M = ``m`` of ``act`` activations with N = ``n`` and an ``element`` weight runs the wgmma kernel on
     ``arch`` (``sms`` multiprocessors): weights wider than a quarter record group per SM, M in (WG_M[0], WG_M[1]]
@@ -337,7 +343,7 @@ def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str
     if not arch or sm_of(arch) != 90 or groups <= 0.25 * sms:
         return False
     if m <= WG_M[0]:  # where the bulk-copy kernel or direct loads take no wider weight; not f16 x 4-bit codes
-        return groups < sms and (act == "bf16" or formats.get(element).bits > 4)
+        return not _one_group_per_sm(n, sms) and (act == "bf16" or formats.get(element).bits > 4)
     return m <= (WG_BYTE_MAX_M if act == "bf16" and formats.get(element).bits == 8 else WG_M[1])
 
 
@@ -348,7 +354,7 @@ def sm90_small(act: str, n: int, sms: int, m: int = 1, element: str = "e2m1") ->
         return SM90_SMALL
     if wg_rule("sm_90", m, n, sms, act, element):
         return "wg"
-    return "tma" if act == "bf16" and record_groups(n) >= sms else "gemv"
+    return "tma" if act == "bf16" and _one_group_per_sm(n, sms) else "gemv"
 
 
 def small_kernel(arch: str, act: str, m: int, n: int, sms: int, element: str = "e2m1") -> bool:
@@ -457,7 +463,7 @@ class WonlyPlan(Plan):
                 attrs = self._kernel.attributes
                 per_sm = min({"gemv": GEMV_CTAS_PER_SM, "tma": TMA_CTAS_PER_SM, "wg": WG_CTAS_PER_SM}[v.kernel],
                              resident_blocks(dev.props, int(attrs["num_regs"]), v.threads,
-                                       v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
+                                             v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
             base = self._grid_xy[0] * self._grid_xy[1]
             cap = (64 if v.kernel in ("gemv", "tma")
                    else ring_split_cap(m, self._grid_xy[0] * v.tiles * 16, packed_bytes(db.elem, da.k, n)))
