@@ -16,13 +16,16 @@
 // backends/cuda/wonly.py fold_range), and the wgmma accumulate over the whole K range in fp32.  Any other chunk
 // (scale codes near 0x00 / 0xFF, NaN blocks, or fp16's narrow range) runs block by block exactly as the mma.sync
 // kernels do: the block's two wgmma into a zeroed scratch, then acc = fma(t, 2^(s - 127), acc) in fp32.
+// WW_FOLD_ONLY builds drop that path (the plan runs them only on a weight whose every scale code folds: then m64's
+// 32 accumulators fit two blocks per SM); a chunk that does not fold there gives NaN, never a wrong sum.
 //
-// Warp specialization: warp 8 is the producer.  Per ring stage (WW_CPS K chunks) its lane 0 bulk-copies the
-// group's records (contiguous) completing on the stage's "full" mbarrier by byte count, and all its lanes gather
-// the activations with 4-byte cp.async into the stage's swizzled rows (the records permute K inside each 32-K
-// block, WO_KPHYS, so that a lane's 8 K of a block are contiguous; the rows put them back in k16 order: physical
-// word (block b, lane t, i) of a token goes to 16-byte chunk 4 (b & 1) + i, word t, of its row), then, a stage
-// later (cp.async.wait_group), fences them to the async proxy and arrives.  Consumers release a stage ("empty",
+// Warp specialization: warps 8.. are the producers.  Per ring stage (WW_CPS K chunks) warp 8's lane 0 bulk-copies
+// the group's records (contiguous) completing on the stage's "full" mbarrier by byte count, and the lanes of the
+// WW_GATHER_WARPS producer warps (each a share of the m8 row groups) gather the activations with 4-byte cp.async
+// into the stage's swizzled rows (the records permute K inside each 32-K block, WO_KPHYS, so that a lane's 8 K of
+// a block are contiguous; the rows put them back in k16 order: physical word (block b, lane t, i) of a token goes
+// to 16-byte chunk 4 (b & 1) + i, word t, of its row), then, a stage later (cp.async.wait_group), fence them to
+// the async proxy and arrive.  Consumers release a stage ("empty",
 // one arrive per warp) once the wgmma that read it completed.
 //
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
@@ -30,7 +33,8 @@
 //
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, one of 1, 2, 4, 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
-// the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper).
+// the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
+// WW_FOLD_ONLY, WW_GATHER_WARPS.
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -42,7 +46,13 @@
 #define WW_ACT_BYTES (WW_UNITS * WW_MP * 128)
 #define WW_REC_BYTES (WW_CPS * WO_GROUP * WO_REC)
 #define WW_STAGE_BYTES ((WW_ACT_BYTES + WW_REC_BYTES + 1023) / 1024 * 1024)
-#define WW_THREADS 288
+#ifndef WW_GATHER_WARPS
+#define WW_GATHER_WARPS 1  // producer warps (warp 8 also copies the records and publishes the fold bits)
+#endif
+#define WW_THREADS (32 * (8 + WW_GATHER_WARPS))
+#ifndef WW_FOLD_ONLY
+#define WW_FOLD_ONLY 0  // 1: every chunk folds (the plan checked the weight's scale codes); no fp32 block path
+#endif
 #ifndef WW_LAG
 #define WW_LAG 1  // activation stages in flight before the producer arrives (at most WW_STAGES - 2)
 #endif
@@ -77,8 +87,10 @@ __device__ __forceinline__ u64 ww_desc(u64 desc0, int bb, int s) {
 #define WW_D WW_F4(0), WW_F4(4)
 #elif WO_MT == 4
 #define WW_D WW_F4(0), WW_F4(4), WW_F4(8), WW_F4(12)
+#elif WO_MT == 8
+#define WW_D WW_F4(0), WW_F4(4), WW_F4(8), WW_F4(12), WW_F4(16), WW_F4(20), WW_F4(24), WW_F4(28)
 #else
-#error "WO_MT is 1, 2 or 4"
+#error "WO_MT is 1, 2, 4 or 8"
 #endif
 __device__ __forceinline__ void ww_mma(float (&d)[4 * WO_MT], const u32 (&a)[4], u64 desc, int acc) {
     asm volatile(WW_MMA_ASM : WW_D : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
@@ -101,13 +113,14 @@ __device__ __forceinline__ void ww_fence_async() { asm volatile("fence.proxy.asy
 // inside M, 0 (zero fill) past it; K is checked only in a stage that reaches past it.
 template <bool INSIDE>
 __device__ __forceinline__ void ww_gather_(u32 act, const u16* const (&xr)[WO_MT], const u32 (&live)[WO_MT], int K,
-                                           int k0, int lane) {
+                                           int k0, int lane, int pw) {
     const int t = lane & 3, rr = lane >> 2;
     const u32 dl = act + rr * 128 + 4 * t;
 #pragma unroll
     for (int u = 0; u < WW_UNITS; ++u)
 #pragma unroll
         for (int g = 0; g < WO_MT; ++g) {
+            if (g % WW_GATHER_WARPS != pw) continue;  // producer warp pw gathers row groups pw, pw + P, ...
             const u16* src = xr[g] + k0 + 64 * u + 8 * t;
 #pragma unroll
             for (int b = 0; b < 2; ++b)
@@ -125,11 +138,11 @@ __device__ __forceinline__ void ww_gather_(u32 act, const u16* const (&xr)[WO_MT
         }
 }
 __device__ __forceinline__ void ww_gather(u32 act, const u16* const (&xr)[WO_MT], const u32 (&live)[WO_MT], int K,
-                                          int k0, int lane) {
+                                          int k0, int lane, int pw) {
     if (k0 + WW_UNITS * 64 <= K)
-        ww_gather_<true>(act, xr, live, K, k0, lane);
+        ww_gather_<true>(act, xr, live, K, k0, lane, pw);
     else
-        ww_gather_<false>(act, xr, live, K, k0, lane);
+        ww_gather_<false>(act, xr, live, K, k0, lane, pw);
 }
 
 // factor of scale byte k of word e (e = the scale bytes plus the exponent offset, each in [1, 254]): the 16-bit
@@ -153,7 +166,7 @@ __device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, in
 }
 
 #ifndef WW_MINB
-#define WW_MINB (WO_MT <= 4 ? 2 : 1)  // blocks per SM the registers must allow
+#define WW_MINB (WO_MT <= 4 || WW_FOLD_ONLY ? 2 : 1)  // blocks per SM the registers must allow
 #endif
 extern "C" __global__ void __launch_bounds__(WW_THREADS, WW_MINB)
 mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
@@ -171,7 +184,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < WW_STAGES; ++s) {
-            mbarrier_init(full0 + 8 * s, 1 + 32);  // the record copy's expect_tx arrive, then 32 producer lanes
+            mbarrier_init(full0 + 8 * s, 1 + 32 * WW_GATHER_WARPS);  // the record copy's expect_tx arrive, then the
+                                                                    // producer lanes
             mbarrier_init(empty0 + 8 * s, 8);
         }
         fence_mbarrier_init();
@@ -186,7 +200,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         fb[i] = 0.f;
     }
 
-    if (warp == 8) {  // producer
+    if (warp >= 8) {  // producer warp pw = warp - 8
         const u8* src = W + ((i64)blockIdx.x * nchunks + c_begin) * (WO_GROUP * WO_REC);
         const u32 total = (u32)(c_end - c_begin) * (WO_GROUP * WO_REC);
         auto records = [&](int st) {
@@ -195,7 +209,9 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             mbarrier_arrive_expect_tx(full0 + 8 * s, bytes);
             cp_async_bulk_g2s(ring + s * WW_STAGE_BYTES + WW_ACT_BYTES, src + off, bytes, full0 + 8 * s);
         };
-        if (lane == 0)
+        const int pw = warp - 8;
+        const bool copier = pw == 0 && lane == 0;  // the records' bulk copies and the fold bits: warp 8
+        if (copier)
             for (int st = 0; st < min(stages, WW_STAGES); ++st) records(st);
         __syncwarp();
         // the scale-code ranges follow the records (grid x: one block column per record group); read, like the
@@ -216,14 +232,14 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             const int s = st % WW_STAGES;
             if (st >= WW_STAGES) {
                 mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
-                if (lane == 0) records(st);
+                if (copier) records(st);
             }
-            ww_gather(ring + s * WW_STAGE_BYTES, xr, live, K, (c_begin + st * WW_CPS) * WO_KC, lane);
+            ww_gather(ring + s * WW_STAGE_BYTES, xr, live, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw);
             ww_cp_commit();
             // stage st's fold bits (slot s is free: its previous stage was released above), published by this
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather
             const u32 bits = ww_fold_bits(range);
-            if (lane == 0) fold_bits[s] = bits;
+            if (copier) fold_bits[s] = bits;
             range = ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane);
             if (st >= WW_LAG) {  // stage st - LAG's gather is complete: hand it to the async proxy, then arrive
                 ww_cp_wait<WW_LAG>();
@@ -243,6 +259,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         const auto release = [&](int st, int cc) {
             if (cc == WW_CPS - 1 && st > 0 && lane == 0) mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
         };
+        bool unfolded = false;    // a chunk outside the fold range (a fold-only build gives NaN: never a wrong sum)
         float t[D];               // the fp32 path's block product (written by wgmma only)
 #pragma unroll
         for (int i = 0; i < D; ++i) t[i] = 0.f;
@@ -264,7 +281,9 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #else
                 const u32 sc = wo_scale_word(*reinterpret_cast<const u16*>(rec + 512 + g * 2));
 #endif
-                if ((folds >> cc) & 1u) {
+                const bool fold = (folds >> cc) & 1u;
+                unfolded |= !fold;  // only a fold-only build reads it
+                if (WW_FOLD_ONLY || fold) {
                     const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
                     ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
                     release(st, cc);
@@ -315,8 +334,14 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             }
         }
         ww_wait<0>();
+        if (WW_FOLD_ONLY) {
+            if (unfolded)
 #pragma unroll
-        for (int i = 0; i < D; ++i) acc[i] = f32_add(acc[i], fb[i]);
+                for (int i = 0; i < D; ++i) acc[i] = __int_as_float(0x7fffffff);
+        } else {
+#pragma unroll
+            for (int i = 0; i < D; ++i) acc[i] = f32_add(acc[i], fb[i]);
+        }
     }
 
     float out[1][WO_MT][4];

@@ -122,7 +122,8 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
     values, any other chunk through the fp32 block-scale path.  Bit-exact on exact inputs with per-column codes at
     both ends of the range and inside it (every chunk folded); within the bound on blocks whose codes vary along K,
     inside the range, and with one 32-K block row of codes outside it (that chunk on the fp32 path, the others
-    folded); K tails, M across the wgmma N of 8..32 and row blocks beyond."""
+    folded); K tails, M across the wgmma N of 8..32 and row blocks beyond.  M above 32 runs the fold-only m64
+    build exactly where every code folds."""
     from mxcore.backends.cuda import wonly
 
     _force_kernel(monkeypatch, "wg")
@@ -137,6 +138,7 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
         dev_a = _device_act(a, act)
         got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
         _check_kernel(p, "wg")
+        assert p.variant_.fold_only == (m > 32) and p.variant_.mt == (8 if m > 32 else -(-m // 8)), p.variant
         want = _ref(a, b, (act, fmt))
         assert np.array_equal(got, want, equal_nan=True), ("folded", m, n, k, np.nanmax(np.abs(got - want)))
         nb = -(-k // 32)
@@ -149,6 +151,7 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
         for what, sc in variants:
             w = MXTensor(b.codes, sc, fmt, 0)
             got, p = _plan_out(cuda_backend, dev_a, w.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
+            assert p.variant_.fold_only == (m > 32 and what == "varying"), (what, p.variant)
             wf = mxcore.dequantize(w, dtype=np.float64)
             exact = a @ wf
             bound = (k + 2) * 2.0 ** -23 * (np.abs(a) @ np.abs(wf)) + np.abs(exact) * 2.0 ** -24
@@ -181,6 +184,39 @@ def test_packed_scale_ranges(cuda_backend, rng, monkeypatch, fmt):
     assert buf.size == body + 2 * groups * nchunks
     got = buf[body:].reshape(groups, nchunks, 2)
     assert np.array_equal(got[..., 0], want.min(-1)) and np.array_equal(got[..., 1], want.max(-1))
+    assert wr.scale_span(p.db) == (int(full.min()), int(full.max()))  # what the fold-only rule reads
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_wg_fold_only_never_wrong(cuda_backend, rng, monkeypatch, act):
+    """The fold-only m64 build has no fp32 block-scale path: a chunk whose stored scale-code range leaves the fold
+    range (records changed after the plan chose it) turns the columns of its record group into NaN in every row,
+    and the other columns keep their exact values."""
+    import cupy as cp
+
+    from mxcore.backends.cuda import wonly_records as wr
+
+    _force_kernel(monkeypatch, "wg")
+    m, n, k, fmt = 40, 384, 520, "mxfp4"
+    a = _act_values(rng, m, k, act, small=True)
+    b = _mx_weight(rng, k, n, fmt, [0x70, 0x7F])
+    dev_a = _device_act(a, act)
+    got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
+    _check_kernel(p, "wg")
+    assert p.variant_.fold_only, p.variant
+    want = _ref(a, b, (act, fmt))
+    assert np.array_equal(got, want), np.nanmax(np.abs(got - want))
+    elem = dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)]
+    nchunks, body = -(-k // wr.chunk_k(elem)), wr.packed_bytes(elem, k, n)
+    group, chunk = 1, nchunks - 1  # columns 128..255; the last (partial) chunk
+    p.db.buf[body + 2 * (group * nchunks + chunk) + 1] = 0xFF  # its greatest scale code: the NaN scale
+    out = p.out
+    out.fill(np.float32(7.0))
+    p.gemm()
+    got = output_values(cp, out, "float32")
+    bad = np.zeros(n, bool)
+    bad[128:256] = True
+    assert np.isnan(got[:, bad]).all() and np.array_equal(got[:, ~bad], want[:, ~bad])
 
 
 @pytest.mark.parametrize("fmt", MX)

@@ -261,6 +261,33 @@ def test_fold_range():
     assert wonly.fold_range("e2m1", "bf16")[:2] == (0, 128) and wonly.fold_range("e2m1", "f16")[:2] == (104, 128)
 
 
+def test_wg_fold_only_rule_and_build():
+    """M above 32 on a weight whose every scale code (wonly_records.scale_span, kept on the operand) lies in the
+    fold range runs the fold-only m64 build: no fp32 block-scale path, two producer warps gathering activations,
+    compiled for sm_90 (and listed there only)."""
+    from mxcore.backends.cuda.stage import DevOperand
+
+    def weight(elem, span):
+        return DevOperand(None, 8192, True, elem, 0, 8192, span=span)
+
+    for act in ("bf16", "f16"):
+        for el in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
+            lo, hi, _ = wonly.fold_range(el, act)
+            assert wonly.wg_fold_only(weight(el, (lo, hi)), act), (act, el)
+            assert not wonly.wg_fold_only(weight(el, (lo, hi + 1)), act)
+            assert lo == 0 or not wonly.wg_fold_only(weight(el, (lo - 1, hi)), act)
+            assert not wonly.wg_fold_only(weight(el, (lo, 0xFF)), act)  # a NaN block
+    v = wonly.WonlyVariant.wg("e2m1", "bf16", wonly.WG_FOLD_MT, True, fold_only=True)
+    assert v.name == "wonly_wg_bf16_e2m1_m64_s4c2_fold_pdl" and v.gather_warps == 2 and v.threads == 320
+    opts = v.options()
+    assert "-DWW_FOLD_ONLY=1" in opts and "-DWW_GATHER_WARPS=2" in opts and "-DWO_MT=8" in opts
+    other = wonly.WonlyVariant.wg("e2m1", "bf16", 4, True)
+    assert other.threads == 288 and "-DWW_FOLD_ONLY=0" in other.options() and "-DWW_GATHER_WARPS=1" in other.options()
+    folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only}
+    assert len(folds) == 10 and v.name in folds
+    assert not any(x.fold_only for x in wonly.all_wonly_variants("sm_80"))
+
+
 def test_ring_split_cap_bounds_the_partials():
     """The ring's K splits write at most 1 / RING_WS_SHARE of the packed weight's bytes as fp32 partials; a split
     always remains, and the cap limits what _splits would otherwise choose (never a forced count)."""

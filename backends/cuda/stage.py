@@ -108,10 +108,11 @@ class DevOperand:
     exp_at: object = None
     direct: bool = False  # buf is the caller's array itself (read in place)
     mx: MXFactors | None = None  # exact MX fp8: the block scales as the kernel reads them
+    span: tuple | None = None  # weight-only records: (least, greatest) scale code, once asked (wonly_records)
 
     def copy(self) -> "DevOperand":
-        return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride,
-                          self.exp_at, mx=None if self.mx is None else self.mx.copy())  # not the caller's array
+        return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride,  # not the
+                          self.exp_at, mx=None if self.mx is None else self.mx.copy(), span=self.span)  # caller's array
 
 
 def _round_up(x: int, m: int) -> int:

@@ -17,7 +17,8 @@
     ``gemm_wonly_wg.cu`` (sm_90a, 4 < M <= 64 on weights wider than a quarter record group per SM: ``wg_rule``)
     multiplies on wgmma with the decoded weight as the register-A operand, the activations gathered into
     swizzled shared-memory rows, and folds the block scales into the decode where ``fold_range`` says that is
-    exact (else an fp32 block-scale path per chunk).  On sm_90 the
+    exact (else an fp32 block-scale path per chunk; M above 32 on a weight whose every scale code folds runs the
+    fold-only build at m64: ``wg_fold_only``).  On sm_90 the
     small-M kernels can be launched with programmatic dependent launch (``RawLaunch(pdl=True)``; SM90_PDL and
     SM90_SMALL, the default there): a launch may start
     while the previous kernel in the stream finishes and requests its first records before it waits for it
@@ -133,6 +134,29 @@ WG_STAGES, WG_CTAS_PER_SM = 4, 2
 WG_MT = (1, 2, 4)
 
 
+#: M above 8 WG_MT[-1] on a weight whose every scale code folds (wg_fold_only) runs row blocks of 8 WG_FOLD_MT on
+#: the fold-only variant (WW_FOLD_ONLY: no fp32 block-scale path, so m64's accumulators fit two blocks per SM): the
+#: weight is decoded once for 64 rows instead of once per row block of 32, and two producer warps gather the
+#: activations (WG_GATHER_WARPS).  Session 18, H100, us, row blocks of 32 -> fold-only m64 with 1 / 2 gather warps:
+#: bf16 x mxfp4 40 x 8192 x 8192 46.0 -> 37.2 / 35.9, 64 x 8192 x 8192 45.4 -> 43.2 / 43.6, 64 x 14336 x 4096 44.4 ->
+#: 41.4 / 40.6, 64 x 28672 x 8192 150.0 -> 134.5 / 127.7; bf16 x mxfp6 64 x 8192 x 8192 58.6 -> 47.8 / 46.4, 64 x
+#: 28672 x 8192 216.6 -> 157.4 / 147.1; f16 x mxfp4 64 x 8192 x 8192 48.9 -> 43.8 / 44.1, 64 x 28672 x 8192 166.8 ->
+#: 123.4 / 127.9.  At M <= 32 the fold-only build measured within 3 % of the other (not used there)
+WG_FOLD_MT = 8
+#: the wgmma kernel's producer warps that gather activations, by m8 tiles (1 where not listed; 4 at m64 spill)
+WG_GATHER_WARPS = {8: 2}
+
+
+def wg_fold_only(w, act: str) -> bool:
+    """Whether every scale code of the packed weight ``w`` (a DevOperand of pack_weight) lies in ``act``'s fold
+    range for its element format (wonly_records.scale_span: a synchronization the first time a weight is asked)."""
+    from .wonly_records import scale_span
+
+    lo, hi, _ = fold_range(w.elem, act)
+    least, most = scale_span(w)
+    return lo <= least and most <= hi
+
+
 def wg_cps(mt: int) -> int:
     """K chunks per ring stage of the wgmma kernel with ``mt`` m8 tiles."""
     return 4 if mt <= 2 else 2
@@ -157,6 +181,7 @@ class WonlyVariant:
     pf: int = 0  # gemv: chunks in flight per warp; tma: ring stages
     cps: int = 0  # tma: K chunks per ring stage
     pdl: bool = False  # sm_90: launched with programmatic dependent launch (WO_PDL)
+    fold_only: bool = False  # wg: every chunk folds (WW_FOLD_ONLY: no fp32 block-scale path; WG_FOLD_MT)
 
     @classmethod
     def gemv(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
@@ -167,8 +192,8 @@ class WonlyVariant:
         return cls(element, act, mt, "tma", GROUP // TMA_WARPS, TMA_WARPS, TMA_STAGES, TMA_CPS, pdl)
 
     @classmethod
-    def wg(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
-        return cls(element, act, mt, "wg", 1, 8, WG_STAGES, wg_cps(mt), pdl)
+    def wg(cls, element: str, act: str, mt: int, pdl: bool = False, fold_only: bool = False) -> "WonlyVariant":
+        return cls(element, act, mt, "wg", 1, 8, WG_STAGES, wg_cps(mt), pdl, fold_only)
 
     @classmethod
     def small(cls, element: str, act: str, mt: int, arch: str, kernel: str = "gemv") -> "WonlyVariant":
@@ -188,7 +213,12 @@ class WonlyVariant:
 
     @property
     def threads(self) -> int:
-        return 32 * {"gemv": self.warps, "tma": self.warps + 1, "wg": 9}.get(self.kernel, WARPS)
+        return 32 * {"gemv": self.warps, "tma": self.warps + 1, "wg": 8 + self.gather_warps}.get(self.kernel, WARPS)
+
+    @property
+    def gather_warps(self) -> int:
+        """wg: the producer warps that gather the activations (WG_GATHER_WARPS)."""
+        return WG_GATHER_WARPS.get(self.mt, 1) if self.kernel == "wg" else 0
 
     @property
     def tiles(self) -> int:
@@ -245,7 +275,7 @@ class WonlyVariant:
         if self.kernel == "tma":  # its configuration (the constants above may change between variants)
             tail = f"_w{self.warps}s{self.pf}c{self.cps}" + tail
         if self.kernel == "wg":
-            tail = f"_s{self.pf}c{self.cps}" + tail
+            tail = f"_s{self.pf}c{self.cps}" + ("_fold" if self.fold_only else "") + tail
         if self.kernel in ("gemv", "tma", "wg"):
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
@@ -267,7 +297,8 @@ class WonlyVariant:
                           f"-DWT_CPS={self.cps}"),
                   "wg": ("--gpu-architecture=sm_90a", f"-DWW_STAGES={self.pf}", f"-DWW_CPS={self.cps}",
                          *(f"-DWW_{k}={v}" for k, v in zip(("SLO", "SHI", "EOFF"), fold_range(self.element, self.act))),
-                         f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"'),
+                         f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"', f"-DWW_FOLD_ONLY={int(self.fold_only)}",
+                         f"-DWW_GATHER_WARPS={self.gather_warps}"),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
@@ -321,6 +352,8 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
                                                                           ("wg", WG_MT))
                  for pdl in ((False, True) if k != "wg" else (SM90_PDL,))
                  for e in elements for act in ("f16", "bf16") for mt in mts]
+        extra += [WonlyVariant.wg(e, act, WG_FOLD_MT, SM90_PDL, fold_only=True)
+                  for e in elements for act in ("f16", "bf16")]
         out += [v for v in dict.fromkeys(extra) if v not in out]
     return out
 
@@ -446,14 +479,17 @@ class WonlyPlan(Plan):
             kernel = sm90_small(da.elem, n, dev.sms, m, db.elem) if sm_of(dev.arch) == 90 else "gemv"
             mts = {"tma": TMA_MT, "wg": WG_MT}.get(kernel, GEMV_MT)
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
-            self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
+            if kernel == "wg" and m > 8 * mt and wg_fold_only(db, da.elem):
+                self.variant_ = WonlyVariant.wg(db.elem, da.elem, WG_FOLD_MT, SM90_PDL, fold_only=True)
+            else:
+                self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
         else:
             mt = next((x for x in MT_CHOICES if 8 * x >= m), MT_CHOICES[-1])
             self.variant_ = WonlyVariant(db.elem, da.elem, mt)
         v = self.variant_
         groups = record_groups(n)
         self._nchunks = -(-da.k // v.kc)
-        self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * mt)))
+        self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * v.mt)))
         with cp.cuda.Device(dev.ordinal):
             self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
                                                v.smem_bytes)

@@ -10,7 +10,7 @@ import numpy as np
 from .stage import DevOperand
 
 __all__ = ["GROUP", "PACK_FILE", "WONLY_FORMULAS", "chunk_k", "eval_wonly", "formula_options", "pack_weight",
-           "packed_bytes", "record_bytes", "record_groups", "records_written"]
+           "packed_bytes", "record_bytes", "record_groups", "records_written", "scale_span"]
 
 PACK_FILE = "wonly_pack.cu"
 GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
@@ -111,6 +111,17 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         ranges[..., 1] = scales_of.max(axis=(2, 3))
         records_written(stager.kernels, cp, stager.ordinal)
     return DevOperand(out, n, True, element, 0, k)
+
+
+def scale_span(op: DevOperand) -> tuple[int, int]:
+    """(least, greatest) scale code of the packed weight ``op`` (pack_weight's records), from the stored ranges of
+    its record groups' chunks (pad rows count as 127).  Reads two bytes back to the host (a synchronization): a
+    plan asks it once (wonly.WonlyPlan, for the fold-only wgmma variant), the operand keeps it."""
+    if op.span is None:
+        nchunks, groups, rec = _record_geometry(op.elem, op.k, op.ld)
+        ranges = op.buf[groups * GROUP * nchunks * rec:].reshape(-1, 2)
+        op.span = (int(ranges[:, 0].min()), int(ranges[:, 1].max())) if ranges.size else (127, 127)
+    return op.span
 
 
 def records_written(kernels, cp, ordinal: int) -> None:
