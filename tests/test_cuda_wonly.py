@@ -230,6 +230,34 @@ def test_staged_exact_bf16(cuda_backend, rng, fmt):
         assert np.array_equal(got, want, equal_nan=True), (m, n, k, np.nanmax(np.abs(got - want)))
 
 
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2"])
+def test_bf16_fp8_weights_above_32_rows(cuda_backend, rng, fmt):
+    """bf16 x fp8 codes with M in (32, 64] on sm_90 (by the rule, no path forced): the fold-only wgmma build where
+    every scale code of the MXTensor folds, the staged bf16 GEMM where one does not (a column of code 0xFE); both
+    bit-exact on exact inputs, on a host and on a device MXTensor."""
+    import cupy as cp
+
+    from mxcore.backends.cuda import wonly
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the wgmma kernel runs on sm_90 only")
+    m, n, k = 40, 4352, 96  # 34 record groups: more than a quarter per SM on 132 SMs
+    a = _act_values(rng, m, k, "bf16", small=True)
+    dev_a = _device_act(a, "bf16")
+    lo, hi, _ = wonly.fold_range(dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)], "bf16")
+    folds = _mx_weight(rng, k, n, fmt, [lo, 0x7F, hi])
+    sc = np.array(folds.scales)
+    sc[:, 5] = 0xFE
+    assert not lo <= 0xFE <= hi
+    apart = MXTensor(folds.codes, sc, fmt, 0)
+    for w, fold in ((folds, True), (apart, False), (folds.to_device(dev_a), True), (apart.to_device(dev_a), False)):
+        got, p = _plan_out(cuda_backend, dev_a, w, ("bf16", fmt), None)
+        assert ("registers" in p.variant and p.variant_.kernel == "wg" and p.variant_.fold_only) == fold, p.variant
+        assert fold or "registers" not in p.variant, p.variant
+        want = _ref(a, w.to_host(), ("bf16", fmt))
+        assert np.array_equal(got, want), (fold, np.nanmax(np.abs(got - want)))
+
+
 @pytest.mark.parametrize("path", [f"registers-{k}" for k in KERNELS] + ["staged"])
 def test_nan_blocks_and_out_dtypes(cuda_backend, rng, monkeypatch, path):
     path, _, kernel = path.partition("-")

@@ -227,6 +227,14 @@ def test_kernel_rule_by_m_and_width():
     assert wonly.wonly_path(bf, 64, None, "sm_80", 8192, 108) == "staged"
     fp8 = dtypes.resolve(("bf16", "mxfp8"), "sm_90")  # byte codes: bf16 above WG_BYTE_MAX_M runs staged
     assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms) for m in (32, 33)] == ["registers", "staged"]
+    asked = []  # ... unless every scale code folds (the fold-only m64 build); asked only there
+    assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms, lambda: asked.append(m) or True)
+            for m in (32, 33, 64, 65)] == ["registers", "registers", "registers", "staged"] and asked == [33, 64]
+    assert wonly.wonly_path(fp8, 33, None, "sm_90", 8192, sms, lambda: False) == "staged"
+    assert wonly.wonly_path(bf, 64, None, "sm_90", 8192, sms, lambda: pytest.fail("asked")) == "registers"
+    assert wonly.sm90_small("bf16", 8192, sms, 48, "e4m3fn", lambda: True) == "wg"
+    assert wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda: True)
+    assert not wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda: False)
     assert wonly.wg_rule("sm_90", 64, 8192, sms, "f16", "e4m3fn") and not wonly.wg_rule("sm_90", 33, 8192, sms,
                                                                                           "bf16", "e4m3fn")
     assert wonly.wg_rule("sm_90", 1, 8192, sms, "f16", "e4m3fn") and wonly.wg_rule("sm_90", 4, 8192, sms, "f16", "e3m2")
@@ -286,6 +294,19 @@ def test_wg_fold_only_rule_and_build():
     folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only}
     assert len(folds) == 10 and v.name in folds
     assert not any(x.fold_only for x in wonly.all_wonly_variants("sm_80"))
+
+
+def test_mx_weight_folds():
+    """The path rule's question for bf16 x fp8 codes above 32 rows: whether every scale code of an MXTensor weight
+    lies in the fold range (a weight quantized per call: no)."""
+    from mxcore.mx import MXTensor
+
+    lo, hi, _ = wonly.fold_range("e4m3fn", "bf16")
+    codes = np.zeros((64, 8), np.uint8)
+    for scales, want in (([lo, hi], True), ([lo - 1, hi], False), ([lo, hi + 1], False), ([0x7F, 0xFF], False)):
+        sc = np.resize(np.asarray(scales, np.uint8), (2, 8))
+        assert wonly.mx_weight_folds(MXTensor(codes, sc, "mxfp8_e4m3", 0), "bf16", "e4m3fn") == want, scales
+    assert not wonly.mx_weight_folds(np.zeros((64, 8), np.float32), "bf16", "e4m3fn")
 
 
 def test_ring_split_cap_bounds_the_partials():

@@ -51,6 +51,8 @@ slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in th
 
 from __future__ import annotations
 
+import functools
+
 from mxcore.arrays import array_kind
 from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
@@ -65,7 +67,7 @@ from .fastpath import _TORCH_OUT, fast_call, fast_pair, fast_quantized, fast_wei
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
-from .wonly import WonlyPlan, registers_prep, staged_prep
+from .wonly import WonlyPlan, mx_weight_folds, registers_prep, staged_prep
 from .wonly import wonly_path as _wonly_path
 
 __all__ = ["CudaBackend"]
@@ -204,7 +206,8 @@ class CudaBackend(Backend):
         wpath = None
         if mdt.kind == WONLY_KIND:  # fp16/bf16 x MX weight: wonly.py (registers kernel, or the staged bf16 GEMM)
             wpath = _wonly_path(mdt, shape[1], wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None),
-                                dev.arch, n, dev.sms)
+                                dev.arch, n, dev.sms, functools.partial(mx_weight_folds, b, "bf16",
+                                                                        _dt.MX_ELEMENT.get(mdt.b.name, "e2m1")))
             if wpath == "registers" and (tile or family or fp8_path):
                 raise UnsupportedError("tile=, family= and fp8_path= choose kernels of the staged path; the registers "
                                        "path (wonly_path='registers') takes split_k only")

@@ -303,6 +303,8 @@ def swap_weight(p, staged) -> bool:
     if isinstance(p, CudaPlan):
         p.rebind(db=staged)
     else:  # the weight-only plan: its packed launch takes B's address per call
+        if not p.takes(staged):
+            return False
         p.db = staged
     return True
 

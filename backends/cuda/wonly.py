@@ -45,6 +45,8 @@ while the weight's block scales span at most ~117 binades.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,6 +157,29 @@ def wg_fold_only(w, act: str) -> bool:
     lo, hi, _ = fold_range(w.elem, act)
     least, most = scale_span(w)
     return lo <= least and most <= hi
+
+
+def mx_weight_folds(b, act: str, element: str) -> bool:
+    """Whether every scale code of weight ``b`` (``element`` codes) lies in ``act``'s fold range: an MXTensor's
+    scales (their least and greatest code, a synchronization for device scales, once per tensor; a plan's choice
+    of path asks, wonly_path's ``folds``); False for a weight quantized per call."""
+    from mxcore.arrays import array_kind
+
+    if array_kind(b) != "mx":
+        return False
+    span = _MX_SPANS.get(b)
+    if span is None:
+        s = b.scales
+        span = (int(s.min()), int(s.max())) if int(np.prod(s.shape)) else (127, 127)
+        try:
+            _MX_SPANS[b] = span
+        except TypeError:  # not weak-referenceable: asked again next time
+            pass
+    lo, hi, _ = fold_range(element, act)
+    return lo <= span[0] and span[1] <= hi
+
+
+_MX_SPANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def wg_cps(mt: int) -> int:
@@ -364,12 +389,15 @@ def _one_group_per_sm(n: int, sms: int) -> bool:
     return record_groups(n) >= sms
 
 
-def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str = "e2m1") -> bool:
+def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str = "e2m1", folds=None) -> bool:
     """Whether M = ``m`` of ``act`` activations with N = ``n`` and an ``element`` weight runs the wgmma kernel on
     ``arch`` (``sms`` multiprocessors): weights wider than a quarter record group per SM, M in (WG_M[0], WG_M[1]]
     (bf16 x byte codes, fp8 weights with twice the bytes of fp4, up to WG_BYTE_MAX_M: H100, bf16 x mxfp8 64 x 8192 x
-    8192 staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8), and M up to WG_M[0] on weights of fewer record
-    groups than SMs but for f16 x 4-bit codes."""
+    8192 staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8; above it only where ``folds()`` says every scale
+    code of the weight folds: the fold-only m64 build, session 18, staged -> wg, us: 33 / 64 x 8192 x 8192 58.3 /
+    66.7 -> 49.7 / 53.1, 64 x 14336 x 4096 53.6 -> 50.8, 64 x 28672 x 8192 171.3 -> 168.3), and M up to WG_M[0] on
+    weights of fewer record groups than SMs but for f16 x 4-bit codes.  ``folds``: None (not known: no) or a
+    callable, asked only in that case."""
     from mxcore import formats
 
     groups = record_groups(n)
@@ -377,33 +405,35 @@ def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str
         return False
     if m <= WG_M[0]:  # where the bulk-copy kernel or direct loads take no wider weight; not f16 x 4-bit codes
         return not _one_group_per_sm(n, sms) and (act == "bf16" or formats.get(element).bits > 4)
-    return m <= (WG_BYTE_MAX_M if act == "bf16" and formats.get(element).bits == 8 else WG_M[1])
+    if m > WG_M[1]:
+        return False
+    return m <= WG_BYTE_MAX_M or act != "bf16" or formats.get(element).bits != 8 or (folds is not None and folds())
 
 
-def sm90_small(act: str, n: int, sms: int, m: int = 1, element: str = "e2m1") -> str:
+def sm90_small(act: str, n: int, sms: int, m: int = 1, element: str = "e2m1", folds=None) -> str:
     """sm_90's small-M kernel for M = ``m`` of ``act`` activations ("f16" | "bf16"), N = ``n`` and an ``element``
-    weight (SM90_SMALL)."""
+    weight (SM90_SMALL; ``folds``: as wg_rule takes it)."""
     if SM90_SMALL != "auto":
         return SM90_SMALL
-    if wg_rule("sm_90", m, n, sms, act, element):
+    if wg_rule("sm_90", m, n, sms, act, element, folds):
         return "wg"
     return "tma" if act == "bf16" and _one_group_per_sm(n, sms) else "gemv"
 
 
-def small_kernel(arch: str, act: str, m: int, n: int, sms: int, element: str = "e2m1") -> bool:
+def small_kernel(arch: str, act: str, m: int, n: int, sms: int, element: str = "e2m1", folds=None) -> bool:
     """Whether M = ``m`` of ``act`` activations ("f16" | "bf16") with N = ``n`` runs the small-M kernel
-    (WonlyVariant.small) on ``arch`` (``sms`` multiprocessors), else the cp.async ring."""
+    (WonlyVariant.small) on ``arch`` (``sms`` multiprocessors), else the cp.async ring (``folds``: as wg_rule)."""
     if sm_of(arch) != 90:
         return m <= GEMV_MAX_M
-    if wg_rule(arch, m, n, sms, act, element):
+    if wg_rule(arch, m, n, sms, act, element, folds):
         return True
     groups = record_groups(n)
     return any(m <= most and groups <= share * sms for share, most in SM90_SMALL_M[act])
 
 
-def wonly_path(mdt, m: int, option: str | None = None, arch: str = "", n: int = 0, sms: int = 0) -> str:
+def wonly_path(mdt, m: int, option: str | None = None, arch: str = "", n: int = 0, sms: int = 0, folds=None) -> str:
     """"registers" or "staged" for ``mdt`` (a weight-only pair) with M = ``m`` (and N = ``n`` on ``arch`` with
-    ``sms`` multiprocessors: the wgmma kernel's M); ``option`` forces one."""
+    ``sms`` multiprocessors: the wgmma kernel's M; ``folds``: as wg_rule takes it); ``option`` forces one."""
     if option is not None:
         if option not in WONLY_PATHS:
             raise UnsupportedError(f"wonly_path={option!r}; choose one of {', '.join(WONLY_PATHS)} (or None: the rule)")
@@ -413,7 +443,7 @@ def wonly_path(mdt, m: int, option: str | None = None, arch: str = "", n: int = 
         return option
     from mxcore import dtypes
 
-    wg = wg_rule(arch, m, n, sms, "bf16", dtypes.MX_ELEMENT.get(mdt.b.name, "e2m1"))
+    wg = wg_rule(arch, m, n, sms, "bf16", dtypes.MX_ELEMENT.get(mdt.b.name, "e2m1"), folds)
     return "registers" if (mdt.a.name != "bf16" or m <= REGISTERS_MAX_M or wg) else "staged"
 
 
@@ -475,11 +505,12 @@ class WonlyPlan(Plan):
         if sm_of(dev.arch) < 80:
             raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
-        if small_kernel(dev.arch, da.elem, m, n, dev.sms, db.elem):
-            kernel = sm90_small(da.elem, n, dev.sms, m, db.elem) if sm_of(dev.arch) == 90 else "gemv"
+        folds = functools.partial(wg_fold_only, db, da.elem)
+        if small_kernel(dev.arch, da.elem, m, n, dev.sms, db.elem, folds):
+            kernel = sm90_small(da.elem, n, dev.sms, m, db.elem, folds) if sm_of(dev.arch) == 90 else "gemv"
             mts = {"tma": TMA_MT, "wg": WG_MT}.get(kernel, GEMV_MT)
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
-            if kernel == "wg" and m > 8 * mt and wg_fold_only(db, da.elem):
+            if kernel == "wg" and m > 8 * mt and folds():
                 self.variant_ = WonlyVariant.wg(db.elem, da.elem, WG_FOLD_MT, SM90_PDL, fold_only=True)
             else:
                 self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
@@ -538,6 +569,11 @@ class WonlyPlan(Plan):
             b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
             np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
             np.int32(self._per)), pdl=v.pdl)
+
+    def takes(self, db: DevOperand) -> bool:
+        """Whether the plan's kernel multiplies the packed weight ``db`` (of the same form as its own): the
+        fold-only wgmma build only a weight whose every scale code folds (a kept layout swapping weights asks)."""
+        return not self.variant_.fold_only or wg_fold_only(db, self.da.elem)
 
     def gemm(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal):

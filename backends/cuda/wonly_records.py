@@ -88,7 +88,10 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
     :class:`DevOperand` (``buf``: uint8 records, ``elem``: the element format, ``k``: K, ``ld``: N).  After the
     records (``packed_bytes``), the range of each record group's chunk's scale codes, [group][chunk] of two bytes
     (the least and the greatest of its records' scale bytes, pad rows' 127 included): the wgmma kernel
-    (gemm_wonly_wg.cu) tests it against its fold range instead of reading every scale byte per chunk and warp."""
+    (gemm_wonly_wg.cu) tests it against its fold range instead of reading every scale byte per chunk and warp.
+    The operand's ``span`` is the least and greatest of them (:func:`scale_span`), read back once here: packing
+    runs while a plan is built, never under a CUDA graph capture, and a later plan or a weight swapped into a
+    kept layout reads it without a synchronization."""
     from mxcore import formats
 
     cp = stager.cp
@@ -110,16 +113,19 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         ranges[..., 0] = scales_of.min(axis=(2, 3))
         ranges[..., 1] = scales_of.max(axis=(2, 3))
         records_written(stager.kernels, cp, stager.ordinal)
-    return DevOperand(out, n, True, element, 0, k)
+    d = DevOperand(out, n, True, element, 0, k)
+    d.span = scale_span(d) if total else (127, 127)
+    return d
 
 
 def scale_span(op: DevOperand) -> tuple[int, int]:
     """(least, greatest) scale code of the packed weight ``op`` (pack_weight's records), from the stored ranges of
-    its record groups' chunks (pad rows count as 127).  Reads two bytes back to the host (a synchronization): a
-    plan asks it once (wonly.WonlyPlan, for the fold-only wgmma variant), the operand keeps it."""
+    its record groups' chunks (pad rows count as 127), kept on the operand: the fold-only wgmma build's condition
+    (wonly.wg_fold_only).  pack_weight sets it (two bytes read back to the host, a synchronization)."""
     if op.span is None:
         nchunks, groups, rec = _record_geometry(op.elem, op.k, op.ld)
-        ranges = op.buf[groups * GROUP * nchunks * rec:].reshape(-1, 2)
+        body = groups * GROUP * nchunks * rec
+        ranges = op.buf[body:body + 2 * groups * nchunks].reshape(-1, 2)
         op.span = (int(ranges[:, 0].min()), int(ranges[:, 1].max())) if ranges.size else (127, 127)
     return op.span
 
