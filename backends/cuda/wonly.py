@@ -145,8 +145,11 @@ WG_MT = (1, 2, 4)
 #: 28672 x 8192 216.6 -> 157.4 / 147.1; f16 x mxfp4 64 x 8192 x 8192 48.9 -> 43.8 / 44.1, 64 x 28672 x 8192 166.8 ->
 #: 123.4 / 127.9.  At M <= 32 the fold-only build measured within 3 % of the other (not used there)
 WG_FOLD_MT = 8
-#: the wgmma kernel's producer warps that gather activations, by m8 tiles (1 where not listed; 4 at m64 spill)
-WG_GATHER_WARPS = {8: 2}
+#: the wgmma kernel's producer warps that gather activations, by m8 tiles (1 where not listed; 4 at m64 spill).
+#: Session 18, H100, bf16 x mxfp4, us, 1 -> 2 at m32: 24 / 32 x 8192 x 8192 26.8 / 28.4 -> 25.3 / 27.3, 32 x 28672 x
+#: 8192 80.2 -> 76.9 (bf16 x mxfp8 within 1-2 %); at m16 level (16 x 8192 x 8192 22.2 -> 22.3, 16 x 28672 x 8192
+#: 56.3 -> 55.9: not taken)
+WG_GATHER_WARPS = {4: 2, 8: 2}
 
 
 def wg_fold_only(w, act: str) -> bool:
