@@ -25,8 +25,8 @@
 // into the stage's swizzled rows (the records permute K inside each 32-K block, WO_KPHYS, so that a lane's 8 K of
 // a block are contiguous; the rows put them back in k16 order: physical word (block b, lane t, i) of a token goes
 // to 16-byte chunk 4 (b & 1) + i, word t, of its row), then, a stage later (cp.async.wait_group), fence them to
-// the async proxy and arrive.  Consumers release a stage ("empty",
-// one arrive per warp) once the wgmma that read it completed.
+// the async proxy and arrive.  Consumers release a stage ("empty", one arrive per warp) once the wgmma that read it
+// completed.
 //
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.

@@ -152,14 +152,18 @@ WG_FOLD_MT = 8
 WG_GATHER_WARPS = {4: 2, 8: 2}
 
 
+def span_folds(span: tuple, element: str, act: str) -> bool:
+    """Whether scale codes from span[0] to span[1] all lie in the fold range of ``element`` codes and ``act``."""
+    lo, hi, _ = fold_range(element, act)
+    return lo <= span[0] and span[1] <= hi
+
+
 def wg_fold_only(w, act: str) -> bool:
     """Whether every scale code of the packed weight ``w`` (a DevOperand of pack_weight) lies in ``act``'s fold
-    range for its element format (wonly_records.scale_span: a synchronization the first time a weight is asked)."""
+    range for its element format (wonly_records.scale_span, read at packing)."""
     from .wonly_records import scale_span
 
-    lo, hi, _ = fold_range(w.elem, act)
-    least, most = scale_span(w)
-    return lo <= least and most <= hi
+    return span_folds(scale_span(w), w.elem, act)
 
 
 def mx_weight_folds(b, act: str, element: str) -> bool:
@@ -178,8 +182,7 @@ def mx_weight_folds(b, act: str, element: str) -> bool:
             _MX_SPANS[b] = span
         except TypeError:  # not weak-referenceable: asked again next time
             pass
-    lo, hi, _ = fold_range(element, act)
-    return lo <= span[0] and span[1] <= hi
+    return span_folds(span, element, act)
 
 
 _MX_SPANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
