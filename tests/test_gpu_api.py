@@ -348,6 +348,43 @@ def test_weight_quantized_once_replays(cupy_device, kind, dtype):
         assert all(r() is None for r in refs), "the kept entry holds a weight alive"
 
 
+@gpu
+def test_kept_wonly_layout_swaps_in_only_weights_its_kernel_takes(cupy_device):
+    """A kept weight-only layout whose plan runs the fold-only wgmma build (M above 32, every scale code of its
+    first weight folds) relaunches for another weight only when that one folds too; a weight with a code outside
+    the fold range goes the generic way (the fp32 block-scale path): every call equals the uncached path bit for
+    bit and none gives NaN."""
+    import cupy as cp
+
+    from mxcore import dtypes as _dt
+    from mxcore import mx
+    from mxcore.backends import get
+    from mxcore.backends.cuda import wonly
+    from mxcore.mx import MXTensor
+
+    torch = pytest.importorskip("torch")
+    be = get("cuda")
+    if be.target().arch != "sm_90":
+        pytest.skip("the wgmma kernel runs on sm_90")
+    mdt = _dt.resolve(("bf16", "mxfp4"), "sm_90")
+    m, k, n = 40, 256, 4352  # 34 record groups: the wgmma kernel on 132 SMs
+    rng = np.random.default_rng(5)
+    folds = mx.quantize_mx(cp.asarray(rng.standard_normal((k, n)).astype(np.float32)), "mxfp4", axis=0)
+    host = folds.to_host()
+    sc = np.array(host.scales)
+    sc[:, 7] = wonly.fold_range("e2m1", "bf16")[1] + 1  # 2^2: outside the fold range, no overflow
+    apart = MXTensor(host.codes, sc, "mxfp4", 0).to_device(folds.codes)
+    assert not wonly.mx_weight_folds(apart, "bf16", "e2m1") and wonly.mx_weight_folds(folds, "bf16", "e2m1")
+    for which in (folds, folds, folds, apart, apart, folds, apart):  # seen, recorded, kept; the other; back
+        ta = torch.as_tensor(rng.standard_normal((m, k)), device="cuda").to(torch.bfloat16)
+        got = _host(mxcore.matmul(ta, which, ("bf16", "mxfp4"), out_dtype="float32", backend="cuda"))
+        want = _host(be.matmul(ta, which, mdt, out_dtype="float32"))
+        assert np.isfinite(got).all() and np.array_equal(got, want)
+    mine = [e for key, e in be._fast.items() if key[:2] == ("w", "torch") and key[5] == (m, k) and key[9] == (k, n)
+            and key[10] == mdt.name]
+    assert len(mine) == 1 and isinstance(mine[0], tuple) and mine[0][1].variant_.fold_only, mine
+
+
 def test_operands_quantized_by_the_call_are_marked():
     """The MX path rule weighs per-call staging by the operands a call quantized itself: quantize_on_device marks
     what it makes from float data (and a batch element of a marked batch is marked); a caller's quantized

@@ -19,10 +19,10 @@ MX             mxfp8/mxfp6/mxfp4 and mixed pairs: each element decoded with its 
                value·2^(scale - smax), to bf16 (exact while a tensor's block scales span ≤ ~117-133 binades;
                blocks further below the largest are rounded once), bf16 mma, epilogue times 2^(smax - 127).
 weight-only   fp16/bf16 activations x an MX weight (``("bf16", "mxfp4")``): wonly.py — the packed weight decoded
-               in registers by ``gemm_wonly_gemv.cu`` (M <= 2) or ``gemm_wonly.cu`` (larger M; fp16 at any M;
-               on sm_90 ``gemm_wonly_tma.cu`` and PDL launches are built, not yet the default:
-               wonly.SM90_SMALL), or decoded once to bf16 and run
-               through the bf16 GEMM (``wonly_path="staged"``, bf16 with M > 32).
+               in registers by ``gemm_wonly_gemv.cu`` (small M), ``gemm_wonly.cu`` (larger M; fp16 at any M),
+               on sm_90 also ``gemm_wonly_tma.cu`` and on sm_90a ``gemm_wonly_wg.cu`` (wgmma, M up to 64), with
+               PDL launches (wonly.SM90_SMALL, wg_rule), or decoded once to bf16 and run through the bf16 GEMM
+               (``wonly_path="staged"``, bf16 with M > 32 where the registers path does not run).
 =============  ===============================================================================================
 
 Accuracy (tested): |out - ref| ≤ (K + 2)·2^-23·(|A|@|B|) (+ the output rounding); on exactly representable
