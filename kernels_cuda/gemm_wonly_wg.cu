@@ -16,8 +16,9 @@
 // backends/cuda/wonly.py fold_range), and the wgmma accumulate over the whole K range in fp32.  Any other chunk
 // (scale codes near 0x00 / 0xFF, NaN blocks, or fp16's narrow range) runs block by block exactly as the mma.sync
 // kernels do: the block's two wgmma into a zeroed scratch, then acc = fma(t, 2^(s - 127), acc) in fp32.
-// WW_FOLD_ONLY builds drop that path (the plan runs them only on a weight whose every scale code folds: then m64's
-// 32 accumulators fit two blocks per SM); a chunk that does not fold there gives NaN, never a wrong sum.
+// WW_FOLD_ONLY builds drop that path (the plan runs them only on a weight whose every scale code folds: then up to
+// 32 accumulators, wgmma N = 64, fit two blocks per SM); a chunk that does not fold there gives NaN, never a wrong
+// sum.
 //
 // Warp specialization: warps 8.. are the producers.  Per ring stage (WW_CPS K chunks) warp 8's lane 0 bulk-copies
 // the group's records (contiguous) completing on the stage's "full" mbarrier by byte count, and the lanes of the
@@ -31,7 +32,7 @@
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
 //
-// -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, one of 1, 2, 4, 8), WW_STAGES, WW_CPS (K chunks
+// -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
 // the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
 // WW_FOLD_ONLY, WW_GATHER_WARPS.
@@ -81,17 +82,18 @@ __device__ __forceinline__ u64 ww_desc(u64 desc0, int bb, int s) {
 // d (+)= A (registers a) * B (desc); acc = 0 overwrites d.  WW_MMA_ASM: the instruction with its operands
 // numbered (backends/cuda/wonly.py writes it for the N = 8 WO_MT of the variant: d first, then a, desc, acc)
 #define WW_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#if WO_MT == 1
-#define WW_D WW_F4(0)
-#elif WO_MT == 2
-#define WW_D WW_F4(0), WW_F4(4)
-#elif WO_MT == 4
-#define WW_D WW_F4(0), WW_F4(4), WW_F4(8), WW_F4(12)
-#elif WO_MT == 8
-#define WW_D WW_F4(0), WW_F4(4), WW_F4(8), WW_F4(12), WW_F4(16), WW_F4(20), WW_F4(24), WW_F4(28)
-#else
-#error "WO_MT is 1, 2, 4 or 8"
-#endif
+#define WW_D1 WW_F4(0)
+#define WW_D2 WW_D1, WW_F4(4)
+#define WW_D3 WW_D2, WW_F4(8)
+#define WW_D4 WW_D3, WW_F4(12)
+#define WW_D5 WW_D4, WW_F4(16)
+#define WW_D6 WW_D5, WW_F4(20)
+#define WW_D7 WW_D6, WW_F4(24)
+#define WW_D8 WW_D7, WW_F4(28)
+#define WW_DCAT(n) WW_D##n
+#define WW_DN(n) WW_DCAT(n)
+#define WW_D WW_DN(WO_MT)
+static_assert(WO_MT >= 1 && WO_MT <= 8, "wgmma N = 8 WO_MT: 8 to 64");
 __device__ __forceinline__ void ww_mma(float (&d)[4 * WO_MT], const u32 (&a)[4], u64 desc, int acc) {
     asm volatile(WW_MMA_ASM : WW_D : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
 }

@@ -138,7 +138,7 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
         dev_a = _device_act(a, act)
         got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
         _check_kernel(p, "wg")
-        assert p.variant_.fold_only == (m > 32) and p.variant_.mt == (8 if m > 32 else -(-m // 8)), p.variant
+        assert p.variant_.fold_only == (m > 32) and p.variant_.mt == min(-(-m // 8), 8), p.variant
         want = _ref(a, b, (act, fmt))
         assert np.array_equal(got, want, equal_nan=True), ("folded", m, n, k, np.nanmax(np.abs(got - want)))
         nb = -(-k // 32)

@@ -133,7 +133,7 @@ TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
 #: (1 x 8192 x 8192: 22.0 -> 20.1)
 WG_M, WG_BYTE_MAX_M = (4, 64), 32
 WG_STAGES, WG_CTAS_PER_SM = 4, 2
-WG_MT = (1, 2, 4)
+WG_MT = (1, 2, 3, 4)
 
 
 #: M above 8 WG_MT[-1] on a weight whose every scale code folds (wg_fold_only) runs row blocks of 8 WG_FOLD_MT on
@@ -143,13 +143,19 @@ WG_MT = (1, 2, 4)
 #: bf16 x mxfp4 40 x 8192 x 8192 46.0 -> 37.2 / 35.9, 64 x 8192 x 8192 45.4 -> 43.2 / 43.6, 64 x 14336 x 4096 44.4 ->
 #: 41.4 / 40.6, 64 x 28672 x 8192 150.0 -> 134.5 / 127.7; bf16 x mxfp6 64 x 8192 x 8192 58.6 -> 47.8 / 46.4, 64 x
 #: 28672 x 8192 216.6 -> 157.4 / 147.1; f16 x mxfp4 64 x 8192 x 8192 48.9 -> 43.8 / 44.1, 64 x 28672 x 8192 166.8 ->
-#: 123.4 / 127.9.  At M <= 32 the fold-only build measured within 3 % of the other (not used there)
-WG_FOLD_MT = 8
+#: 123.4 / 127.9.  At M <= 32 the fold-only build measured within 3 % of the other (not used there).  The wgmma N
+#: fits M to 8 rows (n40 / n48 / n56 / n64; likewise n24 in WG_MT): dead rows cost tensor time.  Session 18, H100,
+#: us, n64 for every M above 32 -> n48 (33 to 48): bf16 x mxfp4 33 / 40 / 48 x 8192 x 8192 34.4 / 35.7 / 38.0 -> 30.3 /
+#: 31.5 / 34.2, 48 x 28672 x 8192 118.7 -> 100.0 (bf16 x mxfp8 1.02-1.06x, f16 x mxfp4 1.09-1.15x); then n48 / n32 ->
+#: n40 / n56 / n24: bf16 x mxfp4 36 / 40 / 52 / 56 x 8192 x 8192 30.9 / 31.7 / 39.0 / 39.8 -> 29.7 / 30.9 / 37.5 / 38.5,
+#: 20 / 24 x 8192 x 8192 24.1 / 25.3 -> 23.2 / 24.0, 24 / 40 x 28672 x 8192 74.0 / 94.5 -> 67.6 / 88.7 (bf16 x mxfp8
+#: within 2 % either way)
+WG_FOLD_MT = (5, 6, 7, 8)
 #: the wgmma kernel's producer warps that gather activations, by m8 tiles (1 where not listed; 4 at m64 spill).
 #: Session 18, H100, bf16 x mxfp4, us, 1 -> 2 at m32: 24 / 32 x 8192 x 8192 26.8 / 28.4 -> 25.3 / 27.3, 32 x 28672 x
 #: 8192 80.2 -> 76.9 (bf16 x mxfp8 within 1-2 %); at m16 level (16 x 8192 x 8192 22.2 -> 22.3, 16 x 28672 x 8192
 #: 56.3 -> 55.9: not taken)
-WG_GATHER_WARPS = {4: 2, 8: 2}
+WG_GATHER_WARPS = {mt: 2 for mt in range(4, 9)}
 
 
 def span_folds(span: tuple, element: str, act: str) -> bool:
@@ -383,8 +389,8 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
                                                                           ("wg", WG_MT))
                  for pdl in ((False, True) if k != "wg" else (SM90_PDL,))
                  for e in elements for act in ("f16", "bf16") for mt in mts]
-        extra += [WonlyVariant.wg(e, act, WG_FOLD_MT, SM90_PDL, fold_only=True)
-                  for e in elements for act in ("f16", "bf16")]
+        extra += [WonlyVariant.wg(e, act, mt, SM90_PDL, fold_only=True)
+                  for e in elements for act in ("f16", "bf16") for mt in WG_FOLD_MT]
         out += [v for v in dict.fromkeys(extra) if v not in out]
     return out
 
@@ -517,7 +523,8 @@ class WonlyPlan(Plan):
             mts = {"tma": TMA_MT, "wg": WG_MT}.get(kernel, GEMV_MT)
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
             if kernel == "wg" and m > 8 * mt and folds():
-                self.variant_ = WonlyVariant.wg(db.elem, da.elem, WG_FOLD_MT, SM90_PDL, fold_only=True)
+                mt = next((x for x in WG_FOLD_MT if 8 * x >= m), WG_FOLD_MT[-1])
+                self.variant_ = WonlyVariant.wg(db.elem, da.elem, mt, SM90_PDL, fold_only=True)
             else:
                 self.variant_ = WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
         else:
