@@ -122,8 +122,8 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
     values, any other chunk through the fp32 block-scale path.  Bit-exact on exact inputs with per-column codes at
     both ends of the range and inside it (every chunk folded); within the bound on blocks whose codes vary along K,
     inside the range, and with one 32-K block row of codes outside it (that chunk on the fp32 path, the others
-    folded); K tails, M across the wgmma N of 8..32 and row blocks beyond.  M above 32 runs the fold-only m64
-    build exactly where every code folds."""
+    folded); K tails, M across the wgmma N of 8..32 and row blocks beyond.  M above 32 runs the fold-only build
+    (wgmma N = M rounded up to 8) exactly where every code folds."""
     from mxcore.backends.cuda import wonly
 
     _force_kernel(monkeypatch, "wg")
@@ -189,9 +189,9 @@ def test_packed_scale_ranges(cuda_backend, rng, monkeypatch, fmt):
 
 @pytest.mark.parametrize("act", ACTS)
 def test_wg_fold_only_never_wrong(cuda_backend, rng, monkeypatch, act):
-    """The fold-only m64 build has no fp32 block-scale path: a chunk whose stored scale-code range leaves the fold
-    range (records changed after the plan chose it) turns the columns of its record group into NaN in every row,
-    and the other columns keep their exact values."""
+    """The fold-only build (here n40) has no fp32 block-scale path: a chunk whose stored scale-code range leaves
+    the fold range (records changed after the plan chose it) turns the columns of its record group into NaN in
+    every row, and the other columns keep their exact values."""
     import cupy as cp
 
     from mxcore.backends.cuda import wonly_records as wr

@@ -227,7 +227,7 @@ def test_kernel_rule_by_m_and_width():
     assert wonly.wonly_path(bf, 64, None, "sm_80", 8192, 108) == "staged"
     fp8 = dtypes.resolve(("bf16", "mxfp8"), "sm_90")  # byte codes: bf16 above WG_BYTE_MAX_M runs staged
     assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms) for m in (32, 33)] == ["registers", "staged"]
-    asked = []  # ... unless every scale code folds (the fold-only m64 build); asked only there
+    asked = []  # ... unless every scale code folds (the fold-only build); asked only there
     assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms, lambda: asked.append(m) or True)
             for m in (32, 33, 64, 65)] == ["registers", "registers", "registers", "staged"] and asked == [33, 64]
     assert wonly.wonly_path(fp8, 33, None, "sm_90", 8192, sms, lambda: False) == "staged"
@@ -271,7 +271,7 @@ def test_fold_range():
 
 def test_wg_fold_only_rule_and_build():
     """M above 32 on a weight whose every scale code (wonly_records.scale_span, kept on the operand) lies in the
-    fold range runs the fold-only m64 build: no fp32 block-scale path, two producer warps gathering activations,
+    fold range runs the fold-only build (N 40..64): no fp32 block-scale path, two producer warps gathering activations,
     compiled for sm_90 (and listed there only)."""
     from mxcore.backends.cuda.stage import DevOperand
 
