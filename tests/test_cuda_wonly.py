@@ -184,7 +184,7 @@ def test_packed_scale_ranges(cuda_backend, rng, monkeypatch, fmt):
     assert buf.size == body + 2 * groups * nchunks
     got = buf[body:].reshape(groups, nchunks, 2)
     assert np.array_equal(got[..., 0], want.min(-1)) and np.array_equal(got[..., 1], want.max(-1))
-    assert wr.scale_span(p.db) == (int(full.min()), int(full.max()))  # what the fold-only rule reads
+    assert p.db.span == (int(full.min()), int(full.max()))  # what the fold-only rule reads
 
 
 @pytest.mark.parametrize("act", ACTS)

@@ -228,13 +228,13 @@ def test_kernel_rule_by_m_and_width():
     fp8 = dtypes.resolve(("bf16", "mxfp8"), "sm_90")  # byte codes: bf16 above WG_BYTE_MAX_M runs staged
     assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms) for m in (32, 33)] == ["registers", "staged"]
     asked = []  # ... unless every scale code folds (the fold-only build); asked only there
-    assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms, lambda: asked.append(m) or True)
+    assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms, lambda *q: asked.append(m) or True)
             for m in (32, 33, 64, 65)] == ["registers", "registers", "registers", "staged"] and asked == [33, 64]
-    assert wonly.wonly_path(fp8, 33, None, "sm_90", 8192, sms, lambda: False) == "staged"
-    assert wonly.wonly_path(bf, 64, None, "sm_90", 8192, sms, lambda: pytest.fail("asked")) == "registers"
-    assert wonly.sm90_small("bf16", 8192, sms, 48, "e4m3fn", lambda: True) == "wg"
-    assert wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda: True)
-    assert not wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda: False)
+    assert wonly.wonly_path(fp8, 33, None, "sm_90", 8192, sms, lambda *q: False) == "staged"
+    assert wonly.wonly_path(bf, 64, None, "sm_90", 8192, sms, lambda *q: pytest.fail("asked")) == "registers"
+    assert wonly.sm90_small("bf16", 8192, sms, 48, "e4m3fn", lambda *q: True) == "wg"
+    assert wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda *q: True)
+    assert not wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda *q: False)
     assert wonly.wg_rule("sm_90", 64, 8192, sms, "f16", "e4m3fn") and not wonly.wg_rule("sm_90", 33, 8192, sms,
                                                                                           "bf16", "e4m3fn")
     assert wonly.wg_rule("sm_90", 1, 8192, sms, "f16", "e4m3fn") and wonly.wg_rule("sm_90", 4, 8192, sms, "f16", "e3m2")
@@ -270,7 +270,7 @@ def test_fold_range():
 
 
 def test_wg_fold_only_rule_and_build():
-    """M above 32 on a weight whose every scale code (wonly_records.scale_span, kept on the operand) lies in the
+    """M above 32 on a weight whose every scale code (the span pack_weight keeps on the operand) lies in the
     fold range runs the fold-only build (N 40..64): no fp32 block-scale path, two producer warps gathering activations,
     compiled for sm_90 (and listed there only)."""
     from mxcore.backends.cuda.stage import DevOperand

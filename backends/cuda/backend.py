@@ -206,8 +206,7 @@ class CudaBackend(Backend):
         wpath = None
         if mdt.kind == WONLY_KIND:  # fp16/bf16 x MX weight: wonly.py (registers kernel, or the staged bf16 GEMM)
             wpath = _wonly_path(mdt, shape[1], wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None),
-                                dev.arch, n, dev.sms, functools.partial(mx_weight_folds, b, "bf16",
-                                                                        _dt.MX_ELEMENT.get(mdt.b.name, "e2m1")))
+                                dev.arch, n, dev.sms, functools.partial(mx_weight_folds, b))
             if wpath == "registers" and (tile or family or fp8_path):
                 raise UnsupportedError("tile=, family= and fp8_path= choose kernels of the staged path; the registers "
                                        "path (wonly_path='registers') takes split_k only")

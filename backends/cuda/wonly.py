@@ -45,7 +45,6 @@ while the weight's block scales span at most ~117 binades.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from dataclasses import dataclass
 
@@ -165,17 +164,15 @@ def span_folds(span: tuple, element: str, act: str) -> bool:
 
 
 def wg_fold_only(w, act: str) -> bool:
-    """Whether every scale code of the packed weight ``w`` (a DevOperand of pack_weight) lies in ``act``'s fold
-    range for its element format (wonly_records.scale_span, read at packing)."""
-    from .wonly_records import scale_span
-
-    return span_folds(scale_span(w), w.elem, act)
+    """Whether every scale code of the packed weight ``w`` (a DevOperand of pack_weight, which read their span)
+    lies in ``act``'s fold range for its element format."""
+    return w.span is not None and span_folds(w.span, w.elem, act)
 
 
 def mx_weight_folds(b, act: str, element: str) -> bool:
     """Whether every scale code of weight ``b`` (``element`` codes) lies in ``act``'s fold range: an MXTensor's
-    scales (their least and greatest code, a synchronization for device scales, once per tensor; a plan's choice
-    of path asks, wonly_path's ``folds``); False for a weight quantized per call."""
+    scales (their least and greatest code, a synchronization for device scales, once per tensor; the backend's
+    choice of path asks, as wonly_path's ``folds``); False for a weight quantized per call."""
     from mxcore.arrays import array_kind
 
     if array_kind(b) != "mx":
@@ -405,11 +402,11 @@ def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str
     """Whether M = ``m`` of ``act`` activations with N = ``n`` and an ``element`` weight runs the wgmma kernel on
     ``arch`` (``sms`` multiprocessors): weights wider than a quarter record group per SM, M in (WG_M[0], WG_M[1]]
     (bf16 x byte codes, fp8 weights with twice the bytes of fp4, up to WG_BYTE_MAX_M: H100, bf16 x mxfp8 64 x 8192 x
-    8192 staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8; above it only where ``folds()`` says every scale
-    code of the weight folds: the fold-only m64 build, session 18, staged -> wg, us: 33 / 64 x 8192 x 8192 58.3 /
-    66.7 -> 49.7 / 53.1, 64 x 14336 x 4096 53.6 -> 50.8, 64 x 28672 x 8192 171.3 -> 168.3), and M up to WG_M[0] on
-    weights of fewer record groups than SMs but for f16 x 4-bit codes.  ``folds``: None (not known: no) or a
-    callable, asked only in that case."""
+    8192 staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8; above it only where every scale code of the weight
+    folds: the fold-only build, session 18, staged -> wg, us: 33 / 64 x 8192 x 8192 58.3 / 66.7 -> 49.7 / 53.1, 64 x
+    14336 x 4096 53.6 -> 50.8, 64 x 28672 x 8192 171.3 -> 168.3), and M up to WG_M[0] on weights of fewer record
+    groups than SMs but for f16 x 4-bit codes.  ``folds``: None (not known: no) or ``folds(act, element)``, whether
+    the weight's scale codes all fold, asked only in that case."""
     from mxcore import formats
 
     groups = record_groups(n)
@@ -419,7 +416,8 @@ def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str
         return not _one_group_per_sm(n, sms) and (act == "bf16" or formats.get(element).bits > 4)
     if m > WG_M[1]:
         return False
-    return m <= WG_BYTE_MAX_M or act != "bf16" or formats.get(element).bits != 8 or (folds is not None and folds())
+    return (m <= WG_BYTE_MAX_M or act != "bf16" or formats.get(element).bits != 8
+            or (folds is not None and folds(act, element)))
 
 
 def sm90_small(act: str, n: int, sms: int, m: int = 1, element: str = "e2m1", folds=None) -> str:
@@ -517,12 +515,14 @@ class WonlyPlan(Plan):
         if sm_of(dev.arch) < 80:
             raise UnsupportedError(f"the weight-only kernel needs sm_80 or newer (mma.sync bf16, cp.async), not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
-        folds = functools.partial(wg_fold_only, db, da.elem)
+        def folds(act, _element):  # the rule's question, of the packed weight (db.elem is the element)
+            return wg_fold_only(db, act)
+
         if small_kernel(dev.arch, da.elem, m, n, dev.sms, db.elem, folds):
             kernel = sm90_small(da.elem, n, dev.sms, m, db.elem, folds) if sm_of(dev.arch) == 90 else "gemv"
             mts = {"tma": TMA_MT, "wg": WG_MT}.get(kernel, GEMV_MT)
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
-            if kernel == "wg" and m > 8 * mt and folds():
+            if kernel == "wg" and m > 8 * mt and wg_fold_only(db, da.elem):
                 mt = next((x for x in WG_FOLD_MT if 8 * x >= m), WG_FOLD_MT[-1])
                 self.variant_ = WonlyVariant.wg(db.elem, da.elem, mt, SM90_PDL, fold_only=True)
             else:

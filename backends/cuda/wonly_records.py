@@ -10,7 +10,7 @@ import numpy as np
 from .stage import DevOperand
 
 __all__ = ["GROUP", "PACK_FILE", "WONLY_FORMULAS", "chunk_k", "eval_wonly", "formula_options", "pack_weight",
-           "packed_bytes", "record_bytes", "record_groups", "records_written", "scale_span"]
+           "packed_bytes", "record_bytes", "record_groups", "records_written"]
 
 PACK_FILE = "wonly_pack.cu"
 GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
@@ -89,9 +89,10 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
     records (``packed_bytes``), the range of each record group's chunk's scale codes, [group][chunk] of two bytes
     (the least and the greatest of its records' scale bytes, pad rows' 127 included): the wgmma kernel
     (gemm_wonly_wg.cu) tests it against its fold range instead of reading every scale byte per chunk and warp.
-    The operand's ``span`` is the least and greatest of them (:func:`scale_span`), read back once here: packing
-    runs while a plan is built, never under a CUDA graph capture, and a later plan or a weight swapped into a
-    kept layout reads it without a synchronization."""
+    The operand's ``span`` is the least and greatest of them (pad rows count as 127), read back once here (a
+    synchronization: packing runs while a plan is built, never under a CUDA graph capture), so that a later plan
+    or a weight swapped into a kept layout asks the fold-only wgmma build's condition (wonly.wg_fold_only)
+    without one."""
     from mxcore import formats
 
     cp = stager.cp
@@ -113,21 +114,10 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         ranges[..., 0] = scales_of.min(axis=(2, 3))
         ranges[..., 1] = scales_of.max(axis=(2, 3))
         records_written(stager.kernels, cp, stager.ordinal)
-    d = DevOperand(out, n, True, element, 0, k)
-    d.span = scale_span(d) if total else (127, 127)
-    return d
-
-
-def scale_span(op: DevOperand) -> tuple[int, int]:
-    """(least, greatest) scale code of the packed weight ``op`` (pack_weight's records), from the stored ranges of
-    its record groups' chunks (pad rows count as 127), kept on the operand: the fold-only wgmma build's condition
-    (wonly.wg_fold_only).  pack_weight sets it (two bytes read back to the host, a synchronization)."""
-    if op.span is None:
-        nchunks, groups, rec = _record_geometry(op.elem, op.k, op.ld)
-        body = groups * GROUP * nchunks * rec
-        ranges = op.buf[body:body + 2 * groups * nchunks].reshape(-1, 2)
-        op.span = (int(ranges[:, 0].min()), int(ranges[:, 1].max())) if ranges.size else (127, 127)
-    return op.span
+        span = (int(ranges[..., 0].min()), int(ranges[..., 1].max()))
+    else:
+        span = (127, 127)
+    return DevOperand(out, n, True, element, 0, k, span=span)
 
 
 def records_written(kernels, cp, ordinal: int) -> None:
