@@ -67,8 +67,9 @@ from .fastpath import _TORCH_OUT, fast_call, fast_pair, fast_quantized, fast_wei
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
-from .wonly import WonlyPlan, mx_weight_folds, registers_prep, staged_prep
+from .wonly import mx_weight_folds
 from .wonly import wonly_path as _wonly_path
+from .wonly_plan import WonlyPlan, registers_prep, staged_prep
 
 __all__ = ["CudaBackend"]
 

@@ -394,7 +394,7 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
     from mxcore.backends import codec
 
     from .sm90 import Sm90Plan
-    from .wonly import WonlyPlan
+    from .wonly_plan import WonlyPlan
 
     cp = be.cp_module
     be._fast[key] = False
