@@ -227,12 +227,14 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
     // lanes 8 g .. 8 g + 7 of a warp hold row t / 8's runs; runs 2b, 2b + 1 are block b of a window
     const int r = r0 + t / 8, run = t % 8, b = run / 2;
     const int re = r < rows ? row_e[r] - 127 : 0;  // the row's one exponent (-128: none)
+    // this lane's scale code of block j of its row (127 past the rows or blocks)
+    const auto scale_of = [&](int j) { return r < rows && j < blocks ? (int)scales[r * ss_r + j * ss_j] : 127; };
     // a window's codes and this lane's block scale, loaded one window ahead (the first beside the tables)
     uint4 next = make_uint4(0, 0, 0, 0);
     int sc_next = 127;
     if (y0 < windows) {
         next = fold_load(codes, cs_r, cs_k, rows, K, r0, 128 * y0, t, rows_contig);
-        sc_next = r < rows && 4 * y0 + b < blocks ? scales[r * ss_r + (4 * y0 + b) * ss_j] : 127;
+        sc_next = scale_of(4 * y0 + b);
     }
     // every (shift, code) pair's code: lut[(d - lo) * ncodes + c]: e4m3 (fp4 / fp6, 15 shifts x 64 codes at most),
     // or with lossy the same fp8 format, truncated (16 shifts x 256 codes), and with lossy what that takes off the
@@ -259,8 +261,7 @@ mx_sm90_fold(const u8* __restrict__ scales, i64 ss_r, i64 ss_j, const u8* __rest
         const int sc = sc_next, j = 4 * w + b;
         if (w + gy < windows) {  // the next window's, in flight while this one folds
             next = fold_load(codes, cs_r, cs_k, rows, K, r0, 128 * (w + gy), t, rows_contig);
-            const int jn = j + 4 * gy;
-            sc_next = r < rows && jn < blocks ? scales[r * ss_r + jn * ss_j] : 127;
+            sc_next = scale_of(j + 4 * gy);
         }
         __syncthreads();
         // decide
