@@ -197,9 +197,9 @@ def test_path_rule():
 def test_kernel_rule_by_m_and_width():
     """sm_90 runs the small-M kernels up to M = 4 for any weight, up to 32 for weights of at most 1/4 of a record
     group per SM (direct loads), and the wgmma kernel for M in (4, 64] on wider weights, and below where N has fewer
-    record groups than SMs except for f16 x 4-bit codes (H100 with 132 SMs: N = 4096 direct loads up to M = 32; N =
-    8192, 14336: wgmma from M = 1 to 64 (f16 x mxfp4 from 5, fp8 weights from 1); 28672: M up to 4 direct loads or
-    bulk copies, then wgmma to 64);
+    record groups than SMs except for f16 x 4-bit codes, and below on wider weights for every pair (H100 with 132
+    SMs: N = 4096 direct loads up to M = 32; N = 8192, 14336: wgmma from M = 1 to 64 (f16 x mxfp4 from 5, fp8
+    weights from 1); 28672: wgmma from M = 1 to 64);
     other archs up to GEMV_MAX_M whatever N is.  bf16 with M in (32, 64] on wide weights takes the registers path
     (the wgmma kernel), else the staged bf16 GEMM."""
     sms = 132
@@ -214,8 +214,8 @@ def test_kernel_rule_by_m_and_width():
         assert small(act, 4096) == list(range(1, 33)) and set(kernels(act, 4096).values()) == {"gemv"}
         for n in (8192, 14336, 28672):
             assert small(act, n) == list(range(1, 65)), (act, n)
-            # 28672, and f16 x mxfp4: bulk copies or direct loads up to M = 4
-            wg_from = 1 if wonly.record_groups(n) < sms and act == "bf16" else 5
+            # f16 x mxfp4 on fewer record groups than SMs: direct loads up to M = 4
+            wg_from = 5 if wonly.record_groups(n) < sms and act == "f16" else 1
             assert {m for m, k in kernels(act, n).items() if k == "wg"} == set(range(wg_from, 65)), (act, n)
         for n in (16, 4096, 28672):
             assert small(act, n, "sm_80", 108) == list(range(1, wonly.GEMV_MAX_M + 1))
@@ -238,7 +238,10 @@ def test_kernel_rule_by_m_and_width():
     assert wonly.wg_rule("sm_90", 64, 8192, sms, "f16", "e4m3fn") and not wonly.wg_rule("sm_90", 33, 8192, sms,
                                                                                           "bf16", "e4m3fn")
     assert wonly.wg_rule("sm_90", 1, 8192, sms, "f16", "e4m3fn") and wonly.wg_rule("sm_90", 4, 8192, sms, "f16", "e3m2")
-    assert not wonly.wg_rule("sm_90", 1, 28672, sms, "bf16", "e4m3fn") and not wonly.wg_rule("sm_90", 1, 4096, sms)
+    assert wonly.wg_rule("sm_90", 1, 28672, sms, "bf16", "e4m3fn") and wonly.wg_rule("sm_90", 4, 28672, sms, "f16")
+    assert not wonly.wg_rule("sm_90", 4, 8192, sms, "f16") and not wonly.wg_rule("sm_90", 1, 4096, sms)
+    assert "tma" not in {wonly.sm90_small(act, n, sms, m) for act in ("bf16", "f16") for n in (8192, 28672, 57344)
+                         for m in range(1, 5)}
 
 
 def test_fold_range():

@@ -102,6 +102,8 @@ GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 32
 #: against gemv with PDL's 55.6 (fp16 there: 73.4 against 67.7)
 #: The default since session 9 (the merged tree through the GPU suite on an H100; bench there, before -> after:
 #: bf16 x mxfp4 1 x 8192 x 8192 1710 -> 1857 GB/s, 4 x 8192 x 8192 1555 -> 1601, 1 x 28672 x 8192 2129 -> 2196)
+#: Since session 19 "auto" runs the wgmma kernel at M <= 4 on every weight wider than a quarter record group per SM
+#: (wg_rule), so it picks tma nowhere on sm_90; tma stays a kernel SM90_SMALL can name (and the GPU tests run)
 SM90_SMALL, SM90_PDL = "auto", True
 #: sm_90: the M up to which the small-M kernel runs, by activation type and how narrow the weight is: (record
 #: groups of 128 columns per SM at most, M up to); larger M, or wider weights, run the ring.  A narrow weight gives
@@ -127,8 +129,12 @@ TMA_MT = (1, 2)  # its m8 tiles per block (the fewest that cover M; any M runs)
 #: of each other except 16 x 28672 x 8192: 4 / 4 65.2, 4 / 2 72.8): 16 x 8192 x 8192 33.5 -> 26.8; 32 x 8192 x 8192
 #: 49.0 -> 34.3; 64 x 8192 x 8192 61 (staged) -> 50.2; 32 x 14336 x 4096 48.3 -> 29.1; 16 x 28672 x 8192 85.6 ->
 #: 65.2; but 16 / 32 x 4096 x 4096 17.7 / 20.6 (direct loads) -> 18.8 / 33.3.  M up to WG_M[0] runs it too where N
-#: has fewer record groups than SMs (wider weights keep the bulk-copy kernel or direct loads there), except f16 x 4-bit
-#: codes.  Session 17, H100, direct loads -> wg, us: 1 / 4 x 8192 x 8192 bf16 x mxfp8 42.0 / 42.7 -> 38.0 / 38.0,
+#: has fewer record groups than SMs, except f16 x 4-bit codes, and on wider weights for every pair.  Session 19, H100,
+#: us, the bulk-copy kernel (bf16) or direct loads (f16) -> wg at M = 1 / 2 / 4 x 28672 x 8192: bf16 x mxfp4 55.6 /
+#: 57.8 / 63.0 -> 46.7 / 47.1 / 47.2, mxfp6 96.6 / 104.2 / 114.8 -> 87.0 / 87.1 / 87.3, mxfp8 128.7 / 129.6 / 132.9 ->
+#: 124.2 / 124.5 / 125.8, f16 x mxfp4 68.3 / 68.5 / 69.0 -> 56.6 / 56.1 / 56.5, f16 x mxfp8 127.9 / 128.3 / 128.9 ->
+#: 121.1 / 121.5 / 120.6; 1 x 57344 x 8192 bf16 x mxfp4 101.6 -> 92.6 (f16 146.5 -> 108.3); 1 / 4 x 32768 x 4096 bf16 x
+#: mxfp4 33.7 / 39.1 -> 26.9 / 27.4 (mxfp6, mxfp8, f16 likewise).  Session 17, H100, direct loads -> wg, us: 1 / 4 x 8192 x 8192 bf16 x mxfp8 42.0 / 42.7 -> 38.0 / 38.0,
 #: mxfp6 31.0 / 31.8 -> 28.1 / 29.1, mxfp4 18.4 / 19.1 -> 18.2 / 18.5, f16 x mxfp8 42.1 / 42.9 -> 36.5 / 37.3; 1 x 14336
 #: x 4096 bf16 x mxfp4 / mxfp6 / mxfp8 16.8 / 27.5 / 36.1 -> 16.2 / 25.5 / 35.3; but f16 x mxfp4 there 20.2 -> 21.7
 #: (1 x 8192 x 8192: 22.0 -> 20.1)
@@ -395,8 +401,8 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
 
 
 def _one_group_per_sm(n: int, sms: int) -> bool:
-    """N has at least one record group (128 columns) per SM: at M up to WG_M[0] the bulk-copy kernel's weights
-    (bf16; f16 keeps direct loads), not the wgmma kernel's."""
+    """N has at least one record group (128 columns) per SM: at M up to WG_M[0] the wgmma kernel takes such weights
+    for f16 x 4-bit codes too; where the wgmma kernel does not run, the bulk-copy kernel's weights (bf16)."""
     return record_groups(n) >= sms
 
 
@@ -406,16 +412,16 @@ def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str
     (bf16 x byte codes, fp8 weights with twice the bytes of fp4, up to WG_BYTE_MAX_M: H100, bf16 x mxfp8 64 x 8192 x
     8192 staged 66.7 us, wg 89.2; at 32 the ring 70.3, wg 54.8; above it only where every scale code of the weight
     folds: the fold-only build, session 18, staged -> wg, us: 33 / 64 x 8192 x 8192 58.3 / 66.7 -> 49.7 / 53.1, 64 x
-    14336 x 4096 53.6 -> 50.8, 64 x 28672 x 8192 171.3 -> 168.3), and M up to WG_M[0] on weights of fewer record
-    groups than SMs but for f16 x 4-bit codes.  ``folds``: None (not known: no) or ``folds(act, element)``, whether
-    the weight's scale codes all fold, asked only in that case."""
+    14336 x 4096 53.6 -> 50.8, 64 x 28672 x 8192 171.3 -> 168.3), and M up to WG_M[0] too, but for f16 x 4-bit
+    codes on weights of fewer record groups than SMs.  ``folds``: None (not known: no) or ``folds(act, element)``,
+    whether the weight's scale codes all fold, asked only in that case."""
     from mxcore import formats
 
     groups = record_groups(n)
     if not arch or sm_of(arch) != 90 or groups <= 0.25 * sms:
         return False
-    if m <= WG_M[0]:  # where the bulk-copy kernel or direct loads take no wider weight; not f16 x 4-bit codes
-        return not _one_group_per_sm(n, sms) and (act == "bf16" or formats.get(element).bits > 4)
+    if m <= WG_M[0]:  # every width but f16 x 4-bit codes on weights of fewer record groups than SMs
+        return _one_group_per_sm(n, sms) or act == "bf16" or formats.get(element).bits > 4
     if m > WG_M[1]:
         return False
     return (m <= WG_BYTE_MAX_M or act != "bf16" or formats.get(element).bits != 8
