@@ -10,11 +10,12 @@
     bytes per element for mxfp4 (codes + scales), read once per launch.  Four kernels read the records
     (``wonly_common.cuh`` holds what they share), chosen by M (``small_kernel``, ``sm90_small``):
     ``gemm_wonly_gemv.cu`` (small M) loads them straight into registers, each warp on its own two tiles a few
-    chunks ahead, no shared memory and no barrier; ``gemm_wonly_tma.cu`` (sm_90, small M, bf16 with N of at least
-    one record group per SM) has a producer warp stream a block's contiguous records with bulk copies into a
-    shared-memory ring (mbarriers) while four consumer warps decode; ``gemm_wonly.cu`` (larger M) streams the
-    records and the activation rows through a cp.async ring (blocks of 4 warps x 2 n16 tiles);
-    ``gemm_wonly_wg.cu`` (sm_90a, 4 < M <= 64 on weights wider than a quarter record group per SM: ``wg_rule``)
+    chunks ahead, no shared memory and no barrier; ``gemm_wonly_tma.cu`` (sm_90, small M, where SM90_SMALL names
+    it; the default rule takes the wgmma kernel where it ran) has a producer warp stream a block's contiguous
+    records with bulk copies into a shared-memory ring (mbarriers) while four consumer warps decode;
+    ``gemm_wonly.cu`` (larger M) streams the records and the activation rows through a cp.async ring (blocks of 4
+    warps x 2 n16 tiles); ``gemm_wonly_wg.cu`` (sm_90a, M <= 64 on weights wider than a quarter record group per SM,
+    but for f16 x 4-bit codes at M <= 4 on weights of fewer record groups than SMs: ``wg_rule``)
     multiplies on wgmma with the decoded weight as the register-A operand, the activations gathered into
     swizzled shared-memory rows, and folds the block scales into the decode where ``fold_range`` says that is
     exact (else an fp32 block-scale path per chunk; M above 32 on a weight whose every scale code folds runs the
@@ -93,17 +94,17 @@ GEMV_MT = (1,)  # m8 tiles per block of the direct-load kernel (any M runs: grid
 # for (fewer when the registers allow fewer: one wave).  The best of a sweep on the H200 (tiles per warp 2 / 4 / 8,
 # warps 1 / 2 / 4 / 8, 1 to 4 chunks in flight, with and without L2 prefetches of the records 4 / 8 chunks ahead)
 GEMV_R, GEMV_WARPS, GEMV_PF, GEMV_CTAS_PER_SM = 2, 4, 2, 32
-#: sm_90: the small-M kernel ("gemv"; "tma": gemm_wonly_tma.cu, bulk copies into a shared-memory ring, a producer
-#: warp and TMA_WARPS consumer warps; "auto": tma for bf16 activations when the weight has at least one record group
-#: of 128 columns per SM, else gemv), the M up to which it runs (larger M: the ring), and PDL: launched with
-#: programmatic dependent launch (wonly_common.cuh).  H200, bf16 x mxfp4, kernel time of back-to-back launches
-#: (README): gemv with PDL 18.2 / 19.2 / 21.4 / 24.7 us at M = 1 / 2 / 4 / 8 (N = K = 8192) against 19.7 / 20.9 /
-#: 23.0 / 26.5 without and the ring's 20.7 / 21.3 / 22.5 / 24.3; tma with PDL 19.0 at M = 1, 52.4 at 1 x 28672 x 8192
-#: against gemv with PDL's 55.6 (fp16 there: 73.4 against 67.7)
+#: sm_90: the small-M kernel ("gemv"; "tma": gemm_wonly_tma.cu, bulk copies into a shared-memory ring, a producer warp
+#: and TMA_WARPS consumer warps; "auto": the wgmma kernel where wg_rule says, else gemv; until session 19 tma for bf16
+#: activations when the weight has at least one record group of 128 columns per SM), the M up to which it runs (larger
+#: M: the ring), and PDL: launched with programmatic dependent launch (wonly_common.cuh).  H200, bf16 x mxfp4, kernel
+#: time of back-to-back launches (README): gemv with PDL 18.2 / 19.2 / 21.4 / 24.7 us at M = 1 / 2 / 4 / 8 (N = K =
+#: 8192) against 19.7 / 20.9 / 23.0 / 26.5 without and the ring's 20.7 / 21.3 / 22.5 / 24.3; tma with PDL 19.0 at M = 1,
+#: 52.4 at 1 x 28672 x 8192 against gemv with PDL's 55.6 (fp16 there: 73.4 against 67.7)
 #: The default since session 9 (the merged tree through the GPU suite on an H100; bench there, before -> after:
 #: bf16 x mxfp4 1 x 8192 x 8192 1710 -> 1857 GB/s, 4 x 8192 x 8192 1555 -> 1601, 1 x 28672 x 8192 2129 -> 2196)
 #: Since session 19 "auto" runs the wgmma kernel at M <= 4 on every weight wider than a quarter record group per SM
-#: (wg_rule), so it picks tma nowhere on sm_90; tma stays a kernel SM90_SMALL can name (and the GPU tests run)
+#: (wg_rule), so it picks tma nowhere; tma stays a kernel SM90_SMALL can name (and the GPU tests run)
 SM90_SMALL, SM90_PDL = "auto", True
 #: sm_90: the M up to which the small-M kernel runs, by activation type and how narrow the weight is: (record
 #: groups of 128 columns per SM at most, M up to); larger M, or wider weights, run the ring.  A narrow weight gives
@@ -402,7 +403,7 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
 
 def _one_group_per_sm(n: int, sms: int) -> bool:
     """N has at least one record group (128 columns) per SM: at M up to WG_M[0] the wgmma kernel takes such weights
-    for f16 x 4-bit codes too; where the wgmma kernel does not run, the bulk-copy kernel's weights (bf16)."""
+    for f16 x 4-bit codes too."""
     return record_groups(n) >= sms
 
 
@@ -430,12 +431,11 @@ def wg_rule(arch: str, m: int, n: int, sms: int, act: str = "bf16", element: str
 
 def sm90_small(act: str, n: int, sms: int, m: int = 1, element: str = "e2m1", folds=None) -> str:
     """sm_90's small-M kernel for M = ``m`` of ``act`` activations ("f16" | "bf16"), N = ``n`` and an ``element``
-    weight (SM90_SMALL; ``folds``: as wg_rule takes it)."""
+    weight, where small_kernel runs one (SM90_SMALL; "auto": the wgmma kernel where wg_rule says, else direct
+    loads; ``folds``: as wg_rule takes it)."""
     if SM90_SMALL != "auto":
         return SM90_SMALL
-    if wg_rule("sm_90", m, n, sms, act, element, folds):
-        return "wg"
-    return "tma" if act == "bf16" and _one_group_per_sm(n, sms) else "gemv"
+    return "wg" if wg_rule("sm_90", m, n, sms, act, element, folds) else "gemv"
 
 
 def small_kernel(arch: str, act: str, m: int, n: int, sms: int, element: str = "e2m1", folds=None) -> bool:
