@@ -22,12 +22,12 @@
 //
 // Warp specialization: warps 8.. are the producers.  Per ring stage (WW_CPS K chunks) warp 8's lane 0 bulk-copies
 // the group's records (contiguous) completing on the stage's "full" mbarrier by byte count, and the lanes of the
-// WW_GATHER_WARPS producer warps (each a share of the m8 row groups) gather the activations with 4-byte cp.async
-// into the stage's swizzled rows (the records permute K inside each 32-K block, WO_KPHYS, so that a lane's 8 K of
-// a block are contiguous; the rows put them back in k16 order: physical word (block b, lane t, i) of a token goes
-// to 16-byte chunk 4 (b & 1) + i, word t, of its row), then, a stage later (cp.async.wait_group), fence them to
-// the async proxy and arrive.  Consumers release a stage ("empty", one arrive per warp) once the wgmma that read it
-// completed.
+// WW_GATHER_WARPS producer warps (each a share of the m8 row groups, or of the tokens: WW_GATHER_ROWS) gather the
+// activations with 4-byte cp.async into the stage's swizzled rows (the records permute K inside each 32-K block,
+// WO_KPHYS, so that a lane's 8 K of a block are contiguous; the rows put them back in k16 order: physical word
+// (block b, lane t, i) of a token goes to 16-byte chunk 4 (b & 1) + i, word t, of its row), then, a stage later
+// (cp.async.wait_group), fence them to the async proxy and arrive.  Consumers release a stage ("empty", one arrive
+// per warp) once the wgmma that read it completed.
 //
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
@@ -35,7 +35,7 @@
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
 // the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
-// WW_FOLD_ONLY, WW_GATHER_WARPS.
+// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS.
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -51,6 +51,9 @@
 #define WW_GATHER_WARPS 1  // producer warps (warp 8 also copies the records and publishes the fold bits)
 #endif
 #define WW_THREADS (32 * (8 + WW_GATHER_WARPS))
+#ifndef WW_GATHER_ROWS
+#define WW_GATHER_ROWS 0  // 1: the activations gathered per token row (ww_gather_rows_), 0: per row group of 8
+#endif
 #ifndef WW_FOLD_ONLY
 #define WW_FOLD_ONLY 0  // 1: every chunk folds (the plan checked the weight's scale codes); no fp32 block path
 #endif
@@ -108,14 +111,15 @@ __device__ __forceinline__ void ww_cp_wait() {
 }
 __device__ __forceinline__ void ww_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// The producer's activation gather of one stage (K from k0, WW_UNITS rows of 64 K per token).  Instruction
+// The producer's activation gather of one stage (K from k0, WW_UNITS rows of 64 K per token), per row group of 8
+// tokens.  Instruction
 // (unit, row group, block b of the unit, i) moves word i of 8 tokens x 4 lanes t, physical K k0 + 64 unit + 32 b +
 // 8 t + 2 i, to 16-byte chunk 4 b + i (swizzled by the row) of the token's row, word t: 32 distinct banks.  xr:
 // the lane's token rows (row group g: token m0 + 8 g + lane / 4, clamped into M), live: 4 bytes for a token
 // inside M, 0 (zero fill) past it; K is checked only in a stage that reaches past it.
 template <bool INSIDE>
-__device__ __forceinline__ void ww_gather_(u32 act, const u16* const (&xr)[WO_MT], const u32 (&live)[WO_MT], int K,
-                                           int k0, int lane, int pw) {
+__device__ __forceinline__ void ww_gather_groups_(u32 act, const u16* const (&xr)[WO_MT], const u32 (&live)[WO_MT],
+                                                  int K, int k0, int lane, int pw) {
     const int t = lane & 3, rr = lane >> 2;
     const u32 dl = act + rr * 128 + 4 * t;
 #pragma unroll
@@ -139,12 +143,50 @@ __device__ __forceinline__ void ww_gather_(u32 act, const u16* const (&xr)[WO_MT
                 }
         }
 }
-__device__ __forceinline__ void ww_gather(u32 act, const u16* const (&xr)[WO_MT], const u32 (&live)[WO_MT], int K,
-                                          int k0, int lane, int pw) {
-    if (k0 + WW_UNITS * 64 <= K)
-        ww_gather_<true>(act, xr, live, K, k0, lane, pw);
-    else
-        ww_gather_<false>(act, xr, live, K, k0, lane, pw);
+// The producer's activation gather of one stage (K from k0, WW_UNITS rows of 64 K per token): one 4-byte cp.async
+// per token and 64-K row, lane l moving physical word l (block l >> 4 of the row, record lane t = (l >> 2) & 3,
+// word i = l & 3: K k0 + 64 u + 2 l) to 16-byte chunk 4 (l >> 4) + i (swizzled by the token's row) of the token's
+// row, word t: 128 contiguous bytes of X (4 sectors) into 32 distinct banks.  Producer warp pw takes tokens pw, pw +
+// P, ... (P = WW_GATHER_WARPS) of the block's WW_MP; tokens past M are not gathered (their columns of the product
+// are never stored); K is checked only in a stage that reaches past it.  x: the block's first token row.
+template <bool INSIDE>
+__device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, int live, int K, int k0, int lane,
+                                                int pw) {
+    const u32 dw = act + 4u * ((lane >> 2) & 3);
+    const int chunk = 4 * (lane >> 4) + (lane & 3);
+    const u16* row = x + (i64)pw * lda + k0 + 2 * lane;
+#pragma unroll
+    for (int j = 0; j < WW_MP / WW_GATHER_WARPS; ++j) {
+        const int n = j * WW_GATHER_WARPS + pw;
+        if (n >= live) break;
+#pragma unroll
+        for (int u = 0; u < WW_UNITS; ++u) {
+            const u32 dst = dw + (u * WW_MP + n) * 128 + ((chunk ^ (n & 7)) << 4);
+            if (INSIDE) {
+                ww_cp4(dst, row + 64 * u, 4u);
+            } else {
+                const int k = k0 + 64 * u + 2 * lane;
+                const u32 bytes = (u32)max(0, min(2, K - k)) * 2u;
+                ww_cp4(dst, bytes ? (const void*)(row + 64 * u) : (const void*)x, bytes);
+            }
+        }
+        row += WW_GATHER_WARPS * lda;
+    }
+}
+// the stage's gather, per token row (WW_GATHER_ROWS) or per row group
+__device__ __forceinline__ void ww_gather(u32 act, const u16* x, i64 lda, int live, const u16* const (&xr)[WO_MT],
+                                          const u32 (&lv)[WO_MT], int K, int k0, int lane, int pw) {
+    if (WW_GATHER_ROWS) {
+        if (k0 + WW_UNITS * 64 <= K)
+            ww_gather_rows_<true>(act, x, lda, live, K, k0, lane, pw);
+        else
+            ww_gather_rows_<false>(act, x, lda, live, K, k0, lane, pw);
+    } else {
+        if (k0 + WW_UNITS * 64 <= K)
+            ww_gather_groups_<true>(act, xr, lv, K, k0, lane, pw);
+        else
+            ww_gather_groups_<false>(act, xr, lv, K, k0, lane, pw);
+    }
 }
 
 // factor of scale byte k of word e (e = the scale bytes plus the exponent offset, each in [1, 254]): the 16-bit
@@ -222,13 +264,15 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                             (i64)blockIdx.x * nchunks;
         u32 range = ww_range(ranges, c_begin, c_end, lane);
         wo_dependent_part();
-        const u16* xr[WO_MT];
-        u32 live[WO_MT];
+        const u16* x = reinterpret_cast<const u16*>(X) + (i64)m0 * lda;
+        const int live = M - m0;  // tokens of the block inside M
+        const u16* xr[WO_MT];  // the groups gather's: the lane's token row in each row group, 4 bytes if inside M
+        u32 lv[WO_MT];
 #pragma unroll
         for (int g = 0; g < WO_MT; ++g) {
             const int m = m0 + 8 * g + (lane >> 2);
             xr[g] = reinterpret_cast<const u16*>(X) + (i64)min(m, M - 1) * lda;
-            live[g] = m < M ? 4u : 0u;
+            lv[g] = m < M ? 4u : 0u;
         }
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
@@ -236,7 +280,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
                 if (copier) records(st);
             }
-            ww_gather(ring + s * WW_STAGE_BYTES, xr, live, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw);
+            ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw);
             ww_cp_commit();
             // stage st's fold bits (slot s is free: its previous stage was released above), published by this
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather

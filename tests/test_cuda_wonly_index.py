@@ -326,3 +326,16 @@ def test_ring_split_cap_bounds_the_partials():
     assert wonly._splits(132, 32, nchunks)[0] == 16  # uncapped: 4 blocks per SM
     assert wonly._splits(132, 32, nchunks, cap=8) == (8, 8)
     assert wonly._splits(132, 32, nchunks, force=16, cap=8)[0] == 16
+
+
+def test_wg_gather_rule():
+    """The wgmma kernel gathers activations per token row (WW_GATHER_ROWS=1) for 4-bit codes from WG_ROWS_MT m8
+    tiles up, per row group of 8 tokens otherwise (byte codes and small M measured slower per row)."""
+    for act in ("bf16", "f16"):
+        for el in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
+            for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
+                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
+                rows = el == "e2m1" and mt >= wonly.WG_ROWS_MT
+                assert v.gather_rows == rows and f"-DWW_GATHER_ROWS={int(rows)}" in v.options(), (act, el, mt)
+    assert not wonly.WonlyVariant.gemv("e2m1", "bf16", 1).gather_rows
+    assert wonly.WG_ROWS_MT <= wonly.WG_MT[-1]  # the m32 build too

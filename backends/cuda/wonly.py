@@ -164,6 +164,13 @@ WG_FOLD_MT = (5, 6, 7, 8)
 #: 8192 80.2 -> 76.9 (bf16 x mxfp8 within 1-2 %); at m16 level (16 x 8192 x 8192 22.2 -> 22.3, 16 x 28672 x 8192
 #: 56.3 -> 55.9: not taken)
 WG_GATHER_WARPS = {mt: 2 for mt in range(4, 9)}
+#: the wgmma kernel's activation gather, by m8 tiles: from WG_ROWS_MT up on 4-bit codes one 4-byte cp.async per
+#: token and 64 K (128 contiguous bytes: 4 sectors), else per row group of 8 tokens (16 sectors per instruction).
+#: Session 20, H100, us, row groups -> token rows, bf16 x mxfp4: 32 / 64 x 8192 x 8192 27.2 / 43.1 -> 25.7 / 37.8,
+#: 32 / 64 x 28672 x 8192 76.7 / 126.3 -> 73.0 / 102.0; f16 x mxfp4 64 x 8192 x 8192 43.8 -> 40.2, 64 x 28672 x 8192
+#: 126.8 -> 111.7; but byte codes slower (bf16 x mxfp8 64 x 28672 x 8192 169.6 -> 197.7, mxfp6 147.4 -> 156.5) and
+#: M <= 16 level or slower (bf16 x mxfp4 4 / 16 x 28672 x 8192 47.3 / 56.7 -> 48.0 / 57.0)
+WG_ROWS_MT = 4
 
 
 def span_folds(span: tuple, element: str, act: str) -> bool:
@@ -264,6 +271,11 @@ class WonlyVariant:
         return WG_GATHER_WARPS.get(self.mt, 1) if self.kernel == "wg" else 0
 
     @property
+    def gather_rows(self) -> bool:
+        """wg: the activations gathered per token row (WG_ROWS_MT), else per row group."""
+        return self.kernel == "wg" and self.pack4 and self.mt >= WG_ROWS_MT
+
+    @property
     def tiles(self) -> int:
         """n16 tiles per block."""
         return self.r * self.warps if self.kernel == "gemv" else GROUP
@@ -341,7 +353,8 @@ class WonlyVariant:
                   "wg": ("--gpu-architecture=sm_90a", f"-DWW_STAGES={self.pf}", f"-DWW_CPS={self.cps}",
                          *(f"-DWW_{k}={v}" for k, v in zip(("SLO", "SHI", "EOFF"), fold_range(self.element, self.act))),
                          f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"', f"-DWW_FOLD_ONLY={int(self.fold_only)}",
-                         f"-DWW_GATHER_WARPS={self.gather_warps}"),
+                         f"-DWW_GATHER_WARPS={self.gather_warps}",
+                         f"-DWW_GATHER_ROWS={int(self.gather_rows)}"),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
