@@ -55,7 +55,7 @@ class WonlyPlan(Plan):
             kernel = rules.sm90_small(da.elem, n, dev.sms, m, db.elem, folds) if sm_of(dev.arch) == 90 else "gemv"
             mts = {"tma": rules.TMA_MT, "wg": rules.WG_MT}.get(kernel, rules.GEMV_MT)
             mt = next((x for x in mts if 8 * x >= m), mts[-1])
-            if kernel == "wg" and m > 8 * mt and rules.wg_fold_only(db, da.elem):
+            if kernel == "wg" and m > 8 * mt and folds(da.elem, db.elem):
                 mt = next((x for x in rules.WG_FOLD_MT if 8 * x >= m), rules.WG_FOLD_MT[-1])
                 self.variant_ = rules.WonlyVariant.wg(db.elem, da.elem, mt, rules.SM90_PDL, fold_only=True)
             else:
