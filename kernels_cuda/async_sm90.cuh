@@ -32,6 +32,29 @@ __device__ __forceinline__ void cp_async_bulk_g2s(u32 dst, const void* src, u32 
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// Clusters: the same shared-memory offset in block `cta` of the cluster, an arrive on a barrier there, the block's
+// rank, the cluster-wide barrier, and a bulk copy from this block's shared memory into another block's
+// (`dst` and `bar` cluster addresses from mapa) completing on that block's barrier by byte count.
+__device__ __forceinline__ u32 mapa(u32 addr, u32 cta) {
+    u32 out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(cta));
+    return out;
+}
+__device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+__device__ __forceinline__ u32 cluster_ctarank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void barrier_cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void barrier_cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_bulk_s2cluster(u32 dst, u32 src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "r"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 // Programmatic dependent launch (a kernel launched with the programmatic-stream-serialization attribute may start
 // before its predecessor in the stream has finished): griddepcontrol.wait blocks the executing thread until every
 // prerequisite grid has completed and its memory is visible; launch_dependents lets the next such kernel start

@@ -218,21 +218,6 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_multicast(u32 dst, const
                  " [%0], [%1, {%2, %3}], [%4], %5;"
                  ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
 }
-__device__ __forceinline__ u32 mapa(u32 addr, u32 cta) {  // the same shared-memory offset in block `cta` of the cluster
-    u32 out;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(cta));
-    return out;
-}
-__device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_bar) {
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
-}
-__device__ __forceinline__ u32 cluster_ctarank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void barrier_cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
-__device__ __forceinline__ void barrier_cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_bulk_tensor_2d_store(const TmaMap* map, int c0, int c1, u32 src) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                  ::"l"((u64)map), "r"(c0), "r"(c1), "r"(src) : "memory");

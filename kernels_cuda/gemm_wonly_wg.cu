@@ -54,6 +54,18 @@
 #ifndef WW_GATHER_ROWS
 #define WW_GATHER_ROWS 0  // 1: the activations gathered per token row (ww_gather_rows_), 0: per row group of 8
 #endif
+#ifndef WW_PAIR
+#define WW_PAIR 0  // 1: clusters of two blocks (record groups 2c, 2c + 1) share the activations: each gathers half
+#endif
+#if WW_PAIR
+#define WW_HALF (WW_MP / 2)                              // tokens a block of the pair gathers
+#define WW_SPAN (WW_HALF / WW_GATHER_WARPS)              // tokens a producer warp gathers (contiguous)
+#define WW_PEER_BYTES (WW_UNITS * WW_HALF * 128)         // what the peer copies into a stage
+static_assert(WW_HALF % WW_GATHER_WARPS == 0, "a producer warp's share of the half");
+#define WW_CLUSTER __cluster_dims__(2, 1, 1)
+#else
+#define WW_CLUSTER
+#endif
 #ifndef WW_FOLD_ONLY
 #define WW_FOLD_ONLY 0  // 1: every chunk folds (the plan checked the weight's scale codes); no fp32 block path
 #endif
@@ -173,6 +185,34 @@ __device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, 
         row += WW_GATHER_WARPS * lda;
     }
 }
+#if WW_PAIR
+// The pair's gather (WW_PAIR): the token-row gather above for this warp's WW_SPAN tokens from n0 (its share of the
+// block's half), the rest of the stage comes from the peer
+template <bool INSIDE>
+__device__ __forceinline__ void ww_gather_span_(u32 act, const u16* x, i64 lda, int live, int K, int k0, int lane,
+                                                int n0) {
+    const u32 dw = act + 4u * ((lane >> 2) & 3);
+    const int chunk = 4 * (lane >> 4) + (lane & 3);
+    const u16* row = x + (i64)n0 * lda + k0 + 2 * lane;
+#pragma unroll
+    for (int j = 0; j < WW_SPAN; ++j) {
+        const int n = n0 + j;
+        if (n >= live) break;
+#pragma unroll
+        for (int u = 0; u < WW_UNITS; ++u) {
+            const u32 dst = dw + (u * WW_MP + n) * 128 + ((chunk ^ (n & 7)) << 4);
+            if (INSIDE) {
+                ww_cp4(dst, row + 64 * u, 4u);
+            } else {
+                const int k = k0 + 64 * u + 2 * lane;
+                const u32 bytes = (u32)max(0, min(2, K - k)) * 2u;
+                ww_cp4(dst, bytes ? (const void*)(row + 64 * u) : (const void*)x, bytes);
+            }
+        }
+        row += lda;
+    }
+}
+#endif
 // the stage's gather, per token row (WW_GATHER_ROWS) or per row group
 __device__ __forceinline__ void ww_gather(u32 act, const u16* x, i64 lda, int live, const u16* const (&xr)[WO_MT],
                                           const u32 (&lv)[WO_MT], int K, int k0, int lane, int pw) {
@@ -212,13 +252,16 @@ __device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, in
 #ifndef WW_MINB
 #define WW_MINB (WO_MT <= 4 || WW_FOLD_ONLY ? 2 : 1)  // blocks per SM the registers must allow
 #endif
-extern "C" __global__ void __launch_bounds__(WW_THREADS, WW_MINB)
+extern "C" __global__ void WW_CLUSTER __launch_bounds__(WW_THREADS, WW_MINB)
 mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
             u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
     extern __shared__ u8 smem_raw[];
     __shared__ __align__(8) u64 bars[2 * WW_STAGES];  // full[s], then empty[s]
     __shared__ u32 fold_bits[WW_STAGES];               // stage s's chunks that fold (ww_fold_bits)
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+#if WW_PAIR
+    const u32 peer = cluster_ctarank() ^ 1u;
+#endif
     u8* const ring_ptr = smem_raw + (ring - smem_u32(smem_raw));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int m0 = blockIdx.y * WW_MP;
@@ -230,11 +273,16 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         for (int s = 0; s < WW_STAGES; ++s) {
             mbarrier_init(full0 + 8 * s, 1 + 32 * WW_GATHER_WARPS);  // the record copy's expect_tx arrive, then the
                                                                     // producer lanes
-            mbarrier_init(empty0 + 8 * s, 8);
+            mbarrier_init(empty0 + 8 * s, WW_PAIR ? 16 : 8);  // the consumer warps (of both blocks of a pair)
         }
         fence_mbarrier_init();
     }
+#if WW_PAIR
+    barrier_cluster_arrive();  // both blocks' barriers exist before either copies into or arrives on the other
+    barrier_cluster_wait();
+#else
     __syncthreads();
+#endif
 
     constexpr int D = 4 * WO_MT;   // accumulator registers (the wgmma's, and the fp32 block-scale path's)
     float acc[D], fb[D];
@@ -250,7 +298,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         auto records = [&](int st) {
             const int s = st % WW_STAGES;
             const u32 off = (u32)st * WW_REC_BYTES, bytes = min((u32)WW_REC_BYTES, total - off);
-            mbarrier_arrive_expect_tx(full0 + 8 * s, bytes);
+            mbarrier_arrive_expect_tx(full0 + 8 * s, bytes + (WW_PAIR ? WW_PEER_BYTES : 0u));  // (+ the peer's half)
             cp_async_bulk_g2s(ring + s * WW_STAGE_BYTES + WW_ACT_BYTES, src + off, bytes, full0 + 8 * s);
         };
         const int pw = warp - 8;
@@ -266,6 +314,23 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         wo_dependent_part();
         const u16* x = reinterpret_cast<const u16*>(X) + (i64)m0 * lda;
         const int live = M - m0;  // tokens of the block inside M
+        const auto k0_of = [&](int st) { return (c_begin + st * WW_CPS) * WO_KC; };
+#if WW_PAIR
+        const int n0 = (int)(peer ^ 1u) * WW_HALF + pw * WW_SPAN;  // this warp's tokens: a share of the block's half
+        // once this warp's gather of stage st is complete and fenced: its rows of each unit to the peer's slot,
+        // completing on the peer's full barrier (which expects them: its copier's expect_tx)
+        const auto to_peer = [&](int st) {
+            __syncwarp();
+            if (lane == 0) {
+                const int s = st % WW_STAGES;
+#pragma unroll
+                for (int u = 0; u < WW_UNITS; ++u) {
+                    const u32 src = ring + s * WW_STAGE_BYTES + (u * WW_MP + n0) * 128;
+                    cp_async_bulk_s2cluster(mapa(src, peer), src, WW_SPAN * 128, mapa(full0 + 8 * s, peer));
+                }
+            }
+        };
+#endif
         const u16* xr[WO_MT];  // the groups gather's: the lane's token row in each row group, 4 bytes if inside M
         u32 lv[WO_MT];
 #pragma unroll
@@ -280,7 +345,14 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
                 if (copier) records(st);
             }
-            ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw);
+#if WW_PAIR
+            if (k0_of(st) + WW_UNITS * 64 <= K)
+                ww_gather_span_<true>(ring + s * WW_STAGE_BYTES, x, lda, live, K, k0_of(st), lane, n0);
+            else
+                ww_gather_span_<false>(ring + s * WW_STAGE_BYTES, x, lda, live, K, k0_of(st), lane, n0);
+#else
+            ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, k0_of(st), lane, pw);
+#endif
             ww_cp_commit();
             // stage st's fold bits (slot s is free: its previous stage was released above), published by this
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather
@@ -290,12 +362,20 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             if (st >= WW_LAG) {  // stage st - LAG's gather is complete: hand it to the async proxy, then arrive
                 ww_cp_wait<WW_LAG>();
                 ww_fence_async();
+#if WW_PAIR
+                to_peer(st - WW_LAG);
+#endif
                 mbarrier_arrive(full0 + 8 * ((st - WW_LAG) % WW_STAGES));
             }
         }
         ww_cp_wait<0>();
         ww_fence_async();
-        for (int st = max(0, stages - WW_LAG); st < stages; ++st) mbarrier_arrive(full0 + 8 * (st % WW_STAGES));
+        for (int st = max(0, stages - WW_LAG); st < stages; ++st) {
+#if WW_PAIR
+            to_peer(st);
+#endif
+            mbarrier_arrive(full0 + 8 * (st % WW_STAGES));
+        }
     } else {  // consumer warpgroup h = warp / 4 multiplies half h of the group: warp w's tile is 2 (w % 4) + h
         wo_dependent_part();
         const int g = lane >> 2, tile = 2 * (warp & 3) + (warp >> 2);
@@ -303,7 +383,12 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         // the previous stage is free once the second chunk of this one passed its wait (every wgmma of the previous
         // stage completed): one arrive per warp
         const auto release = [&](int st, int cc) {
-            if (cc == WW_CPS - 1 && st > 0 && lane == 0) mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+            if (cc == WW_CPS - 1 && st > 0 && lane == 0) {
+                mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+#if WW_PAIR
+                mbarrier_arrive_cluster(mapa(empty0 + 8 * ((st - 1) % WW_STAGES), peer));  // the peer writes here too
+#endif
+            }
         };
         bool unfolded = false;    // a chunk outside the fold range (a fold-only build gives NaN: never a wrong sum)
         float t[D];               // the fp32 path's block product (written by wgmma only)
@@ -390,6 +475,10 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         }
     }
 
+#if WW_PAIR
+    barrier_cluster_arrive();  // neither block leaves while the other may still copy into it or arrive on it
+    barrier_cluster_wait();
+#endif
     float out[1][WO_MT][4];
 #pragma unroll
     for (int mt = 0; mt < WO_MT; ++mt)

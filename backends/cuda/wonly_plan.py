@@ -4,6 +4,8 @@ both paths' staging callables; the rules it applies (which kernel, which compile
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from mxcore.errors import UnsupportedError
@@ -63,8 +65,10 @@ class WonlyPlan(Plan):
         else:
             mt = next((x for x in rules.MT_CHOICES if 8 * x >= m), rules.MT_CHOICES[-1])
             self.variant_ = rules.WonlyVariant(db.elem, da.elem, mt)
-        v = self.variant_
         groups = record_groups(n)
+        if self.variant_.kernel == "wg" and rules.wg_pair(self.variant_.mt, groups):
+            self.variant_ = replace(self.variant_, pair=True)
+        v = self.variant_
         self._nchunks = -(-da.k // v.kc)
         self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * v.mt)))
         with cp.cuda.Device(dev.ordinal):
