@@ -55,14 +55,15 @@
 #define WW_GATHER_ROWS 0  // 1: the activations gathered per token row (ww_gather_rows_), 0: per row group of 8
 #endif
 #ifndef WW_PAIR
-#define WW_PAIR 0  // 1: clusters of two blocks (record groups 2c, 2c + 1) share the activations: each gathers half
+#define WW_PAIR 0  // P > 1: clusters of P blocks (record groups Pc .. Pc + P - 1) share the activations: each
+                   // gathers a P-th of the tokens and copies it to the others
 #endif
 #if WW_PAIR
-#define WW_HALF (WW_MP / 2)                              // tokens a block of the pair gathers
+#define WW_HALF (WW_MP / WW_PAIR)                        // tokens a block of the cluster gathers
 #define WW_SPAN (WW_HALF / WW_GATHER_WARPS)              // tokens a producer warp gathers (contiguous)
-#define WW_PEER_BYTES (WW_UNITS * WW_HALF * 128)         // what the peer copies into a stage
-static_assert(WW_HALF % WW_GATHER_WARPS == 0, "a producer warp's share of the half");
-#define WW_CLUSTER __cluster_dims__(2, 1, 1)
+#define WW_PEER_BYTES (WW_UNITS * (WW_MP - WW_HALF) * 128)  // what the peers copy into a stage
+static_assert(WW_HALF % WW_GATHER_WARPS == 0 && WW_HALF * WW_PAIR == WW_MP, "a producer warp's share");
+#define WW_CLUSTER __cluster_dims__(WW_PAIR, 1, 1)
 #else
 #define WW_CLUSTER
 #endif
@@ -260,7 +261,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
     __shared__ u32 fold_bits[WW_STAGES];               // stage s's chunks that fold (ww_fold_bits)
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
 #if WW_PAIR
-    const u32 peer = cluster_ctarank() ^ 1u;
+    const u32 rank = cluster_ctarank();
 #endif
     u8* const ring_ptr = smem_raw + (ring - smem_u32(smem_raw));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -273,7 +274,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         for (int s = 0; s < WW_STAGES; ++s) {
             mbarrier_init(full0 + 8 * s, 1 + 32 * WW_GATHER_WARPS);  // the record copy's expect_tx arrive, then the
                                                                     // producer lanes
-            mbarrier_init(empty0 + 8 * s, WW_PAIR ? 16 : 8);  // the consumer warps (of both blocks of a pair)
+            mbarrier_init(empty0 + 8 * s, WW_PAIR ? 8 * WW_PAIR : 8);  // the consumer warps (of every block of a cluster)
         }
         fence_mbarrier_init();
     }
@@ -316,7 +317,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         const int live = M - m0;  // tokens of the block inside M
         const auto k0_of = [&](int st) { return (c_begin + st * WW_CPS) * WO_KC; };
 #if WW_PAIR
-        const int n0 = (int)(peer ^ 1u) * WW_HALF + pw * WW_SPAN;  // this warp's tokens: a share of the block's half
+        const int n0 = (int)rank * WW_HALF + pw * WW_SPAN;  // this warp's tokens: a share of the block's part
         // once this warp's gather of stage st is complete and fenced: its rows of each unit to the peer's slot,
         // completing on the peer's full barrier (which expects them: its copier's expect_tx)
         const auto to_peer = [&](int st) {
@@ -324,9 +325,13 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             if (lane == 0) {
                 const int s = st % WW_STAGES;
 #pragma unroll
-                for (int u = 0; u < WW_UNITS; ++u) {
-                    const u32 src = ring + s * WW_STAGE_BYTES + (u * WW_MP + n0) * 128;
-                    cp_async_bulk_s2cluster(mapa(src, peer), src, WW_SPAN * 128, mapa(full0 + 8 * s, peer));
+                for (int r = 1; r < WW_PAIR; ++r) {
+                    const u32 peer = (rank + r) % WW_PAIR, bar = mapa(full0 + 8 * s, peer);
+#pragma unroll
+                    for (int u = 0; u < WW_UNITS; ++u) {
+                        const u32 src = ring + s * WW_STAGE_BYTES + (u * WW_MP + n0) * 128;
+                        cp_async_bulk_s2cluster(mapa(src, peer), src, WW_SPAN * 128, bar);
+                    }
                 }
             }
         };
@@ -386,7 +391,9 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             if (cc == WW_CPS - 1 && st > 0 && lane == 0) {
                 mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
 #if WW_PAIR
-                mbarrier_arrive_cluster(mapa(empty0 + 8 * ((st - 1) % WW_STAGES), peer));  // the peer writes here too
+#pragma unroll
+                for (int r = 1; r < WW_PAIR; ++r)  // the peers write into this slot too
+                    mbarrier_arrive_cluster(mapa(empty0 + 8 * ((st - 1) % WW_STAGES), (rank + r) % WW_PAIR));
 #endif
             }
         };

@@ -174,11 +174,14 @@ WG_ROWS_MT = 4
 #: clusters of two blocks (adjacent record groups) that each gather half of the activations and copy it to the
 #: other (WW_PAIR), from WG_PAIR_MT m8 tiles up on an even number of record groups (None: nowhere)
 WG_PAIR_MT = None
+WG_PAIR = 2  # blocks per cluster
 
 
-def wg_pair(mt: int, groups: int) -> bool:
-    """Whether the wgmma kernel with ``mt`` m8 tiles on ``groups`` record groups runs as pairs (WG_PAIR_MT)."""
-    return WG_PAIR_MT is not None and mt >= WG_PAIR_MT and groups % 2 == 0
+def wg_pair(mt: int, groups: int) -> int:
+    """The blocks per cluster of the wgmma kernel with ``mt`` m8 tiles on ``groups`` record groups (WG_PAIR_MT,
+    WG_PAIR; 0: no clusters)."""
+    ok = WG_PAIR_MT is not None and mt >= WG_PAIR_MT and groups % WG_PAIR == 0 and (8 * mt) % (WG_PAIR * WG_GATHER_WARPS.get(mt, 1)) == 0
+    return WG_PAIR if ok else 0
 
 
 def span_folds(span: tuple, element: str, act: str) -> bool:
@@ -240,7 +243,7 @@ class WonlyVariant:
     cps: int = 0  # tma: K chunks per ring stage
     pdl: bool = False  # sm_90: launched with programmatic dependent launch (WO_PDL)
     fold_only: bool = False  # wg: every chunk folds (WW_FOLD_ONLY: no fp32 block-scale path; WG_FOLD_MT)
-    pair: bool = False  # wg: clusters of two blocks share the activation gather (WW_PAIR; wg_pair)
+    pair: int = 0  # wg: clusters of this many blocks share the activation gather (WW_PAIR; wg_pair)
 
     @classmethod
     def gemv(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
@@ -339,7 +342,7 @@ class WonlyVariant:
         if self.kernel == "tma":  # its configuration (the constants above may change between variants)
             tail = f"_w{self.warps}s{self.pf}c{self.cps}" + tail
         if self.kernel == "wg":
-            tail = (f"_s{self.pf}c{self.cps}" + ("_fold" if self.fold_only else "") + ("_pair" if self.pair else "")
+            tail = (f"_s{self.pf}c{self.cps}" + ("_fold" if self.fold_only else "") + (f"_p{self.pair}" if self.pair else "")
                     + tail)
         if self.kernel in ("gemv", "tma", "wg"):
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
@@ -365,7 +368,7 @@ class WonlyVariant:
                          f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"', f"-DWW_FOLD_ONLY={int(self.fold_only)}",
                          f"-DWW_GATHER_WARPS={self.gather_warps}",
                          f"-DWW_GATHER_ROWS={int(self.gather_rows)}",
-                         f"-DWW_PAIR={int(self.pair)}"),
+                         f"-DWW_PAIR={self.pair}"),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())

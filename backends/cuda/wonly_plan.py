@@ -67,7 +67,7 @@ class WonlyPlan(Plan):
             self.variant_ = rules.WonlyVariant(db.elem, da.elem, mt)
         groups = record_groups(n)
         if self.variant_.kernel == "wg" and rules.wg_pair(self.variant_.mt, groups):
-            self.variant_ = replace(self.variant_, pair=True)
+            self.variant_ = replace(self.variant_, pair=rules.wg_pair(self.variant_.mt, groups))
         v = self.variant_
         self._nchunks = -(-da.k // v.kc)
         self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * v.mt)))
