@@ -29,13 +29,19 @@
 // (cp.async.wait_group), fence them to the async proxy and arrive.  Consumers release a stage ("empty", one arrive
 // per warp) once the wgmma that read it completed.
 //
+// Clusters (WW_PAIR = P blocks on adjacent record groups, the same tokens and K): each block gathers a P-th of the
+// tokens and bulk-copies those rows from its stage into the same slot of every peer (cp.async.bulk shared::cluster,
+// completing on the peer's full barrier, whose expect_tx counts them), so the activations cross L2 once per cluster
+// instead of once per block; a slot is free when the consumers of all P blocks released it (the empty barrier
+// counts 8 P arrives, remote ones by mapa).  A cluster barrier after the barriers' init and before exit.
+//
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
 //
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
 // the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
-// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS.
+// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_PAIR.
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -59,12 +65,14 @@
                    // gathers a P-th of the tokens and copies it to the others
 #endif
 #if WW_PAIR
-#define WW_HALF (WW_MP / WW_PAIR)                        // tokens a block of the cluster gathers
-#define WW_SPAN (WW_HALF / WW_GATHER_WARPS)              // tokens a producer warp gathers (contiguous)
-#define WW_PEER_BYTES (WW_UNITS * (WW_MP - WW_HALF) * 128)  // what the peers copy into a stage
-static_assert(WW_HALF % WW_GATHER_WARPS == 0 && WW_HALF * WW_PAIR == WW_MP, "a producer warp's share");
+#define WW_PART (WW_MP / WW_PAIR)                        // tokens a block of the cluster gathers
+#define WW_SPAN (WW_PART / WW_GATHER_WARPS)              // tokens a producer warp gathers (contiguous)
+#define WW_PEER_BYTES (WW_UNITS * (WW_MP - WW_PART) * 128)  // what the peers copy into a stage
+static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && WW_GATHER_ROWS,
+              "clusters gather token rows, a producer warp's share of the block's part");
 #define WW_CLUSTER __cluster_dims__(WW_PAIR, 1, 1)
 #else
+#define WW_PEER_BYTES 0
 #define WW_CLUSTER
 #endif
 #ifndef WW_FOLD_ONLY
@@ -159,45 +167,26 @@ __device__ __forceinline__ void ww_gather_groups_(u32 act, const u16* const (&xr
 // The producer's activation gather of one stage (K from k0, WW_UNITS rows of 64 K per token): one 4-byte cp.async
 // per token and 64-K row, lane l moving physical word l (block l >> 4 of the row, record lane t = (l >> 2) & 3,
 // word i = l & 3: K k0 + 64 u + 2 l) to 16-byte chunk 4 (l >> 4) + i (swizzled by the token's row) of the token's
-// row, word t: 128 contiguous bytes of X (4 sectors) into 32 distinct banks.  Producer warp pw takes tokens pw, pw +
-// P, ... (P = WW_GATHER_WARPS) of the block's WW_MP; tokens past M are not gathered (their columns of the product
-// are never stored); K is checked only in a stage that reaches past it.  x: the block's first token row.
+// row, word t: 128 contiguous bytes of X (4 sectors) into 32 distinct banks.  Producer warp pw takes WW_ROWS tokens
+// n0, n0 + WW_ROW_STEP, ... of the block's WW_MP (n0 = pw, step WW_GATHER_WARPS; in a cluster its WW_SPAN contiguous
+// tokens of the block's part); tokens past M are not gathered (their columns of the product are never stored); K is
+// checked only in a stage that reaches past it.  x: the block's first token row.
+#if WW_PAIR
+#define WW_ROWS WW_SPAN
+#define WW_ROW_STEP 1
+#else
+#define WW_ROWS (WW_MP / WW_GATHER_WARPS)
+#define WW_ROW_STEP WW_GATHER_WARPS
+#endif
 template <bool INSIDE>
 __device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, int live, int K, int k0, int lane,
-                                                int pw) {
-    const u32 dw = act + 4u * ((lane >> 2) & 3);
-    const int chunk = 4 * (lane >> 4) + (lane & 3);
-    const u16* row = x + (i64)pw * lda + k0 + 2 * lane;
-#pragma unroll
-    for (int j = 0; j < WW_MP / WW_GATHER_WARPS; ++j) {
-        const int n = j * WW_GATHER_WARPS + pw;
-        if (n >= live) break;
-#pragma unroll
-        for (int u = 0; u < WW_UNITS; ++u) {
-            const u32 dst = dw + (u * WW_MP + n) * 128 + ((chunk ^ (n & 7)) << 4);
-            if (INSIDE) {
-                ww_cp4(dst, row + 64 * u, 4u);
-            } else {
-                const int k = k0 + 64 * u + 2 * lane;
-                const u32 bytes = (u32)max(0, min(2, K - k)) * 2u;
-                ww_cp4(dst, bytes ? (const void*)(row + 64 * u) : (const void*)x, bytes);
-            }
-        }
-        row += WW_GATHER_WARPS * lda;
-    }
-}
-#if WW_PAIR
-// The pair's gather (WW_PAIR): the token-row gather above for this warp's WW_SPAN tokens from n0 (its share of the
-// block's half), the rest of the stage comes from the peer
-template <bool INSIDE>
-__device__ __forceinline__ void ww_gather_span_(u32 act, const u16* x, i64 lda, int live, int K, int k0, int lane,
                                                 int n0) {
     const u32 dw = act + 4u * ((lane >> 2) & 3);
     const int chunk = 4 * (lane >> 4) + (lane & 3);
     const u16* row = x + (i64)n0 * lda + k0 + 2 * lane;
 #pragma unroll
-    for (int j = 0; j < WW_SPAN; ++j) {
-        const int n = n0 + j;
+    for (int j = 0; j < WW_ROWS; ++j) {
+        const int n = n0 + j * WW_ROW_STEP;
         if (n >= live) break;
 #pragma unroll
         for (int u = 0; u < WW_UNITS; ++u) {
@@ -210,18 +199,17 @@ __device__ __forceinline__ void ww_gather_span_(u32 act, const u16* x, i64 lda, 
                 ww_cp4(dst, bytes ? (const void*)(row + 64 * u) : (const void*)x, bytes);
             }
         }
-        row += lda;
+        row += WW_ROW_STEP * lda;
     }
 }
-#endif
-// the stage's gather, per token row (WW_GATHER_ROWS) or per row group
+// the stage's gather, per token row (WW_GATHER_ROWS, from token n0) or per row group
 __device__ __forceinline__ void ww_gather(u32 act, const u16* x, i64 lda, int live, const u16* const (&xr)[WO_MT],
-                                          const u32 (&lv)[WO_MT], int K, int k0, int lane, int pw) {
+                                          const u32 (&lv)[WO_MT], int K, int k0, int lane, int pw, int n0) {
     if (WW_GATHER_ROWS) {
         if (k0 + WW_UNITS * 64 <= K)
-            ww_gather_rows_<true>(act, x, lda, live, K, k0, lane, pw);
+            ww_gather_rows_<true>(act, x, lda, live, K, k0, lane, n0);
         else
-            ww_gather_rows_<false>(act, x, lda, live, K, k0, lane, pw);
+            ww_gather_rows_<false>(act, x, lda, live, K, k0, lane, n0);
     } else {
         if (k0 + WW_UNITS * 64 <= K)
             ww_gather_groups_<true>(act, xr, lv, K, k0, lane, pw);
@@ -299,7 +287,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         auto records = [&](int st) {
             const int s = st % WW_STAGES;
             const u32 off = (u32)st * WW_REC_BYTES, bytes = min((u32)WW_REC_BYTES, total - off);
-            mbarrier_arrive_expect_tx(full0 + 8 * s, bytes + (WW_PAIR ? WW_PEER_BYTES : 0u));  // (+ the peer's half)
+            mbarrier_arrive_expect_tx(full0 + 8 * s, bytes + WW_PEER_BYTES);  // (+ the peers' parts)
             cp_async_bulk_g2s(ring + s * WW_STAGE_BYTES + WW_ACT_BYTES, src + off, bytes, full0 + 8 * s);
         };
         const int pw = warp - 8;
@@ -315,10 +303,9 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         wo_dependent_part();
         const u16* x = reinterpret_cast<const u16*>(X) + (i64)m0 * lda;
         const int live = M - m0;  // tokens of the block inside M
-        const auto k0_of = [&](int st) { return (c_begin + st * WW_CPS) * WO_KC; };
 #if WW_PAIR
-        const int n0 = (int)rank * WW_HALF + pw * WW_SPAN;  // this warp's tokens: a share of the block's part
-        // once this warp's gather of stage st is complete and fenced: its rows of each unit to the peer's slot,
+        const int n0 = (int)rank * WW_PART + pw * WW_SPAN;  // this warp's tokens: a share of the block's part
+        // once this warp's gather of stage st is complete and fenced: its rows of each unit to each peer's slot,
         // completing on the peer's full barrier (which expects them: its copier's expect_tx)
         const auto to_peer = [&](int st) {
             __syncwarp();
@@ -335,6 +322,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 }
             }
         };
+#else
+        const int n0 = pw;  // the token-row gather's first token
 #endif
         const u16* xr[WO_MT];  // the groups gather's: the lane's token row in each row group, 4 bytes if inside M
         u32 lv[WO_MT];
@@ -350,14 +339,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
                 if (copier) records(st);
             }
-#if WW_PAIR
-            if (k0_of(st) + WW_UNITS * 64 <= K)
-                ww_gather_span_<true>(ring + s * WW_STAGE_BYTES, x, lda, live, K, k0_of(st), lane, n0);
-            else
-                ww_gather_span_<false>(ring + s * WW_STAGE_BYTES, x, lda, live, K, k0_of(st), lane, n0);
-#else
-            ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, k0_of(st), lane, pw);
-#endif
+            ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw, n0);
             ww_cp_commit();
             // stage st's fold bits (slot s is free: its previous stage was released above), published by this
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather

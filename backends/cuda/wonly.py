@@ -171,16 +171,18 @@ WG_GATHER_WARPS = {mt: 2 for mt in range(4, 9)}
 #: 126.8 -> 111.7; but byte codes slower (bf16 x mxfp8 64 x 28672 x 8192 169.6 -> 197.7, mxfp6 147.4 -> 156.5) and
 #: M <= 16 level or slower (bf16 x mxfp4 4 / 16 x 28672 x 8192 47.3 / 56.7 -> 48.0 / 57.0)
 WG_ROWS_MT = 4
-#: clusters of two blocks (adjacent record groups) that each gather half of the activations and copy it to the
-#: other (WW_PAIR), from WG_PAIR_MT m8 tiles up on an even number of record groups (None: nowhere)
-WG_PAIR_MT = None
-WG_PAIR = 2  # blocks per cluster
+#: clusters of WG_PAIR blocks on adjacent record groups that each gather a WG_PAIR-th of the activations and copy it
+#: to the others (WW_PAIR: the activations cross L2 once per cluster), from WG_PAIR_MT m8 tiles up on 4-bit codes
+#: where the record groups divide into clusters.  Session 21, H100, us, same run, one block -> pairs: bf16 x mxfp4
+#: 40 / 64 x 28672 x 8192 82.9 / 103.4 -> 78.7 / 91.6, 64 x 8192 x 8192 37.9 -> 34.9; f16 x mxfp4 90.3 / 111.2 ->
+#: 86.0 / 101.2, 37.0 -> 41.0; but bf16 x mxfp8 slower (160.5 / 167.0 -> 168.5 / 180.1, 52.9 -> 56.3), m32 level or
+#: slower (bf16 x mxfp4 32 x 28672 x 8192 72.9 -> 75.7) and clusters of 4 slower everywhere (64 x 28672 x 8192 92.5)
+WG_PAIR_MT, WG_PAIR = 5, 2
 
 
-def wg_pair(mt: int, groups: int) -> int:
-    """The blocks per cluster of the wgmma kernel with ``mt`` m8 tiles on ``groups`` record groups (WG_PAIR_MT,
-    WG_PAIR; 0: no clusters)."""
-    ok = WG_PAIR_MT is not None and mt >= WG_PAIR_MT and groups % WG_PAIR == 0 and (8 * mt) % (WG_PAIR * WG_GATHER_WARPS.get(mt, 1)) == 0
+def wg_pair(v: "WonlyVariant", groups: int) -> int:
+    """The blocks per cluster of wgmma variant ``v`` on ``groups`` record groups (WG_PAIR_MT; 0: no clusters)."""
+    ok = v.gather_rows and v.mt >= WG_PAIR_MT and groups % WG_PAIR == 0 and 8 * v.mt % (WG_PAIR * v.gather_warps) == 0
     return WG_PAIR if ok else 0
 
 

@@ -66,8 +66,9 @@ class WonlyPlan(Plan):
             mt = next((x for x in rules.MT_CHOICES if 8 * x >= m), rules.MT_CHOICES[-1])
             self.variant_ = rules.WonlyVariant(db.elem, da.elem, mt)
         groups = record_groups(n)
-        if self.variant_.kernel == "wg" and rules.wg_pair(self.variant_.mt, groups):
-            self.variant_ = replace(self.variant_, pair=rules.wg_pair(self.variant_.mt, groups))
+        pair = rules.wg_pair(self.variant_, groups)  # clusters sharing the activation gather
+        if pair:
+            self.variant_ = replace(self.variant_, pair=pair)
         v = self.variant_
         self._nchunks = -(-da.k // v.kc)
         self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * v.mt)))
