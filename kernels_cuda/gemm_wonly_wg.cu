@@ -262,7 +262,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         for (int s = 0; s < WW_STAGES; ++s) {
             mbarrier_init(full0 + 8 * s, 1 + 32 * WW_GATHER_WARPS);  // the record copy's expect_tx arrive, then the
                                                                     // producer lanes
-            mbarrier_init(empty0 + 8 * s, WW_PAIR ? 8 * WW_PAIR : 8);  // the consumer warps (of every block of a cluster)
+            mbarrier_init(empty0 + 8 * s, 8 * max(1, WW_PAIR));  // the consumer warps (of each block of a cluster)
         }
         fence_mbarrier_init();
     }
@@ -339,7 +339,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
                 if (copier) records(st);
             }
-            ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw, n0);
+            ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw,
+                      n0);
             ww_cp_commit();
             // stage st's fold bits (slot s is free: its previous stage was released above), published by this
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather

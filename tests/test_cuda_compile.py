@@ -182,8 +182,14 @@ def test_variant_machine_code(arch, stem):
     elif job["file"] in (WONLY_FILE, GEMV_FILE, TMA_FILE, WG_FILE):  # weight-only: mma on decoded registers, no FTZ
         if job["file"] == WG_FILE:  # sm_90a: wgmma with the weight as register A (HGMMA), a bulk copy of the records
             assert job["arch"] == "sm_90a" and c["HGMMA"] > 0 and c["HMMA"] == 0, dict(c)  # per stage (two sites:
-            assert c["UBLKCP"] == 2 and c["LDGSTS"] > 0 and c["SYNCS"] > 0, dict(c)  # the ring's first fill and the
-            # loop), 4-byte cp.async of the activations, mbarriers
+            bulk = {k: binary.sass.count(k + " ") for k in ("UBLKCP.S.G", "UBLKCP.S.S", "UCGABAR_ARV", "UCGABAR_WAIT")}
+            assert bulk["UBLKCP.S.G"] == 2 and c["LDGSTS"] > 0 and c["SYNCS"] > 0, (bulk, dict(c))  # the ring's first
+            # fill and the loop), 4-byte cp.async of the activations, mbarriers; in clusters (_p2) bulk copies of
+            # the gathered rows to the peers' shared memory, remote arrives, a cluster barrier at init and exit
+            pair = "_p2_" in stem
+            cluster = (bulk["UBLKCP.S.S"] > 0, bulk["UCGABAR_ARV"], bulk["UCGABAR_WAIT"])
+            assert cluster == (pair, 2 * pair, 2 * pair), bulk
+            assert ("SYNCS.ARRIVE.TRANS64.RED" in binary.sass) == pair
             assert "C7515" not in binary.log, "ptxas serialized the wgmma (an accumulator written between them)"
         else:
             assert c["HMMA"] > 0 and c["QMMA"] == 0 and c["LDSM"] == 0, dict(c)

@@ -339,3 +339,20 @@ def test_wg_gather_rule():
                 assert v.gather_rows == rows and f"-DWW_GATHER_ROWS={int(rows)}" in v.options(), (act, el, mt)
     assert not wonly.WonlyVariant.gemv("e2m1", "bf16", 1).gather_rows
     assert wonly.WG_ROWS_MT <= wonly.WG_MT[-1]  # the m32 build too
+
+
+def test_wg_pair_rule():
+    """The wgmma kernel runs in clusters of WG_PAIR blocks sharing the activation gather (WW_PAIR) for 4-bit codes
+    from WG_PAIR_MT m8 tiles up where the record groups divide into clusters; its name and options say so."""
+    from dataclasses import replace
+    for act in ("bf16", "f16"):
+        for el in ("e2m1", "e2m3", "e4m3fn"):
+            for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
+                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
+                for groups in (64, 224, 7):
+                    want = el == "e2m1" and mt >= wonly.WG_PAIR_MT and groups % wonly.WG_PAIR == 0
+                    assert wonly.wg_pair(v, groups) == (wonly.WG_PAIR if want else 0), (act, el, mt, groups)
+    assert wonly.wg_pair(wonly.WonlyVariant.gemv("e2m1", "bf16", 1), 64) == 0
+    v = wonly.WonlyVariant.wg("e2m1", "bf16", 8, True, fold_only=True)
+    p = replace(v, pair=wonly.WG_PAIR)
+    assert "-DWW_PAIR=0" in v.options() and f"-DWW_PAIR={wonly.WG_PAIR}" in p.options() and p.name != v.name

@@ -52,7 +52,7 @@ This module holds the paths' rules: which path and kernel run (``wonly_path``, `
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -344,8 +344,8 @@ class WonlyVariant:
         if self.kernel == "tma":  # its configuration (the constants above may change between variants)
             tail = f"_w{self.warps}s{self.pf}c{self.cps}" + tail
         if self.kernel == "wg":
-            tail = (f"_s{self.pf}c{self.cps}" + ("_fold" if self.fold_only else "") + (f"_p{self.pair}" if self.pair else "")
-                    + tail)
+            tail = (f"_s{self.pf}c{self.cps}" + ("_fold" if self.fold_only else "")
+                    + (f"_p{self.pair}" if self.pair else "") + tail)
         if self.kernel in ("gemv", "tma", "wg"):
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
@@ -413,7 +413,8 @@ def fold_range(element: str, act: str) -> tuple[int, int, int]:
 
 def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     """Every weight-only kernel a plan on ``arch`` can launch: the ring at every M tile, the direct-load kernel, and
-    on sm_90 the small-M kernels gemv and tma, each with and without PDL (whatever SM90_SMALL / SM90_PDL choose)."""
+    on sm_90 the small-M kernels gemv and tma, each with and without PDL (whatever SM90_SMALL / SM90_PDL choose), and
+    wg (fold-only too, and in clusters where wg_pair may choose them)."""
     from mxcore import dtypes as _dt
 
     elements = list(dict.fromkeys(_dt.MX_ELEMENT.values()))
@@ -426,6 +427,7 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
                  for e in elements for act in ("f16", "bf16") for mt in mts]
         extra += [WonlyVariant.wg(e, act, mt, SM90_PDL, fold_only=True)
                   for e in elements for act in ("f16", "bf16") for mt in WG_FOLD_MT]
+        extra += [replace(v, pair=p) for v in extra if (p := wg_pair(v, WG_PAIR))]  # clusters where they may run
         out += [v for v in dict.fromkeys(extra) if v not in out]
     return out
 
