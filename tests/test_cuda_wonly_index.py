@@ -295,7 +295,7 @@ def test_wg_fold_only_rule_and_build():
     other = wonly.WonlyVariant.wg("e2m1", "bf16", 2, True)
     assert other.threads == 288 and "-DWW_FOLD_ONLY=0" in other.options() and "-DWW_GATHER_WARPS=1" in other.options()
     assert wonly.WonlyVariant.wg("e2m1", "bf16", 4, True).threads == 320
-    folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only}
+    folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only and not x.pair}
     assert len(folds) == 10 * len(wonly.WG_FOLD_MT) and v.name in folds
     assert not any(x.fold_only for x in wonly.all_wonly_variants("sm_80"))
 
