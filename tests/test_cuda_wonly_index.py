@@ -292,8 +292,10 @@ def test_wg_fold_only_rule_and_build():
     assert v.name == "wonly_wg_bf16_e2m1_m64_s4c2_fold_pdl" and v.gather_warps == 2 and v.threads == 320
     opts = v.options()
     assert "-DWW_FOLD_ONLY=1" in opts and "-DWW_GATHER_WARPS=2" in opts and "-DWO_MT=8" in opts
-    other = wonly.WonlyVariant.wg("e2m1", "bf16", 2, True)
+    other = wonly.WonlyVariant.wg("e4m3fn", "bf16", 2, True)  # byte codes at m16: one warp gathers row groups
     assert other.threads == 288 and "-DWW_FOLD_ONLY=0" in other.options() and "-DWW_GATHER_WARPS=1" in other.options()
+    rows = wonly.WonlyVariant.wg("e2m1", "bf16", 2, True)  # 4-bit codes: WG_ROWS_WARPS gather token rows
+    assert rows.gather_rows and rows.gather_warps == wonly.WG_ROWS_WARPS == 2 and rows.threads == 320
     assert wonly.WonlyVariant.wg("e2m1", "bf16", 4, True).threads == 320
     folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only and not x.pair}
     assert len(folds) == 10 * len(wonly.WG_FOLD_MT) and v.name in folds

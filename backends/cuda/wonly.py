@@ -159,7 +159,8 @@ WG_MT = (1, 2, 3, 4)
 #: 20 / 24 x 8192 x 8192 24.1 / 25.3 -> 23.2 / 24.0, 24 / 40 x 28672 x 8192 74.0 / 94.5 -> 67.6 / 88.7 (bf16 x mxfp8
 #: within 2 % either way)
 WG_FOLD_MT = (5, 6, 7, 8)
-#: the wgmma kernel's producer warps that gather activations, by m8 tiles (1 where not listed; 4 at m64 spill).
+#: the wgmma kernel's producer warps that gather activations per row group, by m8 tiles (1 where not listed; 4 at
+#: m64 spill; the token-row gather takes WG_ROWS_WARPS).
 #: Session 18, H100, bf16 x mxfp4, us, 1 -> 2 at m32: 24 / 32 x 8192 x 8192 26.8 / 28.4 -> 25.3 / 27.3, 32 x 28672 x
 #: 8192 80.2 -> 76.9 (bf16 x mxfp8 within 1-2 %); at m16 level (16 x 8192 x 8192 22.2 -> 22.3, 16 x 28672 x 8192
 #: 56.3 -> 55.9: not taken)
@@ -169,8 +170,11 @@ WG_GATHER_WARPS = {mt: 2 for mt in range(4, 9)}
 #: Session 20, H100, us, row groups -> token rows, bf16 x mxfp4: 32 / 64 x 8192 x 8192 27.2 / 43.1 -> 25.7 / 37.8,
 #: 32 / 64 x 28672 x 8192 76.7 / 126.3 -> 73.0 / 102.0; f16 x mxfp4 64 x 8192 x 8192 43.8 -> 40.2, 64 x 28672 x 8192
 #: 126.8 -> 111.7; but byte codes slower (bf16 x mxfp8 64 x 28672 x 8192 169.6 -> 197.7, mxfp6 147.4 -> 156.5) and
-#: M <= 16 level or slower (bf16 x mxfp4 4 / 16 x 28672 x 8192 47.3 / 56.7 -> 48.0 / 57.0)
-WG_ROWS_MT = 4
+#: M <= 16 level or slower (bf16 x mxfp4 4 / 16 x 28672 x 8192 47.3 / 56.7 -> 48.0 / 57.0) with one producer warp.
+#: With two (WG_ROWS_WARPS) m16 and m24 gain: session 21, H100, us, same run, row groups with one warp -> token rows
+#: with one / two warps, bf16 x mxfp4: 16 x 28672 x 8192 56.0 -> 56.9 / 53.7, 24 x 28672 x 8192 68.0 -> 80.0 / 64.0,
+#: 16 x 8192 x 8192 22.2 -> 22.1 / 21.3; m8 not (8 x 28672 x 8192 47.7 -> 48.6 / 48.8)
+WG_ROWS_MT, WG_ROWS_WARPS = 2, 2
 #: clusters of WG_PAIR blocks on adjacent record groups that each gather a WG_PAIR-th of the activations and copy it
 #: to the others (WW_PAIR: the activations cross L2 once per cluster), from WG_PAIR_MT m8 tiles up on 4-bit codes
 #: where the record groups divide into clusters.  Session 21, H100, us, same run, one block -> pairs: bf16 x mxfp4
@@ -281,8 +285,10 @@ class WonlyVariant:
 
     @property
     def gather_warps(self) -> int:
-        """wg: the producer warps that gather the activations (WG_GATHER_WARPS)."""
-        return WG_GATHER_WARPS.get(self.mt, 1) if self.kernel == "wg" else 0
+        """wg: the producer warps that gather the activations (WG_ROWS_WARPS per token row, else WG_GATHER_WARPS)."""
+        if self.kernel != "wg":
+            return 0
+        return WG_ROWS_WARPS if self.gather_rows else WG_GATHER_WARPS.get(self.mt, 1)
 
     @property
     def gather_rows(self) -> bool:
