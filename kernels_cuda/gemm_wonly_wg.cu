@@ -267,7 +267,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         fence_mbarrier_init();
     }
 #if WW_PAIR
-    barrier_cluster_arrive();  // both blocks' barriers exist before either copies into or arrives on the other
+    barrier_cluster_arrive();  // every block's barriers exist before any copies into or arrives on another
     barrier_cluster_wait();
 #else
     __syncthreads();
@@ -466,7 +466,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
     }
 
 #if WW_PAIR
-    barrier_cluster_arrive();  // neither block leaves while the other may still copy into it or arrive on it
+    barrier_cluster_arrive();  // no block leaves while another may still copy into it or arrive on it
     barrier_cluster_wait();
 #endif
     float out[1][WO_MT][4];

@@ -179,15 +179,15 @@ WG_ROWS_MT, WG_ROWS_WARPS = 2, 2
 #: to the others (WW_PAIR: the activations cross L2 once per cluster), from WG_PAIR_MT m8 tiles up on 4-bit codes
 #: where the record groups divide into clusters.  Session 21, H100, us, same run, one block -> pairs: bf16 x mxfp4
 #: 40 / 64 x 28672 x 8192 82.9 / 103.4 -> 78.7 / 91.6, 64 x 8192 x 8192 37.9 -> 34.9; f16 x mxfp4 90.3 / 111.2 ->
-#: 86.0 / 101.2, 37.0 -> 41.0; but bf16 x mxfp8 slower (160.5 / 167.0 -> 168.5 / 180.1, 52.9 -> 56.3), m32 level or
+#: 86.0 / 101.2, 41.0 -> 37.0; but bf16 x mxfp8 slower (160.5 / 167.0 -> 168.5 / 180.1, 52.9 -> 56.3), m32 level or
 #: slower (bf16 x mxfp4 32 x 28672 x 8192 72.9 -> 75.7) and clusters of 4 slower everywhere (64 x 28672 x 8192 92.5)
 WG_PAIR_MT, WG_PAIR = 5, 2
 
 
 def wg_pair(v: "WonlyVariant", groups: int) -> int:
     """The blocks per cluster of wgmma variant ``v`` on ``groups`` record groups (WG_PAIR_MT; 0: no clusters)."""
-    ok = v.gather_rows and v.mt >= WG_PAIR_MT and groups % WG_PAIR == 0 and 8 * v.mt % (WG_PAIR * v.gather_warps) == 0
-    return WG_PAIR if ok else 0
+    ok = v.gather_rows and v.mt >= WG_PAIR_MT and groups % WG_PAIR == 0
+    return WG_PAIR if ok and 8 * v.mt % (WG_PAIR * v.gather_warps) == 0 else 0  # (each warp an equal share)
 
 
 def span_folds(span: tuple, element: str, act: str) -> bool:
