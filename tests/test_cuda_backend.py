@@ -276,3 +276,21 @@ def test_mx_lo_fix_launch_matches_the_kernels_parameters():
     assert not elt[304:].any() and not elt[:, n:].any()
     at = next(i for i, x in enumerate(args) if x is elt)  # B's transposed elements, then their row pitch
     assert args[at + 1] == 64
+
+
+def test_kernel_cache_keys_on_what_compiles():
+    """A compiled kernel is found again only under the same key, file, entry and options: a variant whose build
+    options change (a module constant its options read) gets a fresh kernel, never a stale one."""
+    from types import SimpleNamespace
+
+    from mxcore.backends.cuda.compile import GEMM_FILE, KernelCache
+
+    built = []
+    fake_cp = SimpleNamespace(RawKernel=lambda src, name, options: built.append((name, options)) or object())
+    cache = KernelCache()
+    a = cache.get(fake_cp, 0, ("gemm", "v"), GEMM_FILE, "mx_gemm", ["-DX=1"])
+    assert cache.get(fake_cp, 0, ("gemm", "v"), GEMM_FILE, "mx_gemm", ("-DX=1",)) is a and len(built) == 1
+    for other in ((1, ("gemm", "v"), ["-DX=1"]), (0, ("gemm", "w"), ["-DX=1"]), (0, ("gemm", "v"), ["-DX=2"])):
+        ordinal, key, opts = other
+        assert cache.get(fake_cp, ordinal, key, GEMM_FILE, "mx_gemm", opts) is not a
+    assert built[-1] == ("mx_gemm", ("-DX=2",)) and len(built) == 4

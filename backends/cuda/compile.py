@@ -28,20 +28,22 @@ def source(filename: str) -> str:
 
 
 class KernelCache:
-    """Compiled kernel handles per (device ordinal, key).  ``get`` compiles on first use (on the current device,
-    which the caller has selected) and raises the kernel's dynamic shared memory limit when it needs more than
-    the 48 KB default."""
+    """Compiled kernel handles per (device ordinal, key, what compiles it: file, entry, options).  ``get`` compiles on
+    first use (on the current device, which the caller has selected) and raises the kernel's dynamic shared memory
+    limit when it needs more than the 48 KB default.  The options are part of the key, so a rule that changes a
+    variant's build (a module constant read by its options) never gets a stale kernel."""
 
     def __init__(self):
         self._kernels: dict = {}
 
     def get(self, cp, ordinal: int, key, filename: str, name: str, options, smem: int = 0):
-        k = self._kernels.get((ordinal, key))
+        full = (ordinal, key, filename, name, tuple(options))
+        k = self._kernels.get(full)
         if k is None:
-            k = cp.RawKernel(source(filename), name, options=tuple(options))
+            k = cp.RawKernel(source(filename), name, options=full[-1])
             if smem > 48 * 1024:
                 k.max_dynamic_shared_size_bytes = smem
-            self._kernels[(ordinal, key)] = k
+            self._kernels[full] = k
         return k
 
     def prep(self, cp, ordinal: int, name: str):

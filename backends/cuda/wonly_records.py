@@ -114,7 +114,8 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         ranges[..., 0] = scales_of.min(axis=(2, 3))
         ranges[..., 1] = scales_of.max(axis=(2, 3))
         records_written(stager.kernels, cp, stager.ordinal)
-        span = (int(ranges[..., 0].min()), int(ranges[..., 1].max()))
+        lo, hi = cp.stack((ranges[..., 0].min(), ranges[..., 1].max())).get()  # one synchronization
+        span = (int(lo), int(hi))
     else:
         span = (127, 127)
     return DevOperand(out, n, True, element, 0, k, span=span)
