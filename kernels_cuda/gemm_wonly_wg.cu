@@ -177,6 +177,7 @@ __device__ __forceinline__ void ww_gather_groups_(u32 act, const u16* const (&xr
 #else
 #define WW_ROWS (WW_MP / WW_GATHER_WARPS)
 #define WW_ROW_STEP WW_GATHER_WARPS
+static_assert(!WW_GATHER_ROWS || WW_MP % WW_GATHER_WARPS == 0, "the token-row gather: each warp an equal share");
 #endif
 template <bool INSIDE>
 __device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, int live, int K, int k0, int lane,
