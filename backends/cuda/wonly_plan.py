@@ -35,7 +35,6 @@ def _activations(stager, a, od) -> DevOperand:
     return DevOperand(buf, ld, True, want, 0, int(arr.shape[-1]))
 
 
-
 class WonlyPlan(Plan):
     """``a @ b`` on the registers path: ``gemm()`` launches mx_wonly_gemm alone, ``prep()`` re-stages the operands
     (a cached packed weight costs nothing), ``result()`` gives the caller's kind of array."""
@@ -89,7 +88,7 @@ class WonlyPlan(Plan):
             self._smem = v.smem_bytes
             if small and v.pdl:  # see wonly._even_smem
                 self._smem = rules._even_smem(dev.props, base * self._splits, dev.sms, per_sm, v.smem_bytes,
-                                        int(self._kernel.attributes.get("shared_size_bytes", 0)))
+                                              int(self._kernel.attributes.get("shared_size_bytes", 0)))
                 if self._smem > max(v.smem_bytes, 48 * 1024):
                     self._kernel.max_dynamic_shared_size_bytes = max(
                         self._smem, int(self._kernel.attributes.get("max_dynamic_shared_size_bytes", 0)))
