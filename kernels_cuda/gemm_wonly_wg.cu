@@ -27,7 +27,8 @@
 // WO_KPHYS, so that a lane's 8 K of a block are contiguous; the rows put them back in k16 order: physical word
 // (block b, lane t, i) of a token goes to 16-byte chunk 4 (b & 1) + i, word t, of its row), then, a stage later
 // (cp.async.wait_group), fence them to the async proxy and arrive.  Consumers release a stage ("empty", one arrive
-// per warp) once the wgmma that read it completed.
+// per warp) once the wgmma that read it completed.  WW_WHOLE token-row builds gather a block whose tokens all lie
+// inside M from source and destination offsets computed once (ww_rows): an add and two copies per token and stage.
 //
 // Clusters (WW_PAIR = P blocks on adjacent record groups, the same tokens and K): each block gathers a P-th of the
 // tokens and bulk-copies those rows from its stage into the same slot of every peer (cp.async.bulk shared::cluster,
@@ -41,7 +42,7 @@
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
 // the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
-// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_PAIR.
+// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR.
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -59,6 +60,9 @@
 #define WW_THREADS (32 * (8 + WW_GATHER_WARPS))
 #ifndef WW_GATHER_ROWS
 #define WW_GATHER_ROWS 0  // 1: the activations gathered per token row (ww_gather_rows_), 0: per row group of 8
+#endif
+#ifndef WW_WHOLE
+#define WW_WHOLE 0  // 1: the token-row gather of a block inside M from offsets computed once (ww_gather_rows_whole)
 #endif
 #ifndef WW_PAIR
 #define WW_PAIR 0  // P > 1: clusters of P blocks (record groups Pc .. Pc + P - 1) share the activations: each
@@ -203,14 +207,47 @@ __device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, 
         row += WW_ROW_STEP * lda;
     }
 }
+// The token-row gather of a block whose WW_MP tokens all lie inside M, their rows within 2^31 bytes of the first
+// (ww_rows_whole), in a stage inside K: the lane's source and destination offsets of each token computed once per
+// kernel (WwRows), so that a token's two 64-K rows cost an address add and two copies, with no test between tokens.
+struct WwRows {
+    u32 src[WW_ROWS];  // token j's row from the block's first row, plus the lane's word: bytes
+    u32 dst[WW_ROWS];  // its swizzled word in a stage's first unit
+};
+__device__ __forceinline__ bool ww_rows_whole(int live, i64 lda) {
+    return live >= WW_MP && (i64)(WW_MP - 1) * lda < (1ll << 30);
+}
+__device__ __forceinline__ WwRows ww_rows(i64 lda, int lane, int n0) {
+    WwRows r;
+    const int chunk = 4 * (lane >> 4) + (lane & 3);
+#pragma unroll
+    for (int j = 0; j < WW_ROWS; ++j) {
+        const int n = n0 + j * WW_ROW_STEP;
+        r.src[j] = (u32)(2 * (n * lda + 2 * lane));
+        r.dst[j] = 4u * ((lane >> 2) & 3) + n * 128 + ((chunk ^ (n & 7)) << 4);
+    }
+    return r;
+}
+__device__ __forceinline__ void ww_gather_rows_whole(u32 act, const u16* x, int k0, const WwRows& r) {
+    const u8* xk = reinterpret_cast<const u8*>(x + k0);
+#pragma unroll
+    for (int j = 0; j < WW_ROWS; ++j)
+#pragma unroll
+        for (int u = 0; u < WW_UNITS; ++u) ww_cp4(act + r.dst[j] + u * WW_MP * 128, xk + r.src[j] + 128 * u, 4u);
+}
 // the stage's gather, per token row (WW_GATHER_ROWS, from token n0) or per row group
 __device__ __forceinline__ void ww_gather(u32 act, const u16* x, i64 lda, int live, const u16* const (&xr)[WO_MT],
-                                          const u32 (&lv)[WO_MT], int K, int k0, int lane, int pw, int n0) {
+                                          const u32 (&lv)[WO_MT], int K, int k0, int lane, int pw, int n0,
+                                          bool whole, const WwRows& rows) {
     if (WW_GATHER_ROWS) {
-        if (k0 + WW_UNITS * 64 <= K)
-            ww_gather_rows_<true>(act, x, lda, live, K, k0, lane, n0);
-        else
+        if (k0 + WW_UNITS * 64 <= K) {
+            if (whole)
+                ww_gather_rows_whole(act, x, k0, rows);
+            else
+                ww_gather_rows_<true>(act, x, lda, live, K, k0, lane, n0);
+        } else {
             ww_gather_rows_<false>(act, x, lda, live, K, k0, lane, n0);
+        }
     } else {
         if (k0 + WW_UNITS * 64 <= K)
             ww_gather_groups_<true>(act, xr, lv, K, k0, lane, pw);
@@ -334,6 +371,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             xr[g] = reinterpret_cast<const u16*>(X) + (i64)min(m, M - 1) * lda;
             lv[g] = m < M ? 4u : 0u;
         }
+        const bool whole = WW_WHOLE && WW_GATHER_ROWS && ww_rows_whole(live, lda);
+        const WwRows rows = ww_rows(lda, lane, n0);
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
             if (st >= WW_STAGES) {
@@ -341,7 +380,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 if (copier) records(st);
             }
             ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw,
-                      n0);
+                      n0, whole, rows);
             ww_cp_commit();
             // stage st's fold bits (slot s is free: its previous stage was released above), published by this
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather

@@ -332,27 +332,34 @@ def test_ring_split_cap_bounds_the_partials():
 
 def test_wg_gather_rule():
     """The wgmma kernel gathers activations per token row (WW_GATHER_ROWS=1) for 4-bit codes from WG_ROWS_MT m8
-    tiles up, per row group of 8 tokens otherwise (byte codes and small M measured slower per row)."""
+    tiles up and for 6-bit codes from WG_ROWS6_MT, per row group of 8 tokens otherwise (fp8 codes and small M
+    measured slower per row); from WG_WHOLE_MT up a token-row build gathers whole blocks from offsets computed once
+    (WW_WHOLE=1)."""
     for act in ("bf16", "f16"):
         for el in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
             for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
                 v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
-                rows = el == "e2m1" and mt >= wonly.WG_ROWS_MT
+                rows = mt >= {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT, "e3m2": wonly.WG_ROWS6_MT}.get(el, 99)
+                whole = rows and mt >= wonly.WG_WHOLE_MT
                 assert v.gather_rows == rows and f"-DWW_GATHER_ROWS={int(rows)}" in v.options(), (act, el, mt)
+                assert v.whole_rows == whole and f"-DWW_WHOLE={int(whole)}" in v.options(), (act, el, mt)
     assert not wonly.WonlyVariant.gemv("e2m1", "bf16", 1).gather_rows
     assert wonly.WG_ROWS_MT <= wonly.WG_MT[-1]  # the m32 build too
+    assert wonly.WG_ROWS6_MT in wonly.WG_FOLD_MT and wonly.WG_WHOLE_MT in wonly.WG_FOLD_MT
 
 
 def test_wg_pair_rule():
-    """The wgmma kernel runs in clusters of WG_PAIR blocks sharing the activation gather (WW_PAIR) for 4-bit codes
-    from WG_PAIR_MT m8 tiles up where the record groups divide into clusters; its name and options say so."""
+    """The wgmma kernel runs in clusters of WG_PAIR blocks sharing the activation gather (WW_PAIR) for the token-row
+    builds (4-bit codes, 6-bit at m64) from WG_PAIR_MT m8 tiles up where the record groups divide into clusters; its
+    name and options say so."""
     from dataclasses import replace
     for act in ("bf16", "f16"):
         for el in ("e2m1", "e2m3", "e4m3fn"):
             for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
                 v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
+                rows = mt >= {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT}.get(el, 99)
                 for groups in (64, 224, 7):
-                    want = el == "e2m1" and mt >= wonly.WG_PAIR_MT and groups % wonly.WG_PAIR == 0
+                    want = rows and mt >= wonly.WG_PAIR_MT and groups % wonly.WG_PAIR == 0
                     assert wonly.wg_pair(v, groups) == (wonly.WG_PAIR if want else 0), (act, el, mt, groups)
     assert wonly.wg_pair(wonly.WonlyVariant.gemv("e2m1", "bf16", 1), 64) == 0
     v = wonly.WonlyVariant.wg("e2m1", "bf16", 8, True, fold_only=True)

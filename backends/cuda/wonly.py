@@ -175,9 +175,22 @@ WG_GATHER_WARPS = {mt: 2 for mt in range(4, 9)}
 #: with one / two warps, bf16 x mxfp4: 16 x 28672 x 8192 56.0 -> 56.9 / 53.7, 24 x 28672 x 8192 68.0 -> 80.0 / 64.0,
 #: 16 x 8192 x 8192 22.2 -> 22.1 / 21.3; m8 not (8 x 28672 x 8192 47.7 -> 48.6 / 48.8)
 WG_ROWS_MT, WG_ROWS_WARPS = 2, 2
+#: 6-bit codes take the token-row gather from WG_ROWS6_MT m8 tiles up (None: nowhere), in clusters where wg_pair
+#: says.  Session 22, H100, us, same run, row groups -> token rows in pairs / without: bf16 x mxfp6 64 x 28672 x 8192
+#: 146.7 / 147.5 -> 122.9 / 132.2, 64 x 8192 x 8192 46.1 / 46.5 -> 43.8 / 45.6; f16 x mxfp6 148.0 / 148.5 -> 123.2 /
+#: 135.0, 46.3 / 47.1 -> 44.0 / 45.5; but from m40 in pairs 40 / 48 x 28672 x 8192 111.8 / 117.7 -> 117.8 / 126.9,
+#: at m32 rows 96.8 -> 102.6, and bf16 x mxfp8 slower with rows at every M (64 x 28672 x 8192 170.8 -> 180.3)
+WG_ROWS6_MT = 8
+#: from WG_WHOLE_MT m8 tiles up a token-row build gathers a block whose tokens all lie inside M with each token's
+#: source and destination offsets computed once per kernel (WW_WHOLE: an address add and two copies per token and
+#: stage, no test between tokens; the producer issued ~11 instructions per copy before).  Session 22, H100, us, same
+#: run, before -> after: bf16 x mxfp4 64 x 28672 x 8192 92.3 -> 85.6 / 86.6, 64 x 8192 x 8192 34.8 -> 34.0 / 33.8;
+#: f16 x mxfp4 102.3 -> 98.0 / 98.6, 37.5 -> 35.5 / 35.7; mixed below m64 (bf16 x mxfp4 40 / 32 x 28672 x 8192 78.4
+#: / 72.3 -> 74.4 / 73.7, f16 x mxfp4 85.1 / 84.9 -> 87.4 / 83.3, 24 x 28672 x 8192 73.2 -> 76.4)
+WG_WHOLE_MT = 8
 #: clusters of WG_PAIR blocks on adjacent record groups that each gather a WG_PAIR-th of the activations and copy it
-#: to the others (WW_PAIR: the activations cross L2 once per cluster), from WG_PAIR_MT m8 tiles up on 4-bit codes
-#: where the record groups divide into clusters.  Session 21, H100, us, same run, one block -> pairs: bf16 x mxfp4
+#: to the others (WW_PAIR: the activations cross L2 once per cluster), from WG_PAIR_MT m8 tiles up on the token-row
+#: builds (4-bit codes; 6-bit at m64) where the record groups divide into clusters.  Session 21, H100, us, same run, one block -> pairs: bf16 x mxfp4
 #: 40 / 64 x 28672 x 8192 82.9 / 103.4 -> 78.7 / 91.6, 64 x 8192 x 8192 37.9 -> 34.9; f16 x mxfp4 90.3 / 111.2 ->
 #: 86.0 / 101.2, 41.0 -> 37.0; but bf16 x mxfp8 slower (160.5 / 167.0 -> 168.5 / 180.1, 52.9 -> 56.3), m32 level or
 #: slower (bf16 x mxfp4 32 x 28672 x 8192 72.9 -> 75.7) and clusters of 4 slower everywhere (64 x 28672 x 8192 92.5)
@@ -292,8 +305,18 @@ class WonlyVariant:
 
     @property
     def gather_rows(self) -> bool:
-        """wg: the activations gathered per token row (WG_ROWS_MT), else per row group."""
-        return self.kernel == "wg" and self.pack4 and self.mt >= WG_ROWS_MT
+        """wg: the activations gathered per token row (WG_ROWS_MT for 4-bit codes, WG_ROWS6_MT for 6-bit codes),
+        else per row group."""
+        if self.kernel != "wg":
+            return False
+        if self.pack4:
+            return self.mt >= WG_ROWS_MT
+        return self.spec.bits == 6 and WG_ROWS6_MT is not None and self.mt >= WG_ROWS6_MT
+
+    @property
+    def whole_rows(self) -> bool:
+        """wg: the token-row gather of a block inside M with offsets computed once (WG_WHOLE_MT)."""
+        return self.gather_rows and self.mt >= WG_WHOLE_MT
 
     @property
     def tiles(self) -> int:
@@ -375,7 +398,7 @@ class WonlyVariant:
                          *(f"-DWW_{k}={v}" for k, v in zip(("SLO", "SHI", "EOFF"), fold_range(self.element, self.act))),
                          f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"', f"-DWW_FOLD_ONLY={int(self.fold_only)}",
                          f"-DWW_GATHER_WARPS={self.gather_warps}",
-                         f"-DWW_GATHER_ROWS={int(self.gather_rows)}",
+                         f"-DWW_GATHER_ROWS={int(self.gather_rows)}", f"-DWW_WHOLE={int(self.whole_rows)}",
                          f"-DWW_PAIR={self.pair}"),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
