@@ -339,7 +339,8 @@ def test_wg_gather_rule():
         for el in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
             for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
                 v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
-                rows = mt >= {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT, "e3m2": wonly.WG_ROWS6_MT}.get(el, 99)
+                first = {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT, "e3m2": wonly.WG_ROWS6_MT}.get(el, 99)
+                rows = mt >= first
                 whole = rows and mt >= wonly.WG_WHOLE_MT
                 assert v.gather_rows == rows and f"-DWW_GATHER_ROWS={int(rows)}" in v.options(), (act, el, mt)
                 assert v.whole_rows == whole and f"-DWW_WHOLE={int(whole)}" in v.options(), (act, el, mt)

@@ -190,10 +190,11 @@ WG_ROWS6_MT = 8
 WG_WHOLE_MT = 8
 #: clusters of WG_PAIR blocks on adjacent record groups that each gather a WG_PAIR-th of the activations and copy it
 #: to the others (WW_PAIR: the activations cross L2 once per cluster), from WG_PAIR_MT m8 tiles up on the token-row
-#: builds (4-bit codes; 6-bit at m64) where the record groups divide into clusters.  Session 21, H100, us, same run, one block -> pairs: bf16 x mxfp4
-#: 40 / 64 x 28672 x 8192 82.9 / 103.4 -> 78.7 / 91.6, 64 x 8192 x 8192 37.9 -> 34.9; f16 x mxfp4 90.3 / 111.2 ->
-#: 86.0 / 101.2, 41.0 -> 37.0; but bf16 x mxfp8 slower (160.5 / 167.0 -> 168.5 / 180.1, 52.9 -> 56.3), m32 level or
-#: slower (bf16 x mxfp4 32 x 28672 x 8192 72.9 -> 75.7) and clusters of 4 slower everywhere (64 x 28672 x 8192 92.5)
+#: builds (4-bit codes; 6-bit at m64) where the record groups divide into clusters.  Session 21, H100, us, same run,
+#: one block -> pairs: bf16 x mxfp4 40 / 64 x 28672 x 8192 82.9 / 103.4 -> 78.7 / 91.6, 64 x 8192 x 8192 37.9 -> 34.9;
+#: f16 x mxfp4 90.3 / 111.2 -> 86.0 / 101.2, 41.0 -> 37.0; but bf16 x mxfp8 slower (160.5 / 167.0 -> 168.5 / 180.1,
+#: 52.9 -> 56.3), m32 level or slower (bf16 x mxfp4 32 x 28672 x 8192 72.9 -> 75.7) and clusters of 4 slower
+#: everywhere (64 x 28672 x 8192 92.5)
 WG_PAIR_MT, WG_PAIR = 5, 2
 
 
@@ -398,7 +399,8 @@ class WonlyVariant:
                          *(f"-DWW_{k}={v}" for k, v in zip(("SLO", "SHI", "EOFF"), fold_range(self.element, self.act))),
                          f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"', f"-DWW_FOLD_ONLY={int(self.fold_only)}",
                          f"-DWW_GATHER_WARPS={self.gather_warps}",
-                         f"-DWW_GATHER_ROWS={int(self.gather_rows)}", f"-DWW_WHOLE={int(self.whole_rows)}",
+                         f"-DWW_GATHER_ROWS={int(self.gather_rows)}",
+                         f"-DWW_WHOLE={int(self.whole_rows)}",
                          f"-DWW_PAIR={self.pair}"),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
