@@ -330,6 +330,12 @@ def test_ring_split_cap_bounds_the_partials():
     assert wonly._splits(132, 32, nchunks, force=16, cap=8)[0] == 16
 
 
+def _first_rows_mt(element: str) -> int:
+    """The m8 tiles from which the wgmma kernel gathers token rows for ``element`` codes, as the rule states it
+    (99: never)."""
+    return {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT, "e3m2": wonly.WG_ROWS6_MT}.get(element, 99)
+
+
 def test_wg_gather_rule():
     """The wgmma kernel gathers activations per token row (WW_GATHER_ROWS=1) for 4-bit codes from WG_ROWS_MT m8
     tiles up and for 6-bit codes from WG_ROWS6_MT, per row group of 8 tokens otherwise (fp8 codes and small M
@@ -339,8 +345,7 @@ def test_wg_gather_rule():
         for el in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
             for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
                 v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
-                first = {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT, "e3m2": wonly.WG_ROWS6_MT}.get(el, 99)
-                rows = mt >= first
+                rows = mt >= _first_rows_mt(el)
                 whole = rows and mt >= wonly.WG_WHOLE_MT
                 assert v.gather_rows == rows and f"-DWW_GATHER_ROWS={int(rows)}" in v.options(), (act, el, mt)
                 assert v.whole_rows == whole and f"-DWW_WHOLE={int(whole)}" in v.options(), (act, el, mt)
@@ -358,7 +363,7 @@ def test_wg_pair_rule():
         for el in ("e2m1", "e2m3", "e4m3fn"):
             for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
                 v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
-                rows = mt >= {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT}.get(el, 99)
+                rows = mt >= _first_rows_mt(el)
                 for groups in (64, 224, 7):
                     want = rows and mt >= wonly.WG_PAIR_MT and groups % wonly.WG_PAIR == 0
                     assert wonly.wg_pair(v, groups) == (wonly.WG_PAIR if want else 0), (act, el, mt, groups)
