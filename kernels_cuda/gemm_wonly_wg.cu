@@ -183,11 +183,13 @@ __device__ __forceinline__ void ww_gather_groups_(u32 act, const u16* const (&xr
 #define WW_ROW_STEP WW_GATHER_WARPS
 static_assert(!WW_GATHER_ROWS || WW_MP % WW_GATHER_WARPS == 0, "the token-row gather: each warp an equal share");
 #endif
+// lane's 4-byte word of token row n in a stage's first unit (the 128-byte swizzle of the activations' smem tile)
+__device__ __forceinline__ u32 ww_row_word(int lane, int n) {
+    return 4u * ((lane >> 2) & 3) + n * 128 + (((4 * (lane >> 4) + (lane & 3)) ^ (n & 7)) << 4);
+}
 template <bool INSIDE>
 __device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, int live, int K, int k0, int lane,
                                                 int n0) {
-    const u32 dw = act + 4u * ((lane >> 2) & 3);
-    const int chunk = 4 * (lane >> 4) + (lane & 3);
     const u16* row = x + (i64)n0 * lda + k0 + 2 * lane;
 #pragma unroll
     for (int j = 0; j < WW_ROWS; ++j) {
@@ -195,7 +197,7 @@ __device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, 
         if (n >= live) break;
 #pragma unroll
         for (int u = 0; u < WW_UNITS; ++u) {
-            const u32 dst = dw + (u * WW_MP + n) * 128 + ((chunk ^ (n & 7)) << 4);
+            const u32 dst = act + ww_row_word(lane, n) + u * WW_MP * 128;
             if (INSIDE) {
                 ww_cp4(dst, row + 64 * u, 4u);
             } else {
@@ -219,12 +221,11 @@ __device__ __forceinline__ bool ww_rows_whole(int live, i64 lda) {
 }
 __device__ __forceinline__ WwRows ww_rows(i64 lda, int lane, int n0) {
     WwRows r;
-    const int chunk = 4 * (lane >> 4) + (lane & 3);
 #pragma unroll
     for (int j = 0; j < WW_ROWS; ++j) {
         const int n = n0 + j * WW_ROW_STEP;
         r.src[j] = (u32)(2 * (n * lda + 2 * lane));
-        r.dst[j] = 4u * ((lane >> 2) & 3) + n * 128 + ((chunk ^ (n & 7)) << 4);
+        r.dst[j] = ww_row_word(lane, n);
     }
     return r;
 }
