@@ -458,7 +458,8 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
                  for e in elements for act in ("f16", "bf16") for mt in mts]
         extra += [WonlyVariant.wg(e, act, mt, SM90_PDL, fold_only=True)
                   for e in elements for act in ("f16", "bf16") for mt in WG_FOLD_MT]
-        extra += [replace(v, pair=p) for v in extra if (p := wg_pair(v, WG_PAIR))]  # clusters where they may run
+        # clusters where they may run: asked of a weight whose record groups pair up (WG_PAIR of them)
+        extra += [replace(v, pair=p) for v in extra if (p := wg_pair(v, groups=WG_PAIR))]
         out += [v for v in dict.fromkeys(extra) if v not in out]
     return out
 
