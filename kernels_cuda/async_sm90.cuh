@@ -1,5 +1,6 @@
 // sm_90 asynchronous copies, their mbarriers and programmatic dependent launch: one tiny wrapper per PTX
-// instruction, shared by the wgmma family (gemm_sm90.cu) and the weight-only bulk-copy kernel (gemm_wonly_tma.cu).
+// instruction, shared by the wgmma family (gemm_sm90.cu) and the weight-only kernels of sm_90 (gemm_wonly_tma.cu,
+// gemm_wonly_wg.cu).
 // Shared-memory operands are shared-window addresses (smem_u32).
 
 __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
@@ -30,6 +31,27 @@ __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void cp_async_bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// Tensor copies (TMA): a 2-D box of the tensor map at coordinates (c0 inner, c1 outer) into shared memory,
+// completing on `bar` by byte count (out-of-bounds elements zero-filled, counted); the multicast form writes the same
+// offset in every block of `mask` and completes on each one's barrier at the same offset.  TmaMap: the driver's
+// CUtensorMap (cuda.h is not available to NVRTC), 128 opaque bytes, 64-byte aligned, passed by value.
+struct __align__(64) TmaMap {
+    u64 opaque[16];
+};
+__device__ __forceinline__ void cp_async_bulk_tensor_2d(u32 dst, const TmaMap* map, int c0, int c1, u32 bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_bulk_tensor_2d_multicast(u32 dst, const TmaMap* map, int c0, int c1, u32 bar,
+                                                                   u16 mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void prefetch_tensormap(const TmaMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
 }
 
 // Clusters: the same shared-memory offset in block `cta` of the cluster, an arrive on a barrier there, the block's

@@ -200,24 +200,9 @@
 #define SM90_EPI_BYTES 0
 #endif              // fp32 accumulator registers per consumer thread
 
-// The driver's CUtensorMap (cuda.h is not available to NVRTC): 128 opaque bytes, 64-byte aligned.
-struct __align__(64) TmaMap {
-    u64 opaque[16];
-};
-
 // ---------------------------------------------------------------------------------------------------------------
-// one tiny wrapper per PTX instruction
+// one tiny wrapper per PTX instruction (the loads, barriers and cluster primitives: async_sm90.cuh)
 // ---------------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ void cp_async_bulk_tensor_2d(u32 dst, const TmaMap* map, int c0, int c1, u32 bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-                 ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void cp_async_bulk_tensor_2d_multicast(u32 dst, const TmaMap* map, int c0, int c1, u32 bar,
-                                                                   u16 mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;"
-                 ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
-}
 __device__ __forceinline__ void cp_async_bulk_tensor_2d_store(const TmaMap* map, int c0, int c1, u32 src) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                  ::"l"((u64)map), "r"(c0), "r"(c1), "r"(src) : "memory");
@@ -243,9 +228,6 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
 }
 __device__ __forceinline__ void bar_arrive(u32 id, u32 threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void prefetch_tensormap(const TmaMap* map) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

@@ -36,13 +36,19 @@
 // instead of once per block; a slot is free when the consumers of all P blocks released it (the empty barrier
 // counts 8 P arrives, remote ones by mapa).  A cluster barrier after the barriers' init and before exit.
 //
+// WW_TMA: the activations come by tensor copy (TMA, 128-byte swizzle) from the plan's copy of X with the records' K
+// permutation applied (mx_wonly_xperm below: in every 32-K block X word 4 t + i moved to word 4 i + t), one box of
+// 64 K x the block's tokens per 64-K row, issued by warp 8's lane 0 after the records (in a cluster each block loads
+// its part of the tokens and multicasts it to every block of the cluster); the full barrier then counts two arrives,
+// the records' and the activations', each with its bytes.  One producer warp; no gather.
+//
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
 //
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
 // the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
-// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR.
+// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA.
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -64,18 +70,23 @@
 #ifndef WW_WHOLE
 #define WW_WHOLE 0  // 1: the token-row gather of a block inside M from offsets computed once (ww_gather_rows_whole)
 #endif
+#ifndef WW_TMA
+#define WW_TMA 0  // 1: the activations by tensor copy from the permuted X (xmap), no gather
+#endif
 #ifndef WW_PAIR
 #define WW_PAIR 0  // P > 1: clusters of P blocks (record groups Pc .. Pc + P - 1) share the activations: each
                    // gathers a P-th of the tokens and copies it to the others
 #endif
 #if WW_PAIR
-#define WW_PART (WW_MP / WW_PAIR)                        // tokens a block of the cluster gathers
+#define WW_PART (WW_MP / WW_PAIR)                        // tokens a block of the cluster gathers / loads
 #define WW_SPAN (WW_PART / WW_GATHER_WARPS)              // tokens a producer warp gathers (contiguous)
-#define WW_PEER_BYTES (WW_UNITS * (WW_MP - WW_PART) * 128)  // what the peers copy into a stage
-static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && WW_GATHER_ROWS,
-              "clusters gather token rows, a producer warp's share of the block's part");
+#define WW_PEER_BYTES (WW_TMA ? 0 : WW_UNITS * (WW_MP - WW_PART) * 128)  // what the peers copy into a stage (a
+                                                                         // multicast counts with the activations)
+static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && (WW_GATHER_ROWS || WW_TMA),
+              "clusters gather token rows, a producer warp's share of the block's part (or load them by TMA)");
 #define WW_CLUSTER __cluster_dims__(WW_PAIR, 1, 1)
 #else
+#define WW_PART WW_MP
 #define WW_PEER_BYTES 0
 #define WW_CLUSTER
 #endif
@@ -257,6 +268,22 @@ __device__ __forceinline__ void ww_gather(u32 act, const u16* x, i64 lda, int li
     }
 }
 
+// The activations of a stage by tensor copy (WW_TMA; K from k0, WW_UNITS rows of 64 K per token): the expect_tx
+// arrive for the whole tile (in a cluster the peers' multicast parts too), then per 64-K row one box of this block's
+// tokens tok0 .. tok0 + WW_PART - 1 into its rows (in a cluster multicast to the same rows of every block).  Tokens
+// past M and K past the permuted copy's width arrive as zeros.
+__device__ __forceinline__ void ww_load_act(u32 act, const TmaMap* map, int k0, int m0, int tok0, u32 bar) {
+    mbarrier_arrive_expect_tx(bar, WW_ACT_BYTES);
+#pragma unroll
+    for (int u = 0; u < WW_UNITS; ++u) {
+        const u32 dst = act + (u * WW_MP + tok0) * 128;
+#if WW_PAIR
+        cp_async_bulk_tensor_2d_multicast(dst, map, k0 + 64 * u, m0 + tok0, bar, (u16)((1u << WW_PAIR) - 1));
+#else
+        cp_async_bulk_tensor_2d(dst, map, k0 + 64 * u, m0 + tok0, bar);
+#endif
+    }
+}
 // factor of scale byte k of word e (e = the scale bytes plus the exponent offset, each in [1, 254]): the 16-bit
 // power of two with exponent field e_k in both halves (bf16: bits 7..14; f16 takes the field at bits 10..14)
 template <int BYTE>
@@ -282,7 +309,8 @@ __device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, in
 #endif
 extern "C" __global__ void WW_CLUSTER __launch_bounds__(WW_THREADS, WW_MINB)
 mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
-            u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
+            u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per,
+            const __grid_constant__ TmaMap xmap) {
     extern __shared__ u8 smem_raw[];
     __shared__ __align__(8) u64 bars[2 * WW_STAGES];  // full[s], then empty[s]
     __shared__ u32 fold_bits[WW_STAGES];               // stage s's chunks that fold (ww_fold_bits)
@@ -299,8 +327,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < WW_STAGES; ++s) {
-            mbarrier_init(full0 + 8 * s, 1 + 32 * WW_GATHER_WARPS);  // the record copy's expect_tx arrive, then the
-                                                                    // producer lanes
+            // the record copy's expect_tx arrive, then the producer lanes (WW_TMA: the activations' expect_tx arrive)
+            mbarrier_init(full0 + 8 * s, WW_TMA ? 2 : 1 + 32 * WW_GATHER_WARPS);
             mbarrier_init(empty0 + 8 * s, 8 * max(1, WW_PAIR));  // the consumer warps (of each block of a cluster)
         }
         fence_mbarrier_init();
@@ -339,6 +367,24 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         const u16* ranges = reinterpret_cast<const u16*>(W + (i64)gridDim.x * nchunks * (WO_GROUP * WO_REC)) +
                             (i64)blockIdx.x * nchunks;
         u32 range = ww_range(ranges, c_begin, c_end, lane);
+#if WW_TMA
+        if (copier) prefetch_tensormap(&xmap);
+        wo_dependent_part();
+        const int tok0 = WW_PAIR ? (int)cluster_ctarank() * WW_PART : 0;  // this block's tokens (of its cluster's)
+        for (int st = 0; st < stages; ++st) {
+            const int s = st % WW_STAGES;
+            if (st >= WW_STAGES) {
+                mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
+                if (copier) records(st);
+            }
+            const u32 bits = ww_fold_bits(range);  // stage st's (slot s is free), published by the arrive below
+            if (copier) {
+                fold_bits[s] = bits;
+                ww_load_act(ring + s * WW_STAGE_BYTES, &xmap, (c_begin + st * WW_CPS) * WO_KC, m0, tok0, full0 + 8 * s);
+            }
+            range = ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane);
+        }
+#else
         wo_dependent_part();
         const u16* x = reinterpret_cast<const u16*>(X) + (i64)m0 * lda;
         const int live = M - m0;  // tokens of the block inside M
@@ -405,6 +451,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #endif
             mbarrier_arrive(full0 + 8 * (st % WW_STAGES));
         }
+#endif
     } else {  // consumer warpgroup h = warp / 4 multiplies half h of the group: warp w's tile is 2 (w % 4) + h
         wo_dependent_part();
         const int g = lane >> 2, tile = 2 * (warp & 3) + (warp >> 2);
@@ -517,4 +564,41 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         for (int i = 0; i < 4; ++i) out[0][mt][i] = acc[mt * 4 + i];
     wo_epilogue<1>(out, C, ws, counters, M, N, ldc, out_kind, m0, blockIdx.x * WO_GROUP + 2 * (warp & 3) + (warp >> 2),
                    WO_GROUP, lane, warp < 8);
+}
+
+// The permuted copy of X that a WW_TMA build loads (backends/cuda/wonly_plan.py launches it right before the product,
+// both under WO_PDL with programmatic dependent launch): Xp[m][k] for k < kp (a multiple of 64), in every 32-K block
+// X's 4-byte word 4 t + i at word 4 i + t (the words of record lane t, back in k16 order: what the gather writes into
+// a stage's rows, ww_gather_rows_), zeros from K on.  One thread per token and 32-K block; X's base and row pitch
+// are 16-byte aligned (the plan's activations).
+extern "C" __global__ void __launch_bounds__(256)
+mx_wonly_xperm(const u16* __restrict__ X, u16* __restrict__ Xp, int M, int K, i64 lda, int kp) {
+#if WO_PDL
+    // the product may start now (its record prefetch overlapping the predecessor's tail): it reads Xp only after
+    // its own wait, which returns once this grid completed, and this grid completes only after its wait below
+    griddep_launch_dependents();
+    griddep_wait();
+#endif
+    const int per_row = kp >> 5;
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)M * per_row) return;
+    const int m = (int)(i / per_row), k0 = 32 * (int)(i % per_row);
+    const u16* src = X + m * lda + k0;
+    u32 w[16];  // X's words of the block
+    if (k0 + 32 <= K) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + q);
+            w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const u32 lo = k0 + 2 * j < K ? src[2 * j] : 0u, hi = k0 + 2 * j + 1 < K ? src[2 * j + 1] : 0u;
+            w[j] = lo | hi << 16;
+        }
+    }
+    uint4* dst = reinterpret_cast<uint4*>(Xp + (i64)m * kp + k0);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dst[c] = make_uint4(w[c], w[4 + c], w[8 + c], w[12 + c]);
 }

@@ -38,9 +38,10 @@
 // backends/cuda/wonly_records.py launches an empty kernel normally right after each (records_written:
 // mx_wonly_fence).  A normally launched kernel starts only after everything before it in the stream completed, so
 // whenever a PDL kernel starts early (once its predecessor started; in a chain of PDL kernels, once the previous
-// one passed its own wait, since launch_dependents is issued only after the wait: the chain stays transitive),
-// every record it reads was complete before that.  Records written on another stream need the caller's usual
-// event dependency.
+// one passed its own wait, since launch_dependents is issued only after the wait: the chain stays transitive; the
+// one exception, gemm_wonly_wg.cu's mx_wonly_xperm, issues it first, so that the product after it starts once it
+// started, which is still after every normally launched kernel before it completed), every record it reads was
+// complete before that.  Records written on another stream need the caller's usual event dependency.
 
 #ifndef WO_PDL
 #define WO_PDL 0

@@ -183,8 +183,10 @@ def test_variant_machine_code(arch, stem):
         if job["file"] == WG_FILE:  # sm_90a: wgmma with the weight as register A (HGMMA), a bulk copy of the records
             assert job["arch"] == "sm_90a" and c["HGMMA"] > 0 and c["HMMA"] == 0, dict(c)  # per stage (two sites:
             bulk = {k: binary.sass.count(k + " ") for k in ("UBLKCP.S.G", "UBLKCP.S.S", "UCGABAR_ARV", "UCGABAR_WAIT")}
-            assert bulk["UBLKCP.S.G"] == 2 and c["LDGSTS"] > 0 and c["SYNCS"] > 0, (bulk, dict(c))  # the ring's first
-            # fill and the loop), 4-byte cp.async of the activations, mbarriers; in clusters (_p2) bulk copies of
+            tma = "_x_" in stem  # the activations by tensor copy from their permuted copy (WW_TMA): no cp.async
+            assert bulk["UBLKCP.S.G"] == 2 and c["SYNCS"] > 0, (bulk, dict(c))  # the ring's first fill and the loop,
+            assert (c["UTMALDG"] > 0 and c["LDGSTS"] == 0) if tma else c["LDGSTS"] > 0, dict(c)  # then 4-byte
+            # cp.async of the activations (or tensor copies), mbarriers; in clusters (_p2) bulk copies of
             # the gathered rows to the peers' shared memory, remote arrives, a cluster barrier at init and exit
             pair = "_p2_" in stem
             cluster = (bulk["UBLKCP.S.S"] > 0, bulk["UCGABAR_ARV"], bulk["UCGABAR_WAIT"])

@@ -71,21 +71,25 @@ def _device_act(a, act):
     return torch.as_tensor(a, device="cuda").to(torch.float16 if act == "fp16" else torch.bfloat16)
 
 
-KERNELS = ["gemv", "gemv-pdl", "ring", "tma", "wg"]
+KERNELS = ["gemv", "gemv-pdl", "ring", "tma", "wg", "wg-tma"]
 
 
 def _force_kernel(monkeypatch, kernel: str) -> None:
     """Run the registers path on one kernel whatever M is: "gemv" (direct loads), "gemv-pdl" (the same launched with
-    programmatic dependent launch, sm_90), "ring" (cp.async ring), "tma" (bulk copies, sm_90, with PDL) or "wg"
-    (wgmma with the weight as register A, sm_90a, with PDL)."""
+    programmatic dependent launch, sm_90), "ring" (cp.async ring), "tma" (bulk copies, sm_90, with PDL), "wg"
+    (wgmma with the weight as register A, sm_90a, with PDL, the activations gathered) or "wg-tma" (the same with the
+    activations by tensor copy from their permuted copy, at every M)."""
     import cupy as cp
 
     from mxcore.backends.cuda import wonly
 
     sm90 = cp.cuda.Device().compute_capability == "90"
-    if kernel in ("gemv-pdl", "tma", "wg") and not sm90:
+    if kernel in ("gemv-pdl", "tma", "wg", "wg-tma") and not sm90:
         pytest.skip(f"the {kernel} kernel runs on sm_90 only")
     small = kernel != "ring"
+    tma = 1 if kernel == "wg-tma" else None
+    monkeypatch.setattr(wonly, "WG_TMA_MT", tma)
+    monkeypatch.setattr(wonly, "WG_TMA_ANY_MT", tma)
     monkeypatch.setattr(wonly, "small_kernel", lambda *args: small)
     monkeypatch.setattr(wonly, "SM90_SMALL", kernel.partition("-")[0] if small else wonly.SM90_SMALL)
     monkeypatch.setattr(wonly, "SM90_PDL", kernel != "gemv")
@@ -97,6 +101,7 @@ def _check_kernel(p, kernel: str) -> None:
     assert "registers" in p.variant and p.variant_.kernel == name, p.variant
     sm90 = p.dev.arch.startswith("sm_90")
     assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name in ("tma", "wg") or bool(pdl)))
+    assert p.variant_.tma_x == (kernel == "wg-tma") == (p._xperm is not None), p.variant
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -115,9 +120,10 @@ def test_registers_exact(cuda_backend, rng, monkeypatch, act, fmt, shape, kernel
     assert np.array_equal(got, want, equal_nan=True), (np.nanmax(np.abs(got - want)), p.variant)
 
 
+@pytest.mark.parametrize("kernel", ["wg", "wg-tma"])
 @pytest.mark.parametrize("fmt", MX)
 @pytest.mark.parametrize("act", ACTS)
-def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
+def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt, kernel):
     """The wgmma kernel decodes a chunk whose every scale code lies in wonly.fold_range straight to scaled 16-bit
     values, any other chunk through the fp32 block-scale path.  Bit-exact on exact inputs with per-column codes at
     both ends of the range and inside it (every chunk folded); within the bound on blocks whose codes vary along K,
@@ -126,7 +132,7 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
     (wgmma N = M rounded up to 8) exactly where every code folds."""
     from mxcore.backends.cuda import wonly
 
-    _force_kernel(monkeypatch, "wg")
+    _force_kernel(monkeypatch, kernel)
     spec = dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)]
     lo, hi, _ = wonly.fold_range(spec, "f16" if act == "fp16" else "bf16")
     assert lo <= hi
@@ -137,7 +143,7 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt):
         b = _mx_weight(rng, k, n, fmt, inside)  # one code per column: exact sums
         dev_a = _device_act(a, act)
         got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
-        _check_kernel(p, "wg")
+        _check_kernel(p, kernel)
         assert p.variant_.fold_only == (m > 32) and p.variant_.mt == min(-(-m // 8), 8), p.variant
         want = _ref(a, b, (act, fmt))
         assert np.array_equal(got, want, equal_nan=True), ("folded", m, n, k, np.nanmax(np.abs(got - want)))
@@ -187,8 +193,9 @@ def test_packed_scale_ranges(cuda_backend, rng, monkeypatch, fmt):
     assert p.db.span == (int(full.min()), int(full.max()))  # what the fold-only rule reads
 
 
+@pytest.mark.parametrize("kernel", ["wg", "wg-tma"])
 @pytest.mark.parametrize("act", ACTS)
-def test_wg_fold_only_never_wrong(cuda_backend, rng, monkeypatch, act):
+def test_wg_fold_only_never_wrong(cuda_backend, rng, monkeypatch, act, kernel):
     """The fold-only build (here n40) has no fp32 block-scale path: a chunk whose stored scale-code range leaves
     the fold range (records changed after the plan chose it) turns the columns of its record group into NaN in
     every row, and the other columns keep their exact values."""
@@ -196,13 +203,13 @@ def test_wg_fold_only_never_wrong(cuda_backend, rng, monkeypatch, act):
 
     from mxcore.backends.cuda import wonly_records as wr
 
-    _force_kernel(monkeypatch, "wg")
+    _force_kernel(monkeypatch, kernel)
     m, n, k, fmt = 40, 384, 520, "mxfp4"
     a = _act_values(rng, m, k, act, small=True)
     b = _mx_weight(rng, k, n, fmt, [0x70, 0x7F])
     dev_a = _device_act(a, act)
     got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
-    _check_kernel(p, "wg")
+    _check_kernel(p, kernel)
     assert p.variant_.fold_only, p.variant
     want = _ref(a, b, (act, fmt))
     assert np.array_equal(got, want), np.nanmax(np.abs(got - want))
@@ -294,7 +301,7 @@ def test_random_within_bound(cuda_backend, rng, monkeypatch, act, fmt, kernel):
         assert (err <= bound).all(), (m, n, k, p.variant, float((err / bound).max()))
 
 
-@pytest.mark.parametrize("kernel", ["gemv-pdl", "tma", "wg"])
+@pytest.mark.parametrize("kernel", ["gemv-pdl", "tma", "wg", "wg-tma"])
 def test_pdl_chain(cuda_backend, rng, monkeypatch, kernel):
     """Launches with programmatic dependent launch read their activations only after their predecessor finished: a
     chain x -> y1 -> y2 -> y1 ... (each launch's fp16 output is the next one's activations, read in place, and a

@@ -297,7 +297,7 @@ def test_wg_fold_only_rule_and_build():
     rows = wonly.WonlyVariant.wg("e2m1", "bf16", 2, True)  # 4-bit codes: WG_ROWS_WARPS gather token rows
     assert rows.gather_rows and rows.gather_warps == wonly.WG_ROWS_WARPS == 2 and rows.threads == 320
     assert wonly.WonlyVariant.wg("e2m1", "bf16", 4, True).threads == 320
-    folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only and not x.pair}
+    folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only and not x.pair and not x.tma_x}
     assert len(folds) == 10 * len(wonly.WG_FOLD_MT) and v.name in folds
     assert not any(x.fold_only for x in wonly.all_wonly_variants("sm_80"))
 
@@ -371,3 +371,28 @@ def test_wg_pair_rule():
     v = wonly.WonlyVariant.wg("e2m1", "bf16", 8, True, fold_only=True)
     p = replace(v, pair=wonly.WG_PAIR)
     assert "-DWW_PAIR=0" in v.options() and f"-DWW_PAIR={wonly.WG_PAIR}" in p.options() and p.name != v.name
+
+
+def test_wg_tma_rule():
+    """The wgmma kernel loads its activations by tensor copy from their permuted copy (WW_TMA) from WG_TMA_MT m8
+    tiles up where the launch has a block per SM before any K split, and from WG_TMA_ANY_MT up everywhere; such a
+    build has one producer warp, no clusters, its own name, and is listed for sm_90 beside the gather build."""
+    from dataclasses import replace
+
+    assert wonly.WG_TMA_MT is not None and wonly.WG_TMA_ANY_MT is not None
+    for act in ("bf16", "f16"):
+        for el in ("e2m1", "e2m3", "e4m3fn"):
+            for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
+                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
+                for blocks in (64, 131, 132, 224):
+                    want = mt >= wonly.WG_TMA_MT and (blocks >= 132 or mt >= wonly.WG_TMA_ANY_MT)
+                    assert wonly.wg_tma(v, blocks, 132) == want, (act, el, mt, blocks)
+                x = replace(v, tma_x=True)
+                assert x.gather_warps == 1 and x.threads == 288 and wonly.wg_pair(x, 224) == 0
+                assert "-DWW_TMA=1" in x.options() and "-DWW_TMA=0" in v.options() and x.name == v.name.replace(
+                    "_pdl", "_x_pdl")
+    assert not wonly.wg_tma(wonly.WonlyVariant.gemv("e2m1", "bf16", 8), 1 << 20, 1)
+    listed = {x for x in wonly.all_wonly_variants("sm_90") if x.kernel == "wg"}
+    want = {replace(x, tma_x=True) for x in listed if not x.tma_x and not x.pair and x.mt >= wonly.WG_TMA_MT}
+    assert want and want == {x for x in listed if x.tma_x}
+    assert not any(x.tma_x for x in wonly.all_wonly_variants("sm_80"))

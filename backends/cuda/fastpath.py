@@ -372,7 +372,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 return None  # another staged form: the generic path
             if entry[0] == "wonly":
                 out = _new_out(cp, p, a)
-                p._launch(cp.cuda.driver, stream_h, ((0, int(staged.buf.data.ptr)), (1, pa), (2, address_of(out))))
+                p.launch(stream_h, int(staged.buf.data.ptr), pa, address_of(out))
                 return out
             if entry[0] == "direct":  # the staged path's GEMM: A read in place, the weight decoded once
                 out = _new_out(cp, p, a)

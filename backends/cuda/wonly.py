@@ -196,11 +196,29 @@ WG_WHOLE_MT = 8
 #: 52.9 -> 56.3), m32 level or slower (bf16 x mxfp4 32 x 28672 x 8192 72.9 -> 75.7) and clusters of 4 slower
 #: everywhere (64 x 28672 x 8192 92.5)
 WG_PAIR_MT, WG_PAIR = 5, 2
+#: the wgmma kernel loads its activations by tensor copy (TMA, WW_TMA) from a copy of X with the records' K
+#: permutation applied (mx_wonly_xperm, launched by the plan right before the product) instead of gathering them
+#: with 4-byte cp.async (one producer warp, whose lane 0 issues a box per 64-K row; no clusters): from WG_TMA_MT m8
+#: tiles up (None: nowhere) where the launch has a block per SM without splitting K, and from WG_TMA_ANY_MT up
+#: everywhere (wg_tma).  The copy's pass costs ~3 us that a short block does not win back.  Session 24, H100,
+#: bf16 x mxfp4, us, gather -> TMA (clusters at m48 / m64 both times), same run: 16 / 24 / 32 / 40 / 48 / 56 / 64
+#: x 28672 x 8192 53.7 / 63.1 / 71.4 / 76.6 / 80.2 / 83.9 / 84.2 -> 54.0 / 59.7 / 66.6 / 63.8 / 70.1 / 69.8 / 75.7;
+#: 16 / 24 / 32 / 40 / 48 / 64 x 8192^2 (split 4) 21.3 / 23.2 / 25.5 / 28.3 / 30.6 / 33.4 -> 24.2 / 28.0 / 29.8 /
+#: 27.3 / 31.3 / 34.4.
+WG_TMA_MT, WG_TMA_ANY_MT = 3, 5
+
+
+def wg_tma(v: "WonlyVariant", blocks: int, sms: int) -> bool:
+    """Whether wgmma variant ``v`` (without clusters) loads its activations by tensor copy from the permuted copy of
+    X in a launch of ``blocks`` blocks before any K split on ``sms`` multiprocessors (WG_TMA_MT, WG_TMA_ANY_MT)."""
+    if v.kernel != "wg" or WG_TMA_MT is None or v.mt < WG_TMA_MT:
+        return False
+    return blocks >= sms or (WG_TMA_ANY_MT is not None and v.mt >= WG_TMA_ANY_MT)
 
 
 def wg_pair(v: "WonlyVariant", groups: int) -> int:
     """The blocks per cluster of wgmma variant ``v`` on ``groups`` record groups (WG_PAIR_MT; 0: no clusters)."""
-    ok = v.gather_rows and v.mt >= WG_PAIR_MT and groups % WG_PAIR == 0
+    ok = v.gather_rows and not v.tma_x and v.mt >= WG_PAIR_MT and groups % WG_PAIR == 0
     return WG_PAIR if ok and 8 * v.mt % (WG_PAIR * v.gather_warps) == 0 else 0  # (each warp an equal share)
 
 
@@ -264,6 +282,7 @@ class WonlyVariant:
     pdl: bool = False  # sm_90: launched with programmatic dependent launch (WO_PDL)
     fold_only: bool = False  # wg: every chunk folds (WW_FOLD_ONLY: no fp32 block-scale path; WG_FOLD_MT)
     pair: int = 0  # wg: clusters of this many blocks share the activation gather (WW_PAIR; wg_pair)
+    tma_x: bool = False  # wg: the activations by tensor copy from the permuted copy of X (WW_TMA; wg_tma)
 
     @classmethod
     def gemv(cls, element: str, act: str, mt: int, pdl: bool = False) -> "WonlyVariant":
@@ -302,6 +321,8 @@ class WonlyVariant:
         """wg: the producer warps that gather the activations (WG_ROWS_WARPS per token row, else WG_GATHER_WARPS)."""
         if self.kernel != "wg":
             return 0
+        if self.tma_x:
+            return 1  # the one producer warp: records, fold bits and the activations' tensor copies
         return WG_ROWS_WARPS if self.gather_rows else WG_GATHER_WARPS.get(self.mt, 1)
 
     @property
@@ -375,7 +396,7 @@ class WonlyVariant:
             tail = f"_w{self.warps}s{self.pf}c{self.cps}" + tail
         if self.kernel == "wg":
             tail = (f"_s{self.pf}c{self.cps}" + ("_fold" if self.fold_only else "")
-                    + (f"_p{self.pair}" if self.pair else "") + tail)
+                    + ("_x" if self.tma_x else "") + (f"_p{self.pair}" if self.pair else "") + tail)
         if self.kernel in ("gemv", "tma", "wg"):
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
@@ -401,7 +422,7 @@ class WonlyVariant:
                          f"-DWW_GATHER_WARPS={self.gather_warps}",
                          f"-DWW_GATHER_ROWS={int(self.gather_rows)}",
                          f"-DWW_WHOLE={int(self.whole_rows)}",
-                         f"-DWW_PAIR={self.pair}"),
+                         f"-DWW_PAIR={self.pair}", f"-DWW_TMA={int(self.tma_x)}"),
                   "ring": (f"-DWO_R={R}", f"-DWO_WARPS={WARPS}", f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
@@ -445,7 +466,8 @@ def fold_range(element: str, act: str) -> tuple[int, int, int]:
 def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
     """Every weight-only kernel a plan on ``arch`` can launch: the ring at every M tile, the direct-load kernel, and
     on sm_90 the small-M kernels gemv and tma, each with and without PDL (whatever SM90_SMALL / SM90_PDL choose), and
-    wg (fold-only too, and in clusters where wg_pair may choose them)."""
+    wg (fold-only too, in clusters where wg_pair may choose them, and with the tensor-copy activations where wg_tma
+    may choose them)."""
     from mxcore import dtypes as _dt
 
     elements = list(dict.fromkeys(_dt.MX_ELEMENT.values()))
@@ -460,6 +482,7 @@ def all_wonly_variants(arch: str = "sm_80") -> list[WonlyVariant]:
                   for e in elements for act in ("f16", "bf16") for mt in WG_FOLD_MT]
         # clusters where they may run: asked of a weight whose record groups pair up (WG_PAIR of them)
         extra += [replace(v, pair=p) for v in extra if (p := wg_pair(v, groups=WG_PAIR))]
+        extra += [replace(v, tma_x=True) for v in extra if wg_tma(v, blocks=1 << 20, sms=1) and not v.pair]
         out += [v for v in dict.fromkeys(extra) if v not in out]
     return out
 

@@ -65,15 +65,21 @@ class WonlyPlan(Plan):
             mt = next((x for x in rules.MT_CHOICES if 8 * x >= m), rules.MT_CHOICES[-1])
             self.variant_ = rules.WonlyVariant(db.elem, da.elem, mt)
         groups = record_groups(n)
+        grid_xy = (-(-groups * GROUP // self.variant_.tiles), -(-m // (8 * self.variant_.mt)))
+        if rules.wg_tma(self.variant_, grid_xy[0] * grid_xy[1], dev.sms):  # activations by tensor copy
+            self.variant_ = replace(self.variant_, tma_x=True)
         pair = rules.wg_pair(self.variant_, groups)  # clusters sharing the activation gather
         if pair:
             self.variant_ = replace(self.variant_, pair=pair)
         v = self.variant_
         self._nchunks = -(-da.k // v.kc)
-        self._grid_xy = (-(-groups * GROUP // v.tiles), -(-m // (8 * v.mt)))
+        self._grid_xy = grid_xy
         with cp.cuda.Device(dev.ordinal):
             self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
                                                v.smem_bytes)
+            # the permuted copy of the activations that a WW_TMA build loads (the same module's second entry)
+            self._xperm_kernel = (backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, "mx_wonly_xperm",
+                                                      v.options()) if v.tma_x else None)
             small = v.kernel in ("gemv", "tma", "wg")
             per_sm = rules.CTAS_PER_SM
             if small:  # one wave: no more blocks per SM than can be resident (registers, shared memory, threads)
@@ -93,7 +99,8 @@ class WonlyPlan(Plan):
                     self._kernel.max_dynamic_shared_size_bytes = max(
                         self._smem, int(self._kernel.attributes.get("max_dynamic_shared_size_bytes", 0)))
             how = {"gemv": "direct loads", "tma": "bulk copies to a shared-memory ring, warp-specialized",
-                   "wg": "bulk copies and a gathered activation ring, warp-specialized"}.get(
+                   "wg": ("bulk copies and tensor copies of the permuted activations (mx_wonly_xperm first)"
+                          if v.tma_x else "bulk copies and a gathered activation ring") + ", warp-specialized"}.get(
                 v.kernel, "cp.async ring") + (", PDL" if v.pdl else "")
             mma = "wgmma with the weight as register A" if v.kernel == "wg" else "mma.sync"
             self.variant = (f"{v.name} split {self._splits} (registers: packed weight decoded in registers, {how}, "
@@ -102,7 +109,9 @@ class WonlyPlan(Plan):
 
     def _alloc(self) -> None:
         """Split-K workspace and tile counters, and the launch packed once (``RawLaunch``: cuLaunchKernel with a
-        prepared parameter block, a few microseconds of host time per call)."""
+        prepared parameter block, a few microseconds of host time per call); for a WW_TMA build also the permuted
+        copy of A (M x K rounded up to 64, written by mx_wonly_xperm before each product), its tensor map (boxes of
+        64 K x the tokens a block loads) and that launch."""
         cp = self.cp
         gx, gy = self._grid_xy
         v = self.variant_
@@ -111,14 +120,24 @@ class WonlyPlan(Plan):
             self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
         else:
             self._ws = self._counters = None
-        self._launch = None
+        self._launch = self._xperm = None
         out, a, b = self.out, self.da, self.db
         if out is None or out.size == 0 or a.k == 0:
             return
+        xmap = np.zeros(1, dtype="V128")  # (a build without WW_TMA does not read it)
+        if v.tma_x:
+            from .sm90 import tensor_map
+
+            kp = -(-a.k // 64) * 64
+            self._xp = cp.empty((self.m, kp), dtype=cp.uint16)
+            xmap = tensor_map(self._xp.data.ptr, 2, kp, self.m, kp, 64, 8 * v.mt // max(1, v.pair))
+            words = self.m * (kp // 32)
+            self._xperm = RawLaunch(self._xperm_kernel, (-(-words // 256),), (256,), 0, (
+                a.buf, self._xp, np.int32(self.m), np.int32(a.k), np.int64(a.ld), np.int32(kp)), pdl=v.pdl)
         self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (v.threads,), self._smem, (
             b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
             np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
-            np.int32(self._per)), pdl=v.pdl)
+            np.int32(self._per), xmap), pdl=v.pdl)
 
     def takes(self, db: DevOperand) -> bool:
         """Whether the plan's kernel multiplies the packed weight ``db`` (of the same form as its own): the
@@ -135,7 +154,16 @@ class WonlyPlan(Plan):
                 with self.stream:
                     self.out.fill(0)
             return
-        self._launch(self.cp.cuda.driver, self.stream.ptr, ())
+        self.launch(self.stream.ptr)
+
+    def launch(self, stream: int, b: int | None = None, a: int | None = None, out: int | None = None) -> None:
+        """The product's launches on raw stream handle ``stream``, with the weight's records, A and the output at
+        other addresses where given (a kept layout's replay): the permuted copy of A first (a WW_TMA build), then
+        the kernel."""
+        slots = tuple((i, ptr) for i, ptr in enumerate((b, a, out)) if ptr is not None)
+        if self._xperm is not None:
+            self._xperm(self.cp.cuda.driver, stream, ((0, a),) if a is not None else ())
+        self._launch(self.cp.cuda.driver, stream, slots)
 
     def prep(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal), self.stream:
@@ -159,7 +187,7 @@ class WonlyPlan(Plan):
         return other
 
     def close(self) -> None:
-        self.da = self.db = self.out = self._ws = self._counters = self._launch = None
+        self.da = self.db = self.out = self._ws = self._counters = self._launch = self._xperm = self._xp = None
         self._prep = self._like = None
 
 
