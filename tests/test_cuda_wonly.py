@@ -87,9 +87,9 @@ def _force_kernel(monkeypatch, kernel: str) -> None:
     if kernel in ("gemv-pdl", "tma", "wg", "wg-tma") and not sm90:
         pytest.skip(f"the {kernel} kernel runs on sm_90 only")
     small = kernel != "ring"
-    tma = 1 if kernel == "wg-tma" else None
-    monkeypatch.setattr(wonly, "WG_TMA_MT", tma)
-    monkeypatch.setattr(wonly, "WG_TMA_ANY_MT", tma)
+    tma = kernel == "wg-tma"
+    monkeypatch.setattr(wonly, "WG_TMA_MT", 1 if tma else None)
+    monkeypatch.setattr(wonly, "WG_TMA_ANY_MT", {4: 1, 6: 1, 8: 1} if tma else {})
     monkeypatch.setattr(wonly, "small_kernel", lambda *args: small)
     monkeypatch.setattr(wonly, "SM90_SMALL", kernel.partition("-")[0] if small else wonly.SM90_SMALL)
     monkeypatch.setattr(wonly, "SM90_PDL", kernel != "gemv")

@@ -375,17 +375,19 @@ def test_wg_pair_rule():
 
 def test_wg_tma_rule():
     """The wgmma kernel loads its activations by tensor copy from their permuted copy (WW_TMA) from WG_TMA_MT m8
-    tiles up where the launch has a block per SM before any K split, and from WG_TMA_ANY_MT up everywhere; such a
-    build has one producer warp, no clusters, its own name, and is listed for sm_90 beside the gather build."""
+    tiles up where the launch has a block per SM before any K split, and where it splits K from WG_TMA_ANY_MT[bits]
+    up (4-bit codes only, as measured); such a build has one producer warp, no clusters, its own name, and is
+    listed for sm_90 beside the gather build."""
     from dataclasses import replace
 
-    assert wonly.WG_TMA_MT is not None and wonly.WG_TMA_ANY_MT is not None
+    assert wonly.WG_TMA_MT is not None and set(wonly.WG_TMA_ANY_MT) == {4}
     for act in ("bf16", "f16"):
         for el in ("e2m1", "e2m3", "e4m3fn"):
             for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
                 v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
                 for blocks in (64, 131, 132, 224):
-                    want = mt >= wonly.WG_TMA_MT and (blocks >= 132 or mt >= wonly.WG_TMA_ANY_MT)
+                    split = el == "e2m1" and mt >= wonly.WG_TMA_ANY_MT[4]
+                    want = mt >= wonly.WG_TMA_MT and (blocks >= 132 or split)
                     assert wonly.wg_tma(v, blocks, 132) == want, (act, el, mt, blocks)
                 x = replace(v, tma_x=True)
                 assert x.gather_warps == 1 and x.threads == 288 and wonly.wg_pair(x, 224) == 0
