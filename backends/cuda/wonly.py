@@ -17,7 +17,8 @@
     warps x 2 n16 tiles); ``gemm_wonly_wg.cu`` (sm_90a, M <= 64 on weights wider than a quarter record group per SM,
     but for f16 x 4-bit codes at M <= 4 on weights of fewer record groups than SMs: ``wg_rule``)
     multiplies on wgmma with the decoded weight as the register-A operand, the activations gathered into
-    swizzled shared-memory rows, and folds the block scales into the decode where ``fold_range`` says that is
+    swizzled shared-memory rows (or loaded there by tensor copy from a copy of A in the records' K order, written
+    right before by ``mx_wonly_xperm``: ``wg_tma``), and folds the block scales into the decode where ``fold_range`` says that is
     exact (else an fp32 block-scale path per chunk; M above 32 on a weight whose every scale code folds runs the
     fold-only build at m64: ``wg_fold_only``).  On sm_90 the
     small-M kernels can be launched with programmatic dependent launch (``RawLaunch(pdl=True)``; SM90_PDL and
