@@ -419,7 +419,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             lv[g] = m < M ? 4u : 0u;
         }
         const bool whole = WW_WHOLE && WW_GATHER_ROWS && ww_rows_whole(live, lda);
-        const WwRows rows = ww_rows(lda, lane, n0);
+        const WwRows rows = WW_WHOLE ? ww_rows(lda, lane, n0) : WwRows{};  // (read only by the whole-block gather)
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
             if (st >= WW_STAGES) {
@@ -460,11 +460,12 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         // stage completed): one arrive per warp
         const auto release = [&](int st, int cc) {
             if (cc == WW_CPS - 1 && st > 0 && lane == 0) {
-                mbarrier_arrive(empty0 + 8 * ((st - 1) % WW_STAGES));
+                const u32 empty = empty0 + 8 * ((st - 1) % WW_STAGES);
+                mbarrier_arrive(empty);
 #if WW_PAIR
 #pragma unroll
                 for (int r = 1; r < WW_PAIR; ++r)  // the peers write into this slot too
-                    mbarrier_arrive_cluster(mapa(empty0 + 8 * ((st - 1) % WW_STAGES), (rank + r) % WW_PAIR));
+                    mbarrier_arrive_cluster(mapa(empty, (rank + r) % WW_PAIR));
 #endif
             }
         };
