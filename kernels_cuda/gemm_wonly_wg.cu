@@ -38,9 +38,9 @@
 //
 // WW_TMA: the activations come by tensor copy (TMA, 128-byte swizzle) from the plan's copy of X with the records' K
 // permutation applied (mx_wonly_xperm below: in every 32-K block X word 4 t + i moved to word 4 i + t), one box of
-// 64 K x the block's tokens per 64-K row, issued by warp 8's lane 0 after the records (in a cluster each block loads
-// its part of the tokens and multicasts it to every block of the cluster); the full barrier then counts two arrives,
-// the records' and the activations', each with its bytes.  One producer warp; no gather.
+// 64 K x the block's tokens per 64-K row, issued by warp 8's lane 0 after the records; the full barrier then counts
+// two arrives, the records' and the activations', each with its bytes.  One producer warp; no gather, no clusters
+// (clusters sharing the tiles by multicast measured no better: backends/cuda/wonly.py WG_TMA_MT).
 //
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
@@ -78,15 +78,13 @@
                    // gathers a P-th of the tokens and copies it to the others
 #endif
 #if WW_PAIR
-#define WW_PART (WW_MP / WW_PAIR)                        // tokens a block of the cluster gathers / loads
+#define WW_PART (WW_MP / WW_PAIR)                        // tokens a block of the cluster gathers
 #define WW_SPAN (WW_PART / WW_GATHER_WARPS)              // tokens a producer warp gathers (contiguous)
-#define WW_PEER_BYTES (WW_TMA ? 0 : WW_UNITS * (WW_MP - WW_PART) * 128)  // what the peers copy into a stage (a
-                                                                         // multicast counts with the activations)
-static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && (WW_GATHER_ROWS || WW_TMA),
-              "clusters gather token rows, a producer warp's share of the block's part (or load them by TMA)");
+#define WW_PEER_BYTES (WW_UNITS * (WW_MP - WW_PART) * 128)  // what the peers copy into a stage
+static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && WW_GATHER_ROWS && !WW_TMA,
+              "clusters gather token rows, a producer warp's share of the block's part");
 #define WW_CLUSTER __cluster_dims__(WW_PAIR, 1, 1)
 #else
-#define WW_PART WW_MP
 #define WW_PEER_BYTES 0
 #define WW_CLUSTER
 #endif
@@ -269,20 +267,12 @@ __device__ __forceinline__ void ww_gather(u32 act, const u16* x, i64 lda, int li
 }
 
 // The activations of a stage by tensor copy (WW_TMA; K from k0, WW_UNITS rows of 64 K per token): the expect_tx
-// arrive for the whole tile (in a cluster the peers' multicast parts too), then per 64-K row one box of this block's
-// tokens tok0 .. tok0 + WW_PART - 1 into its rows (in a cluster multicast to the same rows of every block).  Tokens
-// past M and K past the permuted copy's width arrive as zeros.
-__device__ __forceinline__ void ww_load_act(u32 act, const TmaMap* map, int k0, int m0, int tok0, u32 bar) {
+// arrive for the whole tile, then per 64-K row one box of the block's tokens m0 .. m0 + WW_MP - 1 into its rows.
+// Tokens past M and K past the permuted copy's width arrive as zeros.
+__device__ __forceinline__ void ww_load_act(u32 act, const TmaMap* map, int k0, int m0, u32 bar) {
     mbarrier_arrive_expect_tx(bar, WW_ACT_BYTES);
 #pragma unroll
-    for (int u = 0; u < WW_UNITS; ++u) {
-        const u32 dst = act + (u * WW_MP + tok0) * 128;
-#if WW_PAIR
-        cp_async_bulk_tensor_2d_multicast(dst, map, k0 + 64 * u, m0 + tok0, bar, (u16)((1u << WW_PAIR) - 1));
-#else
-        cp_async_bulk_tensor_2d(dst, map, k0 + 64 * u, m0 + tok0, bar);
-#endif
-    }
+    for (int u = 0; u < WW_UNITS; ++u) cp_async_bulk_tensor_2d(act + u * WW_MP * 128, map, k0 + 64 * u, m0, bar);
 }
 // factor of scale byte k of word e (e = the scale bytes plus the exponent offset, each in [1, 254]): the 16-bit
 // power of two with exponent field e_k in both halves (bf16: bits 7..14; f16 takes the field at bits 10..14)
@@ -370,7 +360,6 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #if WW_TMA
         if (copier) prefetch_tensormap(&xmap);
         wo_dependent_part();
-        const int tok0 = WW_PAIR ? (int)cluster_ctarank() * WW_PART : 0;  // this block's tokens (of its cluster's)
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
             if (st >= WW_STAGES) {
@@ -380,7 +369,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             const u32 bits = ww_fold_bits(range);  // stage st's (slot s is free), published by the arrive below
             if (copier) {
                 fold_bits[s] = bits;
-                ww_load_act(ring + s * WW_STAGE_BYTES, &xmap, (c_begin + st * WW_CPS) * WO_KC, m0, tok0, full0 + 8 * s);
+                ww_load_act(ring + s * WW_STAGE_BYTES, &xmap, (c_begin + st * WW_CPS) * WO_KC, m0, full0 + 8 * s);
             }
             range = ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane);
         }

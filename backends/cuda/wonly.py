@@ -197,17 +197,18 @@ WG_WHOLE_MT = 8
 #: 52.9 -> 56.3), m32 level or slower (bf16 x mxfp4 32 x 28672 x 8192 72.9 -> 75.7) and clusters of 4 slower
 #: everywhere (64 x 28672 x 8192 92.5)
 WG_PAIR_MT, WG_PAIR = 5, 2
-#: the wgmma kernel loads its activations by tensor copy (TMA, WW_TMA) from a copy of X with the records' K
-#: permutation applied (mx_wonly_xperm, launched by the plan right before the product) instead of gathering them
-#: with 4-byte cp.async (one producer warp, whose lane 0 issues a box per 64-K row; no clusters): from WG_TMA_MT m8
-#: tiles up (None: nowhere) where the launch has a block per SM without splitting K, and where it splits K from
-#: WG_TMA_ANY_MT[bits] up for codes of that many bits (none listed: never).  The copy's pass costs ~3 us that a
-#: short block does not win back.  Session 24, H100, us, gather -> TMA, same run: bf16 x mxfp4 16 / 24 / 32 / 40 /
-#: 48 / 56 / 64 x 28672 x 8192 53.8 / 64.6 / 71.7 / 77.3 / 80.5 / 84.8 / 85.0 -> 53.9 / 60.2 / 66.2 / 64.3 / 69.4 /
-#: 70.0 / 75.3 (m16: the other run), 16 / 24 / 32 x 8192^2 (split 4) 21.2 / 23.2 / 25.6 -> 24.2 / 28.0 / 29.7, 40 /
-#: 48 / 56 / 64 x 8192^2 28.7 / 30.8 / 31.9 / 33.6 -> 27.7 / 29.0 / 33.3 / 31.9; fp16 x mxfp4 40 / 64 x 8192^2
-#: 30.8 / 35.7 -> 29.9 / 34.1; but bf16 x mxfp8 48.1 / 53.1 -> 64.0 / 70.3 and bf16 x mxfp6 39.4 / 44.3 -> 43.1 /
-#: 49.4 there; on 28672 x 8192 every pair gains at 32 / 64 (bf16 x mxfp8 144.9 / 167.4 -> 142.4 / 154.3).
+#: the wgmma kernel loads its activations by tensor copy (TMA, WW_TMA) from a copy of X with the records' K permutation
+#: applied (mx_wonly_xperm, launched by the plan right before the product) instead of gathering them with 4-byte
+#: cp.async (one producer warp, whose lane 0 issues a box per 64-K row; no clusters: sharing the tiles by multicast in
+#: clusters of two measured no better, 64 / 48 x 28672 x 8192 75.7 / 70.1 us against 75.3 / 69.4 without, and is not
+#: built): from WG_TMA_MT m8 tiles up (None: nowhere) where the launch has a block per SM without splitting K, and where
+#: it splits K from WG_TMA_ANY_MT[bits] up for codes of that many bits (none listed: never).  The copy's pass costs ~3
+#: us that a short block does not win back.  Session 24, H100, us, gather -> TMA, same run: bf16 x mxfp4 16 / 24 / 32 /
+#: 40 / 48 / 56 / 64 x 28672 x 8192 53.8 / 64.6 / 71.7 / 77.3 / 80.5 / 84.8 / 85.0 -> 53.9 / 60.2 / 66.2 / 64.3 / 69.4 /
+#: 70.0 / 75.3 (m16: the other run), 16 / 24 / 32 x 8192^2 (split 4) 21.2 / 23.2 / 25.6 -> 24.2 / 28.0 / 29.7, 40 / 48 /
+#: 56 / 64 x 8192^2 28.7 / 30.8 / 31.9 / 33.6 -> 27.7 / 29.0 / 33.3 / 31.9; fp16 x mxfp4 40 / 64 x 8192^2 30.8 / 35.7 ->
+#: 29.9 / 34.1; but bf16 x mxfp8 48.1 / 53.1 -> 64.0 / 70.3 and bf16 x mxfp6 39.4 / 44.3 -> 43.1 / 49.4 there; on 28672
+#: x 8192 every pair gains at 32 / 64 (bf16 x mxfp8 144.9 / 167.4 -> 142.4 / 154.3).
 WG_TMA_MT, WG_TMA_ANY_MT = 3, {4: 5}
 
 

@@ -130,7 +130,7 @@ class WonlyPlan(Plan):
 
             kp = -(-a.k // 64) * 64
             self._xp = cp.empty((self.m, kp), dtype=cp.uint16)
-            xmap = tensor_map(self._xp.data.ptr, 2, kp, self.m, kp, 64, 8 * v.mt // max(1, v.pair))
+            xmap = tensor_map(self._xp.data.ptr, 2, kp, self.m, kp, 64, 8 * v.mt)
             words = self.m * (kp // 32)
             self._xperm = RawLaunch(self._xperm_kernel, (-(-words // 256),), (256,), 0, (
                 a.buf, self._xp, np.int32(self.m), np.int32(a.k), np.int64(a.ld), np.int32(kp)), pdl=v.pdl)
