@@ -192,9 +192,13 @@ __device__ __forceinline__ void ww_gather_groups_(u32 act, const u16* const (&xr
 #define WW_ROW_STEP WW_GATHER_WARPS
 static_assert(!WW_GATHER_ROWS || WW_MP % WW_GATHER_WARPS == 0, "the token-row gather: each warp an equal share");
 #endif
+// Where 4-byte word l of a token's 64 K of X (block b = l >> 4, record lane t = (l >> 2) & 3, word i = l & 3) sits in
+// the k16 order of a stage's activation row: 16-byte chunk 4 b + i (ww_kchunk), word t of it (a 4 x 4 transpose in
+// each 32-K block; the token-row gathers and the permuted copy, mx_wonly_xperm, place words by it)
+__device__ __forceinline__ int ww_kchunk(int l) { return 4 * (l >> 4) + (l & 3); }
 // lane's 4-byte word of token row n in a stage's first unit (the 128-byte swizzle of the activations' smem tile)
 __device__ __forceinline__ u32 ww_row_word(int lane, int n) {
-    return 4u * ((lane >> 2) & 3) + n * 128 + (((4 * (lane >> 4) + (lane & 3)) ^ (n & 7)) << 4);
+    return 4u * ((lane >> 2) & 3) + n * 128 + ((ww_kchunk(lane) ^ (n & 7)) << 4);
 }
 template <bool INSIDE>
 __device__ __forceinline__ void ww_gather_rows_(u32 act, const u16* x, i64 lda, int live, int K, int k0, int lane,
@@ -357,21 +361,27 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         const u16* ranges = reinterpret_cast<const u16*>(W + (i64)gridDim.x * nchunks * (WO_GROUP * WO_REC)) +
                             (i64)blockIdx.x * nchunks;
         u32 range = ww_range(ranges, c_begin, c_end, lane);
+        // stage st's slot, once its previous stage was released, with its records requested (the first WW_STAGES
+        // were above); and the chunk ranges of the stage after st
+        const auto claim = [&](int st) {
+            if (st >= WW_STAGES) {
+                mbarrier_wait(empty0 + 8 * (st % WW_STAGES), ((st / WW_STAGES) - 1) & 1);
+                if (copier) records(st);
+            }
+        };
+        const auto next_range = [&](int st) { return ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane); };
 #if WW_TMA
         if (copier) prefetch_tensormap(&xmap);
         wo_dependent_part();
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
-            if (st >= WW_STAGES) {
-                mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
-                if (copier) records(st);
-            }
+            claim(st);
             const u32 bits = ww_fold_bits(range);  // stage st's (slot s is free), published by the arrive below
             if (copier) {
                 fold_bits[s] = bits;
                 ww_load_act(ring + s * WW_STAGE_BYTES, &xmap, (c_begin + st * WW_CPS) * WO_KC, m0, full0 + 8 * s);
             }
-            range = ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane);
+            range = next_range(st);
         }
 #else
         wo_dependent_part();
@@ -411,10 +421,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         const WwRows rows = WW_WHOLE ? ww_rows(lda, lane, n0) : WwRows{};  // (read only by the whole-block gather)
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
-            if (st >= WW_STAGES) {
-                mbarrier_wait(empty0 + 8 * s, ((st / WW_STAGES) - 1) & 1);
-                if (copier) records(st);
-            }
+            claim(st);
             ww_gather(ring + s * WW_STAGE_BYTES, x, lda, live, xr, lv, K, (c_begin + st * WW_CPS) * WO_KC, lane, pw,
                       n0, whole, rows);
             ww_cp_commit();
@@ -422,7 +429,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather
             const u32 bits = ww_fold_bits(range);
             if (copier) fold_bits[s] = bits;
-            range = ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane);
+            range = next_range(st);
             if (st >= WW_LAG) {  // stage st - LAG's gather is complete: hand it to the async proxy, then arrive
                 ww_cp_wait<WW_LAG>();
                 ww_fence_async();
@@ -557,9 +564,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 }
 
 // The permuted copy of X that a WW_TMA build loads (backends/cuda/wonly_plan.py launches it right before the product,
-// both under WO_PDL with programmatic dependent launch): Xp[m][k] for k < kp (a multiple of 64), in every 32-K block
-// X's 4-byte word 4 t + i at word 4 i + t (the words of record lane t, back in k16 order: what the gather writes into
-// a stage's rows, ww_gather_rows_), zeros from K on.  One thread per token and 32-K block; X's base and row pitch
+// both under WO_PDL with programmatic dependent launch): Xp[m][k] for k < kp (a multiple of 64), X's 4-byte words in
+// the k16 order of a stage's rows (ww_kchunk: in every 32-K block word 4 t + i at 4 i + t), zeros from K on.  One thread per token and 32-K block; X's base and row pitch
 // are 16-byte aligned (the plan's activations).
 extern "C" __global__ void __launch_bounds__(256)
 mx_wonly_xperm(const u16* __restrict__ X, u16* __restrict__ Xp, int M, int K, i64 lda, int kp) {
@@ -588,7 +594,10 @@ mx_wonly_xperm(const u16* __restrict__ X, u16* __restrict__ Xp, int M, int K, i6
             w[j] = lo | hi << 16;
         }
     }
+    u32 o[16];  // the block's words in k16 order
+#pragma unroll
+    for (int j = 0; j < 16; ++j) o[4 * ww_kchunk(j) + ((j >> 2) & 3)] = w[j];
     uint4* dst = reinterpret_cast<uint4*>(Xp + (i64)m * kp + k0);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) dst[c] = make_uint4(w[c], w[4 + c], w[8 + c], w[12 + c]);
+    for (int c = 0; c < 4; ++c) dst[c] = make_uint4(o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
 }
