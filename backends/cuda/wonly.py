@@ -18,9 +18,9 @@
     but for f16 x 4-bit codes at M <= 4 on weights of fewer record groups than SMs: ``wg_rule``)
     multiplies on wgmma with the decoded weight as the register-A operand, the activations gathered into
     swizzled shared-memory rows (or loaded there by tensor copy from a copy of A in the records' K order, written
-    right before by ``mx_wonly_xperm``: ``wg_tma``), and folds the block scales into the decode where ``fold_range`` says that is
-    exact (else an fp32 block-scale path per chunk; M above 32 on a weight whose every scale code folds runs the
-    fold-only build at m64: ``wg_fold_only``).  On sm_90 the
+    right before by ``mx_wonly_xperm``: ``wg_tma``), and folds the block scales into the decode where
+    ``fold_range`` says that is exact (else an fp32 block-scale path per chunk; M above 32 on a weight whose every
+    scale code folds runs the fold-only build at m64: ``wg_fold_only``).  On sm_90 the
     small-M kernels can be launched with programmatic dependent launch (``RawLaunch(pdl=True)``; SM90_PDL and
     SM90_SMALL, the default there): a launch may start
     while the previous kernel in the stream finishes and requests its first records before it waits for it
