@@ -94,6 +94,14 @@ static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && WW
 #ifndef WW_LAG
 #define WW_LAG 1  // activation stages in flight before the producer arrives (at most WW_STAGES - 2)
 #endif
+#ifndef WW_TAIL_SKIP
+// How the consumers' chunk loop passes the chunks a K tail's last stage lacks.  Leaving the loop (break) makes ptxas
+// serialize every wgmma of the fold-only builds (C7513: each waits for the one before); skipping them (continue)
+// lets it pipeline all builds.  Measured on an H100 (session 25, bf16 x mxfp4, 8192 K): the m32 build at N = 28672
+// 66.4 -> 62.0 us with continue, the m24 one unchanged; the fold-only builds slower pipelined (m40 / m64: 63.5 /
+// 73.3 -> 65.4 / 74.1 us; bf16 x mxfp8 m64: 153 -> 160 us), so they keep break; m8 / m16 were not measured.
+#define WW_TAIL_SKIP (!WW_FOLD_ONLY && WO_MT >= 3)
+#endif
 static_assert(WW_CPS % 2 == 0, "the decode alternates two register buffers by chunk parity inside a stage");
 static_assert(WW_STAGES >= 3, "a stage is released while the next one is multiplied; the producer runs one ahead");
 static_assert(WW_LAG >= 1 && WW_LAG <= WW_STAGES - 2, "the producer arrives on a stage before it waits for its slot");
@@ -478,7 +486,10 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #pragma unroll
             for (int cc = 0; cc < WW_CPS; ++cc) {
                 const int c = c_begin + st * WW_CPS + cc;
-                if (c >= c_end) break;
+                if (c >= c_end) {  // a K tail's last stage: see WW_TAIL_SKIP
+                    if (WW_TAIL_SKIP) continue;
+                    break;
+                }
                 const u8* crec = recs + cc * WO_GROUP * WO_REC;
                 const u8* rec = crec + tile * WO_REC;
                 const uint4 q = *reinterpret_cast<const uint4*>(rec + lane * 16);
