@@ -95,12 +95,13 @@ static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && WW
 #define WW_LAG 1  // activation stages in flight before the producer arrives (at most WW_STAGES - 2)
 #endif
 #ifndef WW_TAIL_SKIP
-// How the consumers' chunk loop passes the chunks a K tail's last stage lacks.  Leaving the loop (break) makes ptxas
-// serialize every wgmma of the fold-only builds (C7513: each waits for the one before); skipping them (continue)
-// lets it pipeline all builds.  Measured on an H100 (session 25, bf16 x mxfp4, 8192 K): the m32 build at N = 28672
-// 66.4 -> 62.0 us with continue, the m24 one unchanged; the fold-only builds slower pipelined (m40 / m64: 63.5 /
-// 73.3 -> 65.4 / 74.1 us; bf16 x mxfp8 m64: 153 -> 160 us), so they keep break; m8 / m16 were not measured.
-#define WW_TAIL_SKIP (!WW_FOLD_ONLY && WO_MT >= 3)
+// How the consumers' chunk loop passes the chunks a K tail's last stage lacks: leave the loop (break) or skip them
+// (continue).  With break ptxas serializes every wgmma of the fold-only builds (C7513: each waits for the one before);
+// with continue it pipelines all builds, yet that measured faster only for the 4-bit m32 tensor-copy builds (H100,
+// session 25, 32 x 28672 x 8192: bf16 x mxfp4 66.1 -> 63.6 us, fp16 x mxfp4 78.2 -> 73.5 us) and slower or no
+// better elsewhere (m24 / m32 gather and byte-code builds 0-4 % slower; fold-only m40 / m64 63.5 / 73.3 -> 65.4 /
+// 74.1 us, bf16 x mxfp8 m64 153 -> 160 us).  So only those builds skip.
+#define WW_TAIL_SKIP (WO_PACK4 && WO_MT == 4 && WW_TMA && !WW_FOLD_ONLY)
 #endif
 static_assert(WW_CPS % 2 == 0, "the decode alternates two register buffers by chunk parity inside a stage");
 static_assert(WW_STAGES >= 3, "a stage is released while the next one is multiplied; the producer runs one ahead");
