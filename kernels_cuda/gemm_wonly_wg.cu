@@ -577,8 +577,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 
 // The permuted copy of X that a WW_TMA build loads (backends/cuda/wonly_plan.py launches it right before the product,
 // both under WO_PDL with programmatic dependent launch): Xp[m][k] for k < kp (a multiple of 64), X's 4-byte words in
-// the k16 order of a stage's rows (ww_kchunk: in every 32-K block word 4 t + i at 4 i + t), zeros from K on.  One thread per token and 32-K block; X's base and row pitch
-// are 16-byte aligned (the plan's activations).
+// the k16 order of a stage's rows (ww_kchunk: in every 32-K block word 4 t + i at 4 i + t), zeros from K on.  One
+// thread per token and 32-K block; X's base and row pitch are 16-byte aligned (the plan's activations).
 extern "C" __global__ void __launch_bounds__(256)
 mx_wonly_xperm(const u16* __restrict__ X, u16* __restrict__ Xp, int M, int K, i64 lda, int kp) {
 #if WO_PDL
