@@ -124,20 +124,22 @@ class WonlyPlan(Plan):
         out, a, b = self.out, self.da, self.db
         if out is None or out.size == 0 or a.k == 0:
             return
-        xmap = np.zeros(1, dtype="V128")  # (a build without WW_TMA does not read it)
+        # the wgmma kernel's last parameter, the permuted copy's tensor map (a build without WW_TMA does not read it);
+        # the other kernels have none
+        xmap = (np.zeros(1, dtype="V128"),) if v.kernel == "wg" else ()
         if v.tma_x:
             from .sm90 import tensor_map
 
             kp = -(-a.k // 64) * 64
             self._xp = cp.empty((self.m, kp), dtype=cp.uint16)
-            xmap = tensor_map(self._xp.data.ptr, 2, kp, self.m, kp, 64, 8 * v.mt)
+            xmap = (tensor_map(self._xp.data.ptr, 2, kp, self.m, kp, 64, 8 * v.mt),)
             words = self.m * (kp // 32)
             self._xperm = RawLaunch(self._xperm_kernel, (-(-words // 256),), (256,), 0, (
                 a.buf, self._xp, np.int32(self.m), np.int32(a.k), np.int64(a.ld), np.int32(kp)), pdl=v.pdl)
         self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (v.threads,), self._smem, (
             b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
             np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
-            np.int32(self._per), xmap), pdl=v.pdl)
+            np.int32(self._per), *xmap), pdl=v.pdl)
 
     def takes(self, db: DevOperand) -> bool:
         """Whether the plan's kernel multiplies the packed weight ``db`` (of the same form as its own): the
