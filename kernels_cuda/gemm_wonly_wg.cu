@@ -48,7 +48,7 @@
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
 // the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
-// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA.
+// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA, WW_PIN.
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -153,6 +153,36 @@ __device__ __forceinline__ void ww_cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void ww_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Shared-memory loads from a 32-bit shared address (WW_PIN builds), kept in order with the barrier waits around them
+__device__ __forceinline__ uint4 ww_lds128(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ u32 ww_lds32(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ u32 ww_lds16(u32 addr) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+    return v;
+}
+// WW_PIN: the consumers form their shared addresses (ring, barriers, fold bits, the lane's record offsets) once and
+// keep them in registers (ww_pin), reading the records by ww_lds*; otherwise ptxas forms them again from the CTA's
+// shared window (S2R SR_CgaCtaId) in every chunk.  Fold-only builds only: the m64 4-bit tensor-copy loop went from 239
+// to 210 instructions per stage, and (H100, session 26, us, two passes each) bf16 x mxfp4 64 x 28672 x 8192 73.5 ->
+// 70.1 / 71.3, 64 x 8192 x 8192 31.8 -> 31.3, fp16 x mxfp4 64 x 28672 x 8192 83.6 -> 80.2, bf16 x mxfp8 153.1 -> 146.6,
+// bf16 x mxfp6 101.5 -> 98.4.  Under the other builds' 96-register bound it spilled (4-bit m32 gather) or had ptxas
+// serialize the wgmma (f16 x e5m2: C7519).
+#ifndef WW_PIN
+#define WW_PIN WW_FOLD_ONLY
+#endif
+__device__ __forceinline__ u32 ww_pin(u32 v) {
+    asm volatile("" : "+r"(v));
+    return v;
+}
 
 // The producer's activation gather of one stage (K from k0, WW_UNITS rows of 64 K per token), per row group of 8
 // tokens.  Instruction
@@ -302,9 +332,10 @@ __device__ __forceinline__ u32 ww_fold_bits(u32 range) {
     const bool ok = (range & 0xffu) >= WW_SLO && (range >> 8) <= WW_SHI;
     return __ballot_sync(0xffffffffu, ok) & ((1u << WW_CPS) - 1u);
 }
-// the range of chunk c0 + lane for the lanes below WW_CPS (any value for the others and past c_end)
+// the range of chunk c0 + lane for the lanes below WW_CPS (a folding range for the others and past c_end: a stage's
+// fold bits are all set where every chunk of it before c_end folds)
 __device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, int lane) {
-    return lane < WW_CPS && c0 + lane < c_end ? (u32)__ldg(ranges + c0 + lane) : 0x7f7fu;
+    return lane < WW_CPS && c0 + lane < c_end ? (u32)__ldg(ranges + c0 + lane) : (u32)(WW_SLO | WW_SHI << 8);
 }
 
 #ifndef WW_MINB
@@ -465,7 +496,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         // stage completed): one arrive per warp
         const auto release = [&](int st, int cc) {
             if (cc == WW_CPS - 1 && st > 0 && lane == 0) {
-                const u32 empty = empty0 + 8 * ((st - 1) % WW_STAGES);
+                const u32 empty = empty0 + 8 * ((WW_PIN ? st + WW_STAGES - 1 : st - 1) % WW_STAGES);
                 mbarrier_arrive(empty);
 #if WW_PAIR
 #pragma unroll
@@ -475,15 +506,29 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             }
         };
         bool unfolded = false;    // a chunk outside the fold range (a fold-only build gives NaN: never a wrong sum)
+#if WW_PIN  // the lane's shared addresses, formed once: the ring, the barriers, the fold bits, and the offsets of its
+            // fragment of tile `tile` and of its scale word in a stage's first record chunk
+        const u32 ring0 = ww_pin(ring), full = ww_pin(full0), folds0 = ww_pin(smem_u32(fold_bits));
+        const u32 q_off = ww_pin(WW_ACT_BYTES + tile * WO_REC + lane * 16);
+        const u32 sc_off = ww_pin(WW_ACT_BYTES + tile * WO_REC + 512 + g * (WO_BPC == 2 ? 4 : 2));
+#endif
         float t[D];               // the fp32 path's block product (written by wgmma only)
 #pragma unroll
         for (int i = 0; i < D; ++i) t[i] = 0.f;
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
+#if WW_PIN
+            const u32 stage = ring0 + s * WW_STAGE_BYTES;
+            mbarrier_wait(full + 8 * s, (st / WW_STAGES) & 1);
+            const u32 folds = ww_lds32(folds0 + 4 * s);
+            const u64 desc0 = ww_desc0(stage);
+#else
             mbarrier_wait(full0 + 8 * s, (st / WW_STAGES) & 1);
             const u32 folds = fold_bits[s];
             const u64 desc0 = ww_desc0(ring + s * WW_STAGE_BYTES);
             const u8* recs = ring_ptr + s * WW_STAGE_BYTES + WW_ACT_BYTES;
+#endif
+            if (WW_FOLD_ONLY) unfolded |= folds != (1u << WW_CPS) - 1u;  // (chunks past c_end read as folding)
 #pragma unroll
             for (int cc = 0; cc < WW_CPS; ++cc) {
                 const int c = c_begin + st * WW_CPS + cc;
@@ -491,16 +536,17 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                     if (WW_TAIL_SKIP) continue;
                     break;
                 }
-                const u8* crec = recs + cc * WO_GROUP * WO_REC;
-                const u8* rec = crec + tile * WO_REC;
-                const uint4 q = *reinterpret_cast<const uint4*>(rec + lane * 16);
-#if WO_BPC == 2
-                const u32 sc = *reinterpret_cast<const u32*>(rec + 512 + g * 4);
+#if WW_PIN
+                const u32 chunk = stage + cc * WO_GROUP * WO_REC;
+                const uint4 q = ww_lds128(chunk + q_off);
+                const u32 sc = WO_BPC == 2 ? ww_lds32(chunk + sc_off) : wo_scale_word(ww_lds16(chunk + sc_off));
 #else
-                const u32 sc = wo_scale_word(*reinterpret_cast<const u16*>(rec + 512 + g * 2));
+                const u8* rec = recs + cc * WO_GROUP * WO_REC + tile * WO_REC;
+                const uint4 q = *reinterpret_cast<const uint4*>(rec + lane * 16);
+                const u32 sc = WO_BPC == 2 ? *reinterpret_cast<const u32*>(rec + 512 + g * 4)
+                                           : wo_scale_word(*reinterpret_cast<const u16*>(rec + 512 + g * 2));
 #endif
                 const bool fold = (folds >> cc) & 1u;
-                unfolded |= !fold;  // only a fold-only build reads it
                 if (WW_FOLD_ONLY || fold) {
                     const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
                     ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
