@@ -33,6 +33,24 @@ __device__ __forceinline__ void cp_async_bulk_g2s(u32 dst, const void* src, u32 
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// Shared-memory loads from a shared-window address, volatile so that they stay after the mbarrier wait before them
+// (ld_shared_u32 also orders other memory accesses around it)
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ u32 ld_shared_u16(u32 addr) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ int4 ld_shared_v4(u32 addr) {
+    int4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+    return v;
+}
+
 // Tensor copies (TMA): a 2-D box of the tensor map at coordinates (c0 inner, c1 outer) into shared memory,
 // completing on `bar` by byte count (out-of-bounds elements zero-filled, counted); the multicast form writes the same
 // offset in every block of `mask` and completes on each one's barrier at the same offset.  TmaMap: the driver's

@@ -221,11 +221,6 @@ __device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
 __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
-__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
-    u32 v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-    return v;
-}
 __device__ __forceinline__ void bar_arrive(u32 id, u32 threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -339,12 +334,6 @@ __device__ __forceinline__ void store_pair(void* C, i64 off, float v0, float v1,
 // 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1); cb: shared address of this thread's 16 bytes of
 // the block's CB row (columns 16 g + {2q, 2q+1, 8+2q, 9+2q} at cb + 64 g, q = lane % 4).
 // ---------------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ int4 ld_shared_v4(u32 addr) {  // volatile: stays after the stage's mbarrier wait
-    int4 v;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-    return v;
-}
-
 // This thread's accumulators walked against the column factors: per 16-column group g, one 16-byte load col4(g)
 // (the group's 4 column factors of this thread, in the permuted order above), then op(i, ra, cf) for each of the
 // group's accumulators i (2 n8 blocks x 2 row halves x 2 columns): ra = ra0 / ra1 (the row half's factor), cf the

@@ -153,29 +153,13 @@ __device__ __forceinline__ void ww_cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void ww_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// Shared-memory loads from a 32-bit shared address (WW_PIN builds), kept in order with the barrier waits around them
-__device__ __forceinline__ uint4 ww_lds128(u32 addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-    return v;
-}
-__device__ __forceinline__ u32 ww_lds32(u32 addr) {
-    u32 v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
-    return v;
-}
-__device__ __forceinline__ u32 ww_lds16(u32 addr) {
-    unsigned short v;
-    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
-    return v;
-}
 // WW_PIN: the consumers form their shared addresses (ring, barriers, fold bits, the lane's record offsets) once and
-// keep them in registers (ww_pin), reading the records by ww_lds*; otherwise ptxas forms them again from the CTA's
-// shared window (S2R SR_CgaCtaId) in every chunk.  Fold-only builds only: the m64 4-bit tensor-copy loop went from 239
-// to 210 instructions per stage, and (H100, session 26, us, two passes each) bf16 x mxfp4 64 x 28672 x 8192 73.5 ->
-// 70.1 / 71.3, 64 x 8192 x 8192 31.8 -> 31.3, fp16 x mxfp4 64 x 28672 x 8192 83.6 -> 80.2, bf16 x mxfp8 153.1 -> 146.6,
-// bf16 x mxfp6 101.5 -> 98.4.  Under the other builds' 96-register bound it spilled (4-bit m32 gather) or had ptxas
-// serialize the wgmma (f16 x e5m2: C7519).
+// keep them in registers (ww_pin), reading the records by ld_shared_* (async_sm90.cuh); otherwise ptxas forms them
+// again from the CTA's shared window (S2R SR_CgaCtaId) in every chunk.  Fold-only builds only: the m64 4-bit
+// tensor-copy loop went from 239 to 210 instructions per stage, and (H100, session 26, us, two passes each) bf16 x
+// mxfp4 64 x 28672 x 8192 73.5 -> 70.1 / 71.3, 64 x 8192 x 8192 31.8 -> 31.3, fp16 x mxfp4 64 x 28672 x 8192 83.6 ->
+// 80.2, bf16 x mxfp8 153.1 -> 146.6, bf16 x mxfp6 101.5 -> 98.4.  Under the other builds' 96-register bound it
+// spilled (4-bit m32 gather) or had ptxas serialize the wgmma (f16 x e5m2: C7519).
 #ifndef WW_PIN
 #define WW_PIN WW_FOLD_ONLY
 #endif
@@ -520,7 +504,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #if WW_PIN
             const u32 stage = ring0 + s * WW_STAGE_BYTES;
             mbarrier_wait(full + 8 * s, (st / WW_STAGES) & 1);
-            const u32 folds = ww_lds32(folds0 + 4 * s);
+            const u32 folds = ld_shared_u32(folds0 + 4 * s);
             const u64 desc0 = ww_desc0(stage);
 #else
             mbarrier_wait(full0 + 8 * s, (st / WW_STAGES) & 1);
@@ -538,8 +522,10 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 }
 #if WW_PIN
                 const u32 chunk = stage + cc * WO_GROUP * WO_REC;
-                const uint4 q = ww_lds128(chunk + q_off);
-                const u32 sc = WO_BPC == 2 ? ww_lds32(chunk + sc_off) : wo_scale_word(ww_lds16(chunk + sc_off));
+                const int4 q4 = ld_shared_v4(chunk + q_off);
+                const uint4 q = make_uint4(q4.x, q4.y, q4.z, q4.w);
+                const u32 sc = WO_BPC == 2 ? ld_shared_u32(chunk + sc_off)
+                                           : wo_scale_word(ld_shared_u16(chunk + sc_off));
 #else
                 const u8* rec = recs + cc * WO_GROUP * WO_REC + tile * WO_REC;
                 const uint4 q = *reinterpret_cast<const uint4*>(rec + lane * 16);
