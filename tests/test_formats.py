@@ -208,8 +208,6 @@ def test_float64_input_is_rounded_once_not_through_float32():
     assert np.float32(x) == np.float32(1.0625)
     assert F.decode(F.encode(np.float64(x), "e4m3fn"), "e4m3fn") == 1.125
     assert F.decode(F.encode(np.float32(x), "e4m3fn"), "e4m3fn") == 1.0  # the float32 value is the tie
-    # ml_dtypes' own float64 cast goes through float32 and lands on 1.0: the case we guard against
-    assert float(np.array([x]).astype(ml_dtypes.float8_e4m3fn)[0]) == 1.0
     # bf16: 1 + 2^-8 is the midpoint of 1 and 1 + 2^-7
     assert F.round_to(1 + 2.0**-8 + 2.0**-40, "bf16") == 1 + 2.0**-7
     assert F.round_to(1 + 2.0**-8, "bf16") == 1.0
