@@ -161,6 +161,16 @@ class Backend:
         Whatever it returns must equal ``matmul``'s result bit for bit."""
         return None
 
+    def cache_info(self) -> dict:
+        """The per-call cache's state (entries, device bytes, limit, counters); empty where there is none."""
+        return {}
+
+    def clear_cache(self, obj=None) -> None:
+        """Drop the per-call cache's entries (or, with ``obj``, what was staged from that quantized operand)."""
+
+    def set_cache_limit(self, nbytes: int) -> None:
+        """Bound the per-call cache's device bytes."""
+
     # ---- benchmarking ---------------------------------------------------------------------------------------
     def timer(self) -> Callable[[Callable[[], object]], float]:
         """``measure(fn) -> seconds`` with device events; the reference backend uses the host clock."""

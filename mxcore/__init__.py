@@ -36,7 +36,7 @@ if _ROOT is not None and str(_ROOT) not in __path__:
     __path__.append(str(_ROOT))
 
 from . import dtypes, errors
-from .api import matmul
+from .api import cache_info, clear_cache, matmul, set_cache_limit
 from .errors import MXCoreError
 from .kernels import kernel_source
 
@@ -44,6 +44,8 @@ __all__ = [
     "__version__",
     "MXCoreError",
     "bench_quantize",
+    "cache_info",
+    "clear_cache",
     "MXTensor",
     "ScaledTensor",
     "dequantize",
@@ -59,6 +61,7 @@ __all__ = [
     "quantize_mx",
     "quantize_tensor",
     "reference_matmul",
+    "set_cache_limit",
     "to_device",
     "to_host",
 ]

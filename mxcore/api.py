@@ -18,7 +18,7 @@ from .arrays import array_kind
 from .errors import DeviceError, InputTypeError, ShapeError, UnsupportedError
 from .operands import check_real_input, infer_dtype, quantize_on_device
 
-__all__ = ["matmul", "placement"]
+__all__ = ["cache_info", "clear_cache", "matmul", "placement", "set_cache_limit"]
 
 
 def _shape(x) -> tuple:
@@ -93,7 +93,15 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
 
     Returns the same kind of array as the inputs (numpy in → numpy out; CuPy → CuPy; torch → torch), on the
     inputs' device.
+
+    Device operands run on the caller's current stream (torch's for torch tensors, CuPy's otherwise), from any
+    host thread, and can be captured into CUDA graphs once their layout has run eagerly on any stream (see
+    docs/calls.md); the per-call setup is cached per layout (:func:`cache_info`, :func:`clear_cache`).
     """
+    if not options:  # a layout that ran before: the checks it passed are in the key (see _hot)
+        hot = _hot(a, b, dtype, out_dtype, backend, scale_rounding)
+        if hot is not None:
+            return hot
     for x, role in ((a, "a"), (b, "b")):
         check_real_input(x, role)
     sa, sb = _shape(a), _shape(b)
@@ -118,8 +126,10 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
         return _empty_like_kind((0, sa[1], sb[-1]), out, a, b)
     if 0 in (sa[-2], sb[-1]) or sa[-1] == 0:
         return _empty_like_kind(sa[:-1] + (sb[-1],), out, a, b)
-    if where[0] == "gpu" and not batched and len(sb) == 2 and not options:  # cached per-call setup (the contract)
-        fast = be.fast_matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding)
+    if where[0] == "gpu" and len(sb) == 2 and not options:  # cached per-call setup (the contract)
+        if hasattr(be, "fast_matmul"):
+            _remember(backend, dtype, out_dtype, scale_rounding, a, b, be, mdt, out)
+        fast = _fast(be, a, b, mdt, out, scale_rounding)
         if fast is not None:
             return fast
     # a batch runs in one launch where the backend can (per-tensor fp8 keeps one scale per batch element: a loop)
@@ -139,6 +149,110 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
                           scale_rounding=scale_rounding, **options) for i in range(sa[0])]
         return _stack(results)
     return be.matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding, **options)
+
+
+# ---- the per-call path ---------------------------------------------------------------------------------------
+# (backend request, dtype request, out_dtype, scale_rounding, the operands' dtype signature) -> (backend object,
+# resolved dtype, output dtype, MXCORE_BACKEND): filled by a call that passed every check on device operands
+_HOT: dict = {}
+
+
+def _signature(x):
+    """What the checks and the dtype inference read of an operand besides its shape: its array type and dtype (an
+    MXTensor / ScaledTensor: its type and format)."""
+    return (type(x), getattr(x, "dtype", None) if not hasattr(x, "fmt") else x.fmt)
+
+
+def _remember(backend, dtype, out_dtype, scale_rounding, a, b, be, mdt, out) -> None:
+    try:
+        key = (backend, dtype, out_dtype, scale_rounding, _signature(a), _signature(b))
+        if len(_HOT) > 4096:
+            _HOT.clear()
+        _HOT[key] = (be, mdt, out, os.environ.get("MXCORE_BACKEND"))
+    except TypeError:  # an unhashable request (a list pair): no per-call path
+        pass
+
+
+def _hot(a, b, dtype, out_dtype, backend, scale_rounding):
+    """A call whose request and operand types passed the checks before: straight to the backend's per-call path
+    (which keys its entries on shapes, strides, alignment, device and stream, and returns None for anything it has
+    not seen: then the full path runs, checks first)."""
+    try:
+        hit = _HOT.get((backend, dtype, out_dtype, scale_rounding, _signature(a), _signature(b)))
+    except TypeError:
+        return None
+    if hit is None:
+        return None
+    be, mdt, out, env = hit
+    if env != os.environ.get("MXCORE_BACKEND"):
+        return None
+    return _fast(be, a, b, mdt, out, scale_rounding)
+
+
+def _fast(be, a, b, mdt, out, scale_rounding):
+    """The backend's per-call path for a 2-D product, or for (B, M, K) activations times a shared (K, N) operand
+    whose batch folds into M (float and weight-only dtypes: one row per token either way, so the result is the
+    same bit for bit; fp8 keeps one scale per batch element and MX one scale range per element: they do not fold)."""
+    nd = len(a.shape)
+    if nd == 2:
+        return be.fast_matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding)
+    if nd != 3 or len(b.shape) != 2 or mdt.kind not in ("float", _dt.WONLY_KIND) or not _rows_fold(a):
+        return None
+    bsz, m, k = a.shape
+    y = be.fast_matmul(a.reshape(bsz * m, k), b, mdt, out_dtype=out, scale_rounding=scale_rounding)
+    return None if y is None else y.reshape(bsz, m, y.shape[-1])
+
+
+def _rows_fold(a) -> bool:
+    """A C-contiguous 3-D torch tensor or CuPy array (its reshape to rows is a view)."""
+    contiguous = getattr(a, "is_contiguous", None)
+    if contiguous is not None:
+        return contiguous()
+    flags = getattr(a, "flags", None)
+    return flags is not None and flags.c_contiguous and array_kind(a) == "cupy"
+
+
+_CACHE_LIMIT = None  # set_cache_limit's bound, also for backends made later (None: their default)
+
+
+def configured_cache_limit():
+    """The bound :func:`set_cache_limit` set (None: not set)."""
+    return _CACHE_LIMIT
+
+
+def cache_info() -> dict:
+    """The per-call caches of the backends in use: ``{backend name: {"entries", "bytes", "limit", "hits", "misses",
+    "evictions", "captured", "graph_bytes"}}`` (bytes: device memory the kept entries hold; graph_bytes: what live
+    CUDA graphs keep)."""
+    from . import backends
+
+    return {name: be.cache_info() for name, be in list(backends._INSTANCES.items()) if hasattr(be, "cache_info")}
+
+
+def clear_cache(obj=None) -> None:
+    """Drop the kept per-call entries of every backend in use (their device memory goes back to the allocator), or,
+    with ``obj``, what was staged from that quantized operand (an MXTensor / ScaledTensor whose CuPy arrays were
+    changed in place; torch arrays are checked by their version counters)."""
+    from . import backends
+
+    _HOT.clear()
+    for be in list(backends._INSTANCES.values()):
+        if hasattr(be, "clear_cache"):
+            be.clear_cache(obj)
+
+
+def set_cache_limit(nbytes: int) -> None:
+    """Bound each backend's per-call cache to ``nbytes`` of device memory (default 4 GiB, or
+    ``MXCORE_CACHE_BYTES``); least recently made entries are dropped first."""
+    from . import backends
+
+    global _CACHE_LIMIT
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        raise UnsupportedError(f"set_cache_limit takes a non-negative number of bytes, not {nbytes!r}")
+    _CACHE_LIMIT = int(nbytes)
+    for be in list(backends._INSTANCES.values()):
+        if hasattr(be, "set_cache_limit"):
+            be.set_cache_limit(int(nbytes))
 
 
 _RESOLVED: dict = {}  # (backend, MXCORE_BACKEND, dtype, out_dtype, arch) -> (backend object, MatmulDType, out)

@@ -59,6 +59,7 @@ from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 from mxcore.operands import made_per_call, mark_per_call
 
 from .._contract import Backend, Target
+from .callcache import CallCache
 from .compile import KernelCache
 from .device import as_cupy, device_info, refuse_capture, resolve_ordinal, stream_for
 from .families import family_for
@@ -93,8 +94,7 @@ class CudaBackend(Backend):
         self.unavailable_cause = None
         self.kernels = KernelCache()
         self._reason = None
-        self._fast: dict = {}  # per-call fast path: layout key -> plan whose launch is re-pointed (see matmul)
-        self._pinned: dict = {}  # entries a CUDA graph captured (their buffers outlive any eviction of _fast)
+        self._fast = CallCache()  # per-call paths: layout key -> kept entry (callcache.py; its lock serialises calls)
         self._targets: dict = {}  # device ordinal -> Target
 
     # ---- availability ---------------------------------------------------------------------------------------
@@ -306,13 +306,14 @@ class CudaBackend(Backend):
         if unknown:
             raise UnsupportedError(f"the cuda backend takes no option(s) {', '.join(unknown)}; its options are: "
                                    f"{', '.join(self.options)}")
-        if out is None and not options and mdt.kind == "float":
-            fast = fast_call(self, a, b, mdt, out_dtype)
-            if fast is not None:
-                return fast
-        p = self.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, out=out, **options)
-        p.gemm()
-        return p.result()
+        with self._fast.lock:  # kept buffers, staged forms and compiled kernels are shared by threads
+            if out is None and not options and mdt.kind == "float":
+                fast = fast_call(self, a, b, mdt, out_dtype)
+                if fast is not None:
+                    return fast
+            p = self.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, out=out, **options)
+            p.gemm()
+            return p.result()
 
     def fast_matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor"):
         """The contract's per-call fast path for 2-D device operands (None: not taken, call matmul):
@@ -320,13 +321,41 @@ class CudaBackend(Backend):
         device arrays, whose quantization, staging and GEMM are set up once per layout and replayed
         (``fast_quantized``); such activations times a device weight quantized once (``fast_weight``); and two
         operands quantized once (``fast_pair``)."""
-        if mdt.kind == "float":
-            return fast_call(self, a, b, mdt, out_dtype)
-        if array_kind(b) == "mx":  # a weight quantized once (times activations, or times an operand quantized once)
-            if array_kind(a) == "mx":
-                return fast_pair(self, a, b, mdt, out_dtype, scale_rounding)
-            return fast_weight(self, a, b, mdt, out_dtype, scale_rounding)
-        return fast_quantized(self, a, b, mdt, out_dtype, scale_rounding)
+        with self._fast.lock:  # one call at a time writes a kept entry's buffers (host work only: launches are async)
+            if mdt.kind == "float":
+                return fast_call(self, a, b, mdt, out_dtype)
+            if array_kind(b) == "mx":  # a weight quantized once (times activations, or times an operand quantized once)
+                if array_kind(a) == "mx":
+                    return fast_pair(self, a, b, mdt, out_dtype, scale_rounding)
+                return fast_weight(self, a, b, mdt, out_dtype, scale_rounding)
+            return fast_quantized(self, a, b, mdt, out_dtype, scale_rounding)
+
+    # ---- the per-call cache ---------------------------------------------------------------------------------
+    def cache_info(self) -> dict:
+        """The per-call cache's entries, device bytes, limit and counters, and the device bytes live CUDA graphs
+        keep (see callcache.py)."""
+        from .device import graph_kept_bytes
+
+        with self._fast.lock:
+            info = self._fast.info()
+        info["graph_bytes"] = graph_kept_bytes() if self.is_available() is None else 0
+        return info
+
+    def clear_cache(self, obj=None) -> None:
+        """Drop every kept entry (obj=None), or what was staged from quantized object ``obj`` (an MXTensor or
+        ScaledTensor changed in place: CuPy arrays carry no version counter)."""
+        from .stage import _STAGED
+
+        with self._fast.lock:
+            if obj is None:
+                self._fast.clear()
+            else:
+                _STAGED.pop(obj, None)
+                self._fast.clear()  # bound plans may hold what was staged from it
+
+    def set_cache_limit(self, nbytes: int) -> None:
+        with self._fast.lock:
+            self._fast.set_limit(nbytes)
 
     # ---- benchmark hooks ------------------------------------------------------------------------------------
     def timer(self):

@@ -6,13 +6,18 @@ ordinal's properties (``cudaGetDeviceProperties`` costs ~1 ms)."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import itertools
+import threading
 from dataclasses import dataclass
 
 from mxcore.arrays import array_kind
 from mxcore.errors import UnsupportedError
 
-__all__ = ["DeviceInfo", "address_of", "as_cupy", "capturing", "device_info", "external_stream", "ordinal_of",
-           "refuse_capture", "resolve_ordinal", "stream_for", "torch_stream", "unowned_view"]
+__all__ = ["DeviceInfo", "address_of", "as_cupy", "capture_graph", "capturing", "device_bytes", "device_info",
+           "ensure_context", "external_stream", "graph_kept_bytes", "keep_for_graph", "ordinal_of", "refuse_capture",
+           "release_destroyed_graphs", "resolve_ordinal", "stream_for", "torch_stream", "unowned_view"]
 
 
 @dataclass(frozen=True)
@@ -219,3 +224,143 @@ def refuse_capture(cp, stream_h: int, what: str) -> None:
             "contiguous float device arrays, float activations times a weight quantized once); run each call of "
             "the region twice on the capture stream before capturing, e.g. under torch.cuda.stream(s), then "
             "torch.cuda.graph(g, stream=s)")
+
+
+# ---- threads: the device's context current in every calling thread ------------------------------------------------
+_THREAD = threading.local()
+
+
+def ensure_context(cp, ordinal: int) -> None:
+    """Make device ``ordinal``'s primary context current in this thread, once per thread and device.  A new host
+    thread has no current context: the runtime binds one lazily, but the driver launches (``cuLaunchKernel``) used
+    by the per-call paths need it bound before they run.  ``cudaSetDevice`` binds it; the thread's current device is
+    left as it was (the call runs under ``cupy.cuda.Device(ordinal)`` where it differs)."""
+    done = getattr(_THREAD, "contexts", None)
+    if done is None:
+        done = _THREAD.contexts = set()
+    if ordinal in done:
+        return
+    rt = cp.cuda.runtime
+    prev = rt.getDevice()
+    rt.setDevice(ordinal)
+    if prev != ordinal:
+        rt.setDevice(prev)
+    done.add(ordinal)
+
+
+# ---- CUDA graphs: what a captured launch touches lives as long as the graph ---------------------------------------
+_CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
+_KEPT: dict = {}  # user-object token -> the objects a graph keeps alive
+_RELEASED: list = []  # tokens whose graph was destroyed (freed by the next call: no CUDA work in the driver's thread)
+_NEXT = itertools.count(1)
+_KEEP_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _graph_api():
+    """(cuStreamGetCaptureInfo_v2, cuUserObjectCreate, cuGraphRetainUserObject, the destroy callback) through
+    ctypes: CuPy wraps none of them."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    vp, u32 = ctypes.c_void_p, ctypes.c_uint
+    info = lib.cuStreamGetCaptureInfo_v2
+    info.argtypes = [vp, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(vp),
+                     ctypes.POINTER(vp), ctypes.POINTER(ctypes.c_size_t)]
+    info.restype = ctypes.c_int
+    create = lib.cuUserObjectCreate
+    create.argtypes = [ctypes.POINTER(vp), vp, vp, u32, u32]
+    create.restype = ctypes.c_int
+    retain = lib.cuGraphRetainUserObject
+    retain.argtypes = [vp, vp, u32, u32]
+    retain.restype = ctypes.c_int
+
+    @ctypes.CFUNCTYPE(None, vp)
+    def destroyed(token):  # the driver's thread: only note it (releasing may free device memory)
+        _RELEASED.append(int(token or 0))
+
+    return info, create, retain, destroyed
+
+
+def capture_graph(stream_h: int):
+    """The CUgraph being captured on stream ``stream_h`` (an int handle), or None when it is not capturing."""
+    info = _graph_api()[0]
+    status, gid, graph = ctypes.c_int(0), ctypes.c_uint64(0), ctypes.c_void_p(0)
+    err = info(ctypes.c_void_p(stream_h or None), ctypes.byref(status), ctypes.byref(gid), ctypes.byref(graph), None,
+               None)
+    if err != 0 or status.value != _CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        return None
+    return graph.value
+
+
+def keep_for_graph(stream_h: int, *objs) -> bool:
+    """Under CUDA graph capture of stream ``stream_h``, keep ``objs`` (buffers, plans the captured launches use)
+    alive as long as the graph: a CUDA user object owned by the graph releases them when the graph and every
+    executable made from it are destroyed.  False (nothing kept) when the stream is not capturing."""
+    graph = capture_graph(stream_h)
+    if graph is None:
+        return False
+    _info, create, retain, destroyed = _graph_api()
+    token = next(_NEXT)
+    obj = ctypes.c_void_p(0)
+    with _KEEP_LOCK:
+        _KEPT[token] = objs
+    err = create(ctypes.byref(obj), ctypes.c_void_p(token), ctypes.cast(destroyed, ctypes.c_void_p), 1, 1)
+    if err == 0:
+        err = retain(ctypes.c_void_p(graph), obj, 1, 1)  # CU_GRAPH_USER_OBJECT_MOVE: the graph owns the reference
+    if err != 0:
+        with _KEEP_LOCK:
+            _KEPT.pop(token, None)
+        raise UnsupportedError(f"could not tie buffers to the CUDA graph being captured (CUresult {err})")
+    return True
+
+
+def release_destroyed_graphs() -> int:
+    """Drop what destroyed graphs kept (called on the per-call paths and by ``clear_cache``); the count released."""
+    n = 0
+    while _RELEASED:
+        token = _RELEASED.pop()
+        with _KEEP_LOCK:
+            n += _KEPT.pop(token, None) is not None
+    return n
+
+
+def graph_kept_bytes() -> int:
+    """Device bytes held for live CUDA graphs (owned CuPy arrays among what they keep)."""
+    with _KEEP_LOCK:
+        objs = list(_KEPT.values())
+    return device_bytes(objs)
+
+
+_NOT_WALKED = frozenset({"CudaBackend", "KernelCache", "Stager", "DeviceInfo"})  # shared, not an entry's own
+
+
+def device_bytes(obj, exclude=frozenset()) -> int:
+    """Device bytes of the CuPy arrays reachable from ``obj`` (tuples, lists, dicts, and the attributes of mxcore's
+    plan and launch objects) whose memory they own; each allocation counted once, those in ``exclude`` (allocation
+    addresses) not at all."""
+    seen: set = set()
+    total = 0
+    stack = [obj]
+    visited: set = set()
+    while stack:
+        x = stack.pop()
+        if id(x) in visited:
+            continue
+        visited.add(id(x))
+        if isinstance(x, (tuple, list, set, frozenset)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif type(x).__name__ == "ndarray" and hasattr(x, "data") and hasattr(x.data, "mem"):
+            mem = x.data.mem
+            if type(mem).__name__ != "UnownedMemory":
+                ptr = int(mem.ptr)
+                if ptr not in seen and ptr not in exclude:
+                    seen.add(ptr)
+                    total += int(mem.size)
+            base = getattr(x, "base", None)
+            if base is not None:
+                stack.append(base)
+        elif (type(x).__module__.startswith(("mxcore.backends", "backends")) and hasattr(x, "__dict__")
+              and type(x).__name__ not in _NOT_WALKED):
+            stack.extend(vars(x).values())
+    return total

@@ -12,10 +12,11 @@
 * :func:`fast_pair` — two operands quantized once (device MXTensors / ScaledTensors): the kept plan pointed at the
   call's staged operands.
 
-All keep their entries in the backend's ``_fast`` dict (False: the layout does not qualify).  Their later calls
-can be captured into a CUDA graph on the stream the layout ran on (entries a graph uses are pinned in
-``be._pinned``); a layout's first calls, and any plan or codec call, refuse capture with a typed error
-(:func:`~.device.refuse_capture`).
+All keep their entries in the backend's ``_fast`` cache (callcache.py: per layout and stream, bounded in bytes;
+False: the layout does not qualify).  A capture may take a layout's entry made on another stream (the documented
+torch recipe: warm up on a side stream, then capture), and the graph keeps what it used alive; a layout's first
+call under capture, and any plan or codec call, refuse capture with a typed error (:func:`~.device.refuse_capture`).
+Callers hold the cache's lock (``CudaBackend.fast_matmul``): kept buffers are written by one call at a time.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
-from .device import (address_of, as_cupy, capturing, ordinal_of, refuse_capture, stream_for, torch_stream,
-                     unowned_view)
+from .device import (address_of, as_cupy, ensure_context, keep_for_graph, ordinal_of, refuse_capture,
+                     stream_for, torch_stream, unowned_view)
 from .plan import CudaPlan
-from .stage import _STAGED
+from .stage import VERSION, fresh_staged
 
 __all__ = ["fast_call", "fast_pair", "fast_quantized", "fast_weight", "swap_weight"]
 
@@ -153,12 +154,11 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     names = (name_a, name_b)
     key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), pa % 16, pb % 16, mdt.name,
            out_dtype, scale_rounding)
-    entry = be._fast.get(key)
     cp = be.cp_module
+    ensure_context(cp, ordinal)
+    entry = be._fast.entry(key, cp, stream_h)
     if entry is None:
         refuse_capture(cp, stream_h, "a layout's first call (quantization recorded, plan built)")
-        if len(be._fast) > 256:
-            be._fast.clear()
         from mxcore.backends import codec
 
         with cp.cuda.Device(ordinal):
@@ -186,17 +186,7 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         return result
     if entry is False:
         return None
-    _pin_if_captured(be, cp, stream_h, key, entry)
     return _replayed(be, entry, (pa, pb), a)
-
-
-def _pin_if_captured(be, cp, stream_h: int, key, entry) -> None:
-    """Under CUDA graph capture of the call's stream, keep ``entry`` for good (``be._pinned``): the graph's kernels
-    read and write its buffers (the replayed quantization's outputs, the plan's staged operands and workspace),
-    which must outlive any eviction from ``be._fast``.  The graph is to be replayed on that stream (or in order
-    with the eager calls of the layout there), since both use these buffers."""
-    if capturing(cp, stream_h):
-        be._pinned[key] = entry
 
 
 def _replayed(be, entry, ptrs, a):
@@ -253,7 +243,6 @@ def _new_out(cp, p, a):
 # ------------------------------------------------------------------------------------------------------------
 # a weight quantized once: float device activations x a device MXTensor / ScaledTensor
 # ------------------------------------------------------------------------------------------------------------
-_SEEN = "seen"  # an entry's state after the first call of a layout (the generic path staged the weight, cached on it)
 
 
 def _quantized_on(b, ordinal: int, axis: int = 0) -> bool:
@@ -270,7 +259,7 @@ def staged_weight(b, ordinal: int, key=None):
     staging on GPU ``ordinal`` is cached; None / False when not staged yet."""
     if key is None:
         return _staged(b, ordinal, "b")
-    return (_STAGED.get(b) or {}).get(key)
+    return fresh_staged(b).get(key)
 
 
 def staged_key(before: dict, d):
@@ -281,7 +270,7 @@ def staged_key(before: dict, d):
 
 def weight_cache(b) -> dict:
     """A copy of the staged forms cached on weight ``b``."""
-    return dict(_STAGED.get(b) or {})
+    return {k: v for k, v in fresh_staged(b).items() if k != VERSION}
 
 
 def same_form(d, e) -> bool:
@@ -354,14 +343,16 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     ka, name, pa, ordinal, stream_h = fa
     key = ("w", ka, ordinal, stream_h, name, tuple(a.shape), pa % 16, type(b).__name__, b.fmt, tuple(b.shape),
            mdt.name, out_dtype, scale_rounding, getattr(b, "axis", 0))
-    entry = be._fast.get(key)
+    cp = be.cp_module
+    ensure_context(cp, ordinal)
+    entry = be._fast.entry(key, cp, stream_h)
     if type(entry) is tuple:  # a kept layout: the weight's staged form under the plan's key says it was checked
         p, wkey = entry[1], entry[-1]
         staged = staged_weight(b, ordinal, wkey)  # (staged on GPU ordinal as B: a 2-D weight blocked along K)
         if staged is None:
             return None  # not staged yet: the generic path stages it (cached on the weight)
-        cp = be.cp_module
-        _pin_if_captured(be, cp, stream_h, key, entry)
+        if be._fast.capturing:  # the graph keeps the weight's staged form (the layout's entry: the cache)
+            keep_for_graph(stream_h, staged)
         with cp.cuda.Device(ordinal):
             if entry[0] not in ("wonly", "direct"):  # the plan bound to this weight (operand maps, packed launches)
                 q = _bound_plan(entry[3], (b,), p, db=staged)
@@ -372,7 +363,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 return None  # another staged form: the generic path
             if entry[0] == "wonly":
                 out = _new_out(cp, p, a)
-                p.launch(stream_h, int(staged.buf.data.ptr), pa, address_of(out))
+                p.launch(stream_h, int(staged.buf.data.ptr), pa, address_of(out))  # (the layout's stream)
                 return out
             if entry[0] == "direct":  # the staged path's GEMM: A read in place, the weight decoded once
                 out = _new_out(cp, p, a)
@@ -380,12 +371,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 return out
     if entry is False or not _quantized_on(b, ordinal):
         return None
-    refuse_capture(be.cp_module, stream_h, "a layout's first calls with a weight quantized once (staging, recording)")
-    if entry is None and len(be._fast) > 256:
-        be._fast.clear()
-    be._fast[key] = _SEEN
-    if not staged_weight(b, ordinal):
-        return None  # the generic path stages the weight (cached on it)
+    refuse_capture(cp, stream_h, "a layout's first call with a weight quantized once (staging, recording)")
     return _keep_weight(be, key, a, b, mdt, out_dtype, scale_rounding, pa)
 
 
@@ -399,12 +385,11 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
     cp = be.cp_module
     be._fast[key] = False
     with cp.cuda.Device(ordinal_of(b)):
-        before = weight_cache(b)  # a replay must not redo (or hold) a weight's staging: it was made before
         if mdt.kind == WONLY_KIND:  # the activations are read as they are (or rounded once by the staging)
-            p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)
+            p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)  # stages B (cached on it)
             p.gemm()
             result = p.result()
-            wkey = staged_key(before, p.db)
+            wkey = staged_key(weight_cache(b), p.db)
             if not (p._fold is None and p.da.direct and int(p.da.buf.data.ptr) == pa and wkey is not None):
                 return result
             if isinstance(p, WonlyPlan) and p._launch is not None:  # registers: the packed launch
@@ -418,6 +403,9 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
             return result
         with codec.recording() as rec:
             qa = quantize_on_device(a, mdt.a, "a", scale_rounding)
+        if not staged_weight(b, ordinal_of(b)):  # B's staging (cached on it) stays out of the recorded A staging
+            be.plan(qa, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)
+        before = weight_cache(b)  # a replay must not redo (or hold) a weight's staging: it was made before
         with codec.recording() as rec_stage:  # A's staging (the weight's is cached on it: no launch)
             p = be.plan(qa, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding, _restage="a")
         p.gemm()
@@ -458,13 +446,15 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         stream_h = stream_for(cp, a, b).ptr
     key = ("qq", ordinal, stream_h, type(a).__name__, a.fmt, tuple(a.shape), type(b).__name__, b.fmt,
            tuple(b.shape), mdt.name, out_dtype, scale_rounding)
-    entry = be._fast.get(key)
+    ensure_context(cp, ordinal)
+    entry = be._fast.entry(key, cp, stream_h)
     if type(entry) is tuple:
         p, akey, bkey, bound = entry
         da, db = staged_weight(a, ordinal, akey), staged_weight(b, ordinal, bkey)
         if not da or not db:
             return None  # an operand not staged yet: the generic path stages it (cached on it)
-        _pin_if_captured(be, cp, stream_h, key, entry)
+        if be._fast.capturing:
+            keep_for_graph(stream_h, da, db)
         with cp.cuda.Device(ordinal):
             q = _bound_plan(bound, (a, b), p, da, db)  # the plan bound to this pair (made once per pair)
             if q is None:
@@ -476,8 +466,6 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     if entry is False or not (_staged(a, ordinal, "a") and _staged(b, ordinal, "b")):
         return None  # an operand's first call: the generic path stages it (cached on it)
     refuse_capture(cp, stream_h, "a layout's first call with two operands quantized once (the plan)")
-    if len(be._fast) > 256:
-        be._fast.clear()
     before_a, before_b = weight_cache(a), weight_cache(b)
     p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)
     p.gemm()
@@ -497,7 +485,7 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
 def _staged(x, ordinal: int, role: str) -> bool:
     """Whether a staged form of quantized operand ``x`` as ``role`` ("a" | "b") on GPU ``ordinal`` is cached on
     it (stage.py)."""
-    return any(k[0] == ordinal and k[1] == role for k in (_STAGED.get(x) or {}))
+    return any(k != VERSION and k[0] == ordinal and k[1] == role for k in fresh_staged(x))
 
 
 def fast_call(be, a, b, mdt, out_dtype: str):
@@ -524,10 +512,9 @@ def fast_call(be, a, b, mdt, out_dtype: str):
         stream = cp.cuda.get_current_stream().ptr
         key = (ka, ordinal, b.device.id, stream, a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, pa % 16,
                pb % 16, mdt.a.name, out_dtype)
-    entry = be._fast.get(key)
+    ensure_context(cp, ordinal)
+    entry = be._fast.entry(key, cp, stream)
     if entry is None:
-        if len(be._fast) > 256:
-            be._fast.clear()
         p = be.plan(a, b, mdt, out_dtype=out_dtype)
         p.gemm()
         result = p.result()
@@ -545,12 +532,13 @@ def fast_call(be, a, b, mdt, out_dtype: str):
         out = cp.empty(shape, dtype=store)
         po = out.data.ptr
     if kind == "sm90":  # the kept plan (its workspace and counters: the key holds the stream)
-        _pin_if_captured(be, cp, stream, key, entry)
         launch.launch_at(pa, pb, out)
         return out
     if launch.ws_bytes:  # the split-K partials: a new buffer of the caller's kind per call
         ws = torch.empty(launch.ws_bytes, dtype=torch.uint8, device=a.device) if ka == "torch" else \
             cp.empty(launch.ws_bytes, dtype=cp.uint8)
+        if ka == "cupy" and be._fast.capturing:  # CuPy's pool would reuse it while the graph still writes it
+            keep_for_graph(stream, ws)
         launch(cp.cuda.driver, stream, pa, pb, po, address_of(ws))
     else:
         launch(cp.cuda.driver, stream, pa, pb, po)

@@ -158,8 +158,33 @@ def fold_split(gx: int, windows: int, slots: int) -> int:
     return min(range(1, max(windows, 1) + 1), key=cost)
 
 
-# staged quantized operands cached on the quantized object: {object: {(ordinal, role, path): DevOperand}}
+# staged quantized operands cached on the quantized object: {object: {(ordinal, role, path): DevOperand}}; the
+# entry VERSION holds the torch version counters of the object's arrays when it was staged (see fresh_staged)
 _STAGED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+VERSION = "version"
+
+
+def versions(src):
+    """The torch version counters of a quantized object's device arrays (codes and scales), or None (CuPy / numpy
+    arrays carry none: a CuPy MXTensor is treated as immutable, ``mxcore.clear_cache(obj)`` drops what was staged
+    from it)."""
+    out = None
+    for name in ("codes", "scales", "scale", "scale_exp"):
+        v = getattr(getattr(src, name, None), "_version", None)
+        if v is not None:
+            out = (out or ()) + (v,)
+    return out
+
+
+def fresh_staged(src):
+    """The staged forms cached on ``src`` (a dict, possibly empty), dropped first when one of its torch arrays was
+    changed in place since they were staged (its version counter moved): never a stale staged copy."""
+    cache = _STAGED.get(src)
+    if cache is None:
+        return {}
+    if VERSION in cache and cache[VERSION] != versions(src):
+        cache.clear()
+    return cache
 
 
 class Stager:
@@ -285,15 +310,20 @@ class Stager:
         per-call path replays it), a separate cache entry."""
         transposed = path == "mx_exact" and partner is not None and is_mxfp8(partner) and not is_mxfp8(op.dtype)
         key = (self.ordinal, role, path, MX8_FOLD if path == "mx_exact" else None, transposed)
-        cache = _STAGED.get(src) if src is not None else None
-        if cache is not None and key in cache:
+        cache = fresh_staged(src) if src is not None else None
+        if cache and key in cache:
             return cache[key]
         d = self._stage_quantized(op, role, path, uploaded() if uploaded is not None else self.upload(op), transposed)
         if src is not None:
             try:
-                _STAGED.setdefault(src, {})[key] = d
+                kept = _STAGED.setdefault(src, {})
             except TypeError:  # not weak-referenceable: no cache
-                pass
+                return d
+            kept[key] = d
+            kept[VERSION] = versions(src)
+            # the staged form is read later from any stream (and by other threads): it must be complete before
+            # anyone can take it from the cache, so the staging stream is waited for once, here
+            self.cp.cuda.get_current_stream().synchronize()
         return d
 
     def _stage_quantized(self, op, role: str, path: str, uploaded, transposed: bool = False) -> DevOperand:

@@ -1,0 +1,253 @@
+"""The real-workload benchmark: one decode step through the linear layers of a decoder, and host time per call.
+
+``python -m mxcore.bench_decode --model llama3-8b`` (also ``python -m mxcore bench --decode llama3-8b``): every
+linear layer of the named decoder shape (per layer q, k, v, o, gate, up, down), one decode step at M tokens, with
+the weights in bf16 | fp8 | mxfp8 | mxfp4 through ``mxcore.matmul`` — eager, and captured in a CUDA graph by the
+documented torch recipe (warm-up on a side stream, then ``torch.cuda.graph``) — against ``torch.matmul`` on the
+bf16 weights eager and graphed, in the same run.  Reported: ms per step, the ratio to torch bf16 (eager to eager,
+graphed to graphed), and the share of the weight-bytes bound (the step's weight bytes at the measured
+device-to-device copy bandwidth).  Weights are random (no download); each layer has its own.
+
+``--host`` adds the host-time-per-call table: small shapes, every dtype mix, 2-D and (B, T, K) activations, in
+microseconds per call against ``torch.matmul`` (a loop of calls, synchronised once: host-bound at these sizes).
+
+Needs torch with CUDA and the cuda backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+__all__ = ["MODELS", "decode_step", "host_per_call", "main"]
+
+#: decoder shapes: layers, hidden size, key/value width (kv heads x head dim), MLP width
+MODELS = {
+    "llama3-8b": {"layers": 32, "hidden": 4096, "kv": 1024, "intermediate": 14336},
+    "llama3.2-3b": {"layers": 28, "hidden": 3072, "kv": 1024, "intermediate": 8192},
+}
+
+WEIGHTS = ("bf16", "fp8", "mxfp8", "mxfp4")
+
+
+def _linears(cfg: dict) -> list:
+    """(name, K, N) of one layer's linear layers (y = x @ W, W of shape (K, N))."""
+    h, kv, i = cfg["hidden"], cfg["kv"], cfg["intermediate"]
+    return [("q", h, h), ("k", h, kv), ("v", h, kv), ("o", h, h), ("gate", h, i), ("up", h, i), ("down", i, h)]
+
+
+def _weight_bytes(fmt: str, k: int, n: int) -> float:
+    per = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "mxfp4": 0.5 + 1 / 32}[fmt]
+    return per * k * n
+
+
+def _quantized(torch, mxcore, w, fmt: str):
+    if fmt == "bf16":
+        return w
+    if fmt == "fp8":
+        return mxcore.quantize_tensor(w, "e4m3fn")
+    return mxcore.quantize_mx(w, fmt, axis=0)
+
+
+def _call_dtype(fmt: str):
+    return {"bf16": "bf16", "fp8": "fp8"}.get(fmt)  # MX weights: None (bf16 activations x MX weight, inferred)
+
+
+def _time(torch, fn, reps: int) -> float:
+    """Seconds per call of ``fn`` (CUDA events around ``reps`` calls after two warm-up calls)."""
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def _graphed(torch, step, warmup: int = 3):
+    """``step`` captured by the documented torch recipe: warm-up on a side stream, then ``torch.cuda.graph``."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    return g
+
+
+def copy_bandwidth(torch, nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + write of ``nbytes``)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = _time(torch, lambda: dst.copy_(src), 10)
+    return 2 * nbytes / t
+
+
+def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps: int = 20, log=print) -> dict:
+    """Run the decode-step benchmark; return its figures (see the module doc)."""
+    import torch
+
+    import mxcore
+
+    cfg = MODELS[model]
+    shapes = _linears(cfg) * cfg["layers"]
+    bw = copy_bandwidth(torch)
+    log(f"# {model}: {len(shapes)} linear layers per step; copy bandwidth {bw / 1e12:.2f} TB/s; "
+        f"{torch.cuda.get_device_name()}")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+    bf16_w = [torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen) * (k ** -0.5)
+              for _, k, n in shapes]
+    for m in tokens:
+        xs = {k: torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+              for k in {k for _, k, _ in shapes}}
+        calls = [(xs[k], w) for (_, k, _), w in zip(shapes, bf16_w)]
+
+        def torch_step():
+            for x, w in calls:
+                torch.matmul(x, w)
+
+        t_eager = _time(torch, torch_step, reps)
+        g = _graphed(torch, torch_step)
+        t_graph = _time(torch, g.replay, reps)
+        del g
+        bound = sum(_weight_bytes("bf16", k, n) for _, k, n in shapes) / bw
+        rows.append({"model": model, "M": m, "weights": "bf16", "impl": "torch", "eager_ms": t_eager * 1e3,
+                     "graph_ms": t_graph * 1e3, "bound_ms": bound * 1e3})
+        log(_row(rows[-1], rows[-1]))
+        base = rows[-1]
+        for fmt in weights:
+            qw = [_quantized(torch, mxcore, w, fmt) for w in bf16_w]
+            dtype = _call_dtype(fmt)
+            qcalls = [(xs[k], w) for (_, k, _), w in zip(shapes, qw)]
+
+            def step():
+                for x, w in qcalls:
+                    mxcore.matmul(x, w, dtype, out_dtype="bfloat16")
+
+            row = {"model": model, "M": m, "weights": fmt, "impl": "mxcore"}
+            try:
+                row["eager_ms"] = _time(torch, step, reps) * 1e3
+                g = _graphed(torch, step)
+                row["graph_ms"] = _time(torch, g.replay, reps) * 1e3
+                del g
+            except Exception as exc:  # noqa: BLE001  (reported in the table, the other rows still run)
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["bound_ms"] = sum(_weight_bytes(fmt, k, n) for _, k, n in shapes) / bw * 1e3
+            rows.append(row)
+            log(_row(row, base))
+            qw = qcalls = None  # the next format's weights replace these
+            mxcore.clear_cache()
+            torch.cuda.empty_cache()
+    return {"model": model, "copy_bandwidth_Bps": bw, "device": torch.cuda.get_device_name(), "rows": rows}
+
+
+def _row(r: dict, base: dict) -> str:
+    if "error" in r:
+        return f"M={r['M']:<3d} {r['impl']:7s} {r['weights']:6s} ERROR {r['error']}"
+    ge = base["eager_ms"] / r["eager_ms"]
+    gg = base["graph_ms"] / r["graph_ms"]
+    return (f"M={r['M']:<3d} {r['impl']:7s} {r['weights']:6s} eager {r['eager_ms']:7.3f} ms ({ge:4.2f}x torch bf16)  "
+            f"graph {r['graph_ms']:7.3f} ms ({gg:4.2f}x)  bound {r['bound_ms']:6.3f} ms "
+            f"({100 * r['bound_ms'] / r['graph_ms']:3.0f}% of it graphed)")
+
+
+def host_per_call(reps: int = 2000, log=print) -> list:
+    """Host microseconds per call over small shapes and every dtype mix, against torch.matmul (see module doc)."""
+    import torch
+
+    import mxcore
+
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    cases = []
+    for s in (128, 512):
+        cases.append((f"{s}^3", (s, s), (s, s)))
+    cases.append(("16x4096x4096", (16, 4096), (4096, 4096)))
+    cases.append(("(4,4,4096)x4096^2", (4, 4, 4096), (4096, 4096)))
+    for name, sa, sb in cases:
+        x16 = torch.randn(*sa, device="cuda", dtype=torch.float16, generator=gen)
+        w16 = torch.randn(*sb, device="cuda", dtype=torch.float16, generator=gen)
+        xb, wb = x16.to(torch.bfloat16), w16.to(torch.bfloat16)
+        mixes = [
+            ("torch fp16", lambda: torch.matmul(x16, w16)),
+            ("fp16", lambda: mxcore.matmul(x16, w16, "fp16")),
+            ("bf16", lambda: mxcore.matmul(xb, wb, "bf16")),
+            ("fp16 in, dtype=bf16", lambda: mxcore.matmul(x16, w16, "bf16")),
+            ("fp8 (bf16 in)", lambda: mxcore.matmul(xb, wb, "fp8")),
+            ("mxfp8 (bf16 in)", lambda: mxcore.matmul(xb, wb, "mxfp8")),
+            ("mxfp4 (bf16 in)", lambda: mxcore.matmul(xb, wb, "mxfp4")),
+        ]
+        w4 = mxcore.quantize_mx(wb, "mxfp4", axis=0)
+        w8 = mxcore.quantize_mx(wb, "mxfp8", axis=0)
+        wf8 = mxcore.quantize_tensor(wb, "e4m3fn")
+        mixes += [
+            ("bf16 x mxfp4 weight", lambda: mxcore.matmul(xb, w4, out_dtype="bfloat16")),
+            ("bf16 x mxfp8 weight", lambda: mxcore.matmul(xb, w8, out_dtype="bfloat16")),
+            ("fp8 x fp8 weight", lambda: mxcore.matmul(xb, wf8, "fp8")),
+        ]
+        base = None
+        for label, fn in mixes:
+            if len(sa) == 3 and label.startswith(("fp8", "mxfp8 (", "mxfp4 (")):
+                continue  # per-element scales: a batch does not fold into one product
+            try:
+                for _ in range(3):
+                    fn()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    fn()
+                torch.cuda.synchronize()
+                us = (time.perf_counter() - t0) / reps * 1e6
+            except Exception as exc:  # noqa: BLE001
+                rows.append({"shape": name, "mix": label, "error": f"{type(exc).__name__}: {exc}"[:200]})
+                log(f"{name:20s} {label:22s} ERROR {rows[-1]['error']}")
+                continue
+            base = us if base is None else base
+            rows.append({"shape": name, "mix": label, "us_per_call": us, "vs_torch": us / base})
+            log(f"{name:20s} {label:22s} {us:8.1f} us/call  ({us / base:4.2f}x torch.matmul)")
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mxcore.bench_decode", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
+    ap.add_argument("--tokens", default="1,16", help="comma-separated M values (default 1,16)")
+    ap.add_argument("--weights", default=",".join(WEIGHTS), help=f"comma-separated subset of {','.join(WEIGHTS)}")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--host", action="store_true", help="also the host-time-per-call table")
+    ap.add_argument("--json", help="write the figures to this file")
+    args = ap.parse_args(argv)
+    try:
+        tokens = tuple(int(t) for t in args.tokens.split(","))
+        weights = tuple(w for w in args.weights.split(",") if w)
+        if any(t < 1 for t in tokens) or args.reps < 1 or not set(weights) <= set(WEIGHTS):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--tokens takes positive integers, --reps a positive count, --weights a subset of {WEIGHTS}")
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ImportError("torch has no CUDA device here")
+    except ImportError as exc:
+        print(f"mxcore.bench_decode: needs torch with a CUDA GPU ({exc})")
+        return 2
+    result = decode_step(args.model, tokens, weights, args.reps)
+    if args.host:
+        result["host"] = host_per_call()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

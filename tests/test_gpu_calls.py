@@ -1,0 +1,269 @@
+"""The per-call path under streams, threads, CUDA graphs (torch and CuPy), in-place updates and memory accounting:
+every result is compared bit for bit with a plain single-threaded call on the default stream."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import mxcore
+
+pytestmark = pytest.mark.nvidia_gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs torch with a CUDA GPU", allow_module_level=True)
+cp = pytest.importorskip("cupy")
+
+M, K, N = 16, 1024, 768
+
+
+def _poison():
+    """Leave NaN-filled blocks in torch's caching allocator, so an output that a kernel does not write shows."""
+    blocks = [torch.full((1 << 20,), float("nan"), device="cuda") for _ in range(16)]
+    torch.cuda.synchronize()
+    del blocks
+
+
+def _same(x, y) -> bool:
+    x, y = x.float().cpu().numpy(), y.float().cpu().numpy()
+    return np.array_equal(x.view(np.uint32), y.view(np.uint32))
+
+
+def _operands(seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=g)
+    return x, w
+
+
+def _cases(x, w):
+    """(label, call) over the dtype mixes, quantize-once operands included."""
+    w4 = mxcore.quantize_mx(w, "mxfp4", axis=0)
+    w8 = mxcore.quantize_mx(w, "mxfp8", axis=0)
+    wf8 = mxcore.quantize_tensor(w, "e4m3fn")
+    x8 = mxcore.quantize_mx(x, "mxfp8", axis=1)
+    x16, w16 = x.half(), w.half()
+    return [
+        ("fp16", lambda: mxcore.matmul(x16, w16, "fp16")),
+        ("bf16", lambda: mxcore.matmul(x, w, "bf16", out_dtype="bfloat16")),
+        ("fp8", lambda: mxcore.matmul(x, w, "fp8")),
+        ("mxfp8", lambda: mxcore.matmul(x, w, "mxfp8")),
+        ("mxfp4", lambda: mxcore.matmul(x, w, "mxfp4")),
+        ("bf16 x mxfp4 weight", lambda: mxcore.matmul(x, w4, out_dtype="bfloat16")),
+        ("bf16 x mxfp8 weight", lambda: mxcore.matmul(x, w8, out_dtype="bfloat16")),
+        ("fp8 x fp8 weight", lambda: mxcore.matmul(x, wf8, "fp8")),
+        ("mxfp8 pair", lambda: mxcore.matmul(x8, w8, "mxfp8")),
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    mxcore.clear_cache()
+    yield
+    torch.cuda.synchronize()
+
+
+def test_quantized_operands_across_two_streams():
+    x, w = _operands(1)
+    cases = _cases(x, w)
+    expect = {label: fn().clone() for label, fn in cases}
+    torch.cuda.synchronize()
+    mxcore.clear_cache()  # the staged forms cached on the operands stay: the point of the test
+    for label, fn in cases:
+        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+        s1.wait_stream(torch.cuda.current_stream())
+        s2.wait_stream(torch.cuda.current_stream())
+        _poison()
+        with torch.cuda.stream(s1):
+            y1 = fn()
+        with torch.cuda.stream(s2):  # right after, on another stream, no synchronisation by the caller
+            y2 = fn()
+        torch.cuda.synchronize()
+        assert _same(y1, expect[label]) and _same(y2, expect[label]), label
+
+
+def test_fresh_weight_first_used_on_a_side_stream():
+    x, w = _operands(2)
+    w4 = mxcore.quantize_mx(w, "mxfp4", axis=0)
+    torch.cuda.synchronize()
+    expect = mxcore.matmul(x, mxcore.quantize_mx(w, "mxfp4", axis=0), out_dtype="bfloat16").clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        mxcore.matmul(x, w4, out_dtype="bfloat16")  # stages the weight on the side stream
+    y = mxcore.matmul(x, w4, out_dtype="bfloat16")  # the default stream reads the staged form at once
+    torch.cuda.synchronize()
+    assert _same(y, expect)
+
+
+@pytest.mark.parametrize("threads", [8])
+def test_many_threads_mixed_dtypes(threads):
+    x, w = _operands(3)
+    cases = _cases(x, w)
+    expect = {label: fn().clone() for label, fn in cases}
+    torch.cuda.synchronize()
+    errors, bad = [], []
+
+    def work(t: int):
+        try:
+            for i in range(12):
+                label, fn = cases[(t + i) % len(cases)]
+                y = fn()
+                torch.cuda.current_stream().synchronize()
+                if not _same(y, expect[label]):
+                    bad.append((t, label))
+        except Exception as exc:  # noqa: BLE001  (the test reports every error)
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors, errors[:3]
+    assert not bad, bad[:5]
+
+
+def test_threads_on_their_own_streams():
+    x, w = _operands(4)
+    w4 = mxcore.quantize_mx(w, "mxfp4", axis=0)
+    expect = mxcore.matmul(x, w4, out_dtype="bfloat16").clone()
+    out, errors = {}, []
+
+    def work(t: int):
+        try:
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                ys = [mxcore.matmul(x, w4, out_dtype="bfloat16") for _ in range(8)]
+            s.synchronize()
+            out[t] = ys
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors, errors[:3]
+    assert all(_same(y, expect) for ys in out.values() for y in ys)
+
+
+def _recipe(step, warmup: int = 3):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = step()
+    return g, y
+
+
+def test_torch_graph_recipe_every_dtype():
+    x, w = _operands(5)
+    xs = x.clone()
+    for label, fn in _cases(xs, w):
+        g, y = _recipe(fn)
+        x2, _ = _operands(50)
+        xs.copy_(x2)  # new activations in place: the replay must see them
+        g.replay()
+        torch.cuda.synchronize()
+        eager = fn()  # the eager call after the capture: a new entry, not the graph's buffers
+        torch.cuda.synchronize()
+        assert _same(y, eager), label
+        xs.copy_(x)
+        g.replay()
+        torch.cuda.synchronize()
+        again = fn()
+        torch.cuda.synchronize()
+        assert _same(y, again), label
+        del g
+
+
+def test_torch_graph_batched_activations_and_weight_only():
+    g0 = torch.Generator(device="cuda").manual_seed(6)
+    x3 = torch.randn(2, 8, K, device="cuda", dtype=torch.bfloat16, generator=g0)
+    w = torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=g0)
+    w4 = mxcore.quantize_mx(w, "mxfp4", axis=0)
+    flat = mxcore.matmul(x3.reshape(16, K), w4, out_dtype="bfloat16")
+    y3 = mxcore.matmul(x3, w4, out_dtype="bfloat16")
+    assert tuple(y3.shape) == (2, 8, N) and _same(y3.reshape(16, N), flat)
+    g, y = _recipe(lambda: mxcore.matmul(x3, w4, out_dtype="bfloat16"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert _same(y.reshape(16, N), flat)
+
+
+def test_cupy_stream_capture_split_k():
+    rng = np.random.default_rng(7)
+    a = cp.asarray(rng.standard_normal((64, 16384)).astype(np.float16))
+    b = cp.asarray(rng.standard_normal((16384, 64)).astype(np.float16))
+    expect = mxcore.matmul(a, b, "fp16")
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        for _ in range(3):
+            mxcore.matmul(a, b, "fp16")
+        s.synchronize()
+        s.begin_capture()
+        y = mxcore.matmul(a, b, "fp16")
+        graph = s.end_capture()
+    for _ in range(3):  # eager calls between replays reuse the pool's free blocks: the graph's must not be among them
+        junk = mxcore.matmul(b, a, "fp16")
+        junk.fill(float("nan"))
+        graph.launch(s)
+        s.synchronize()
+        assert cp.array_equal(y.view(cp.uint32), expect.view(cp.uint32))
+    del graph
+
+
+def test_weight_changed_in_place_is_seen():
+    x, w = _operands(8)
+    w4 = mxcore.quantize_mx(w, "mxfp4", axis=0)
+    mxcore.matmul(x, w4, out_dtype="bfloat16")
+    mxcore.matmul(x, w4, out_dtype="bfloat16")
+    _, w2 = _operands(80)
+    other = mxcore.quantize_mx(w2, "mxfp4", axis=0)
+    w4.codes.copy_(other.codes)
+    w4.scales.copy_(other.scales)
+    expect = mxcore.matmul(x, mxcore.quantize_mx(w2, "mxfp4", axis=0), out_dtype="bfloat16")
+    y = mxcore.matmul(x, w4, out_dtype="bfloat16")
+    torch.cuda.synchronize()
+    assert _same(y, expect)
+
+
+def test_memory_back_to_baseline():
+    torch.cuda.synchronize()
+    gc.collect()
+    mxcore.clear_cache()
+    pool = cp.get_default_memory_pool()
+    base, cbase = torch.cuda.memory_allocated(), pool.used_bytes()
+    x, w = _operands(9)
+    cases = _cases(x, w)
+    graphs = []
+    for _, fn in cases:
+        graphs.append(_recipe(fn))
+    for g, _ in graphs:
+        g.replay()
+    torch.cuda.synchronize()
+    info = mxcore.cache_info()["cuda"]
+    assert info["bytes"] <= info["limit"]
+    del graphs, cases, x, w, g, fn
+    for _ in range(50):  # the driver runs a destroyed graph's user-object callbacks on its own thread
+        gc.collect()
+        torch.cuda.synchronize()
+        mxcore.clear_cache()
+        gc.collect()
+        if mxcore.cache_info()["cuda"]["graph_bytes"] == 0 and pool.used_bytes() <= cbase + (1 << 20):
+            break
+        time.sleep(0.02)
+    assert abs(torch.cuda.memory_allocated() - base) <= 1 << 20, (torch.cuda.memory_allocated(), base)
+    assert pool.used_bytes() <= cbase + (1 << 20), (pool.used_bytes(), cbase)
+    assert mxcore.cache_info()["cuda"]["graph_bytes"] == 0
