@@ -33,7 +33,7 @@ from mxcore.operands import quantize_on_device
 from .device import (address_of, as_cupy, ensure_context, keep_for_graph, ordinal_of, refuse_capture,
                      stream_for, torch_stream, unowned_view)
 from .plan import CudaPlan
-from .stage import VERSION, fresh_staged
+from .stage import VERSION, fresh_staged, versions
 
 __all__ = ["fast_call", "fast_pair", "fast_quantized", "fast_weight", "swap_weight"]
 
@@ -115,18 +115,24 @@ def _device_views(cp, *xs):
     return [as_cupy(cp, x) for x in xs]
 
 
+_torch = None  # the torch module, once a torch operand was seen (a per-call import costs a dict lookup and more)
+
+
 def _float_device(be, x):
     """(kind, dtype name, address, ordinal, stream handle) of a C-contiguous 2-D float16/bfloat16/float32 device
     array (a torch CUDA tensor without grad, or a CuPy array; the stream: torch's / CuPy's current one), else None."""
+    global _torch
     kind = array_kind(x)
     if kind == "torch":
-        dev = x.device
-        if dev.type != "cuda" or x.requires_grad or x.dim() != 2 or not x.is_contiguous():
+        if not x.is_cuda or x.requires_grad or x.dim() != 2 or not x.is_contiguous():
             return None
-        import torch
+        if _torch is None:
+            import torch
 
-        name, ptr, ordinal = _TORCH_NAMES[x.dtype], x.data_ptr(), dev.index
-        stream_h = torch_stream(torch, ordinal)
+            _torch = torch
+        ordinal = x.get_device()
+        name, ptr = _TORCH_NAMES[x.dtype], x.data_ptr()
+        stream_h = torch_stream(_torch, ordinal)
     elif kind == "cupy":
         if x.ndim != 2 or not x.flags.c_contiguous:
             return None
@@ -234,9 +240,7 @@ def _kept(cp, p, *direct) -> None:
 def _new_out(cp, p, a):
     """An uninitialised output like the plan's, of ``a``'s kind (a torch tensor on a's device, or CuPy)."""
     if array_kind(a) == "torch":
-        import torch
-
-        return torch.empty(tuple(p.out.shape), dtype=_TORCH_OUT[p.out_dtype], device=a.device)
+        return a.new_empty(p.out.shape, dtype=_TORCH_OUT[p.out_dtype])
     return cp.empty(p.out.shape, dtype=p.out.dtype)
 
 
@@ -348,6 +352,20 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     entry = be._fast.entry(key, cp, stream_h)
     if type(entry) is tuple:  # a kept layout: the weight's staged form under the plan's key says it was checked
         p, wkey = entry[1], entry[-1]
+        if entry[0] in ("wonly", "direct") and cp.cuda.runtime.getDevice() == ordinal:
+            bound = _weight_bound(p, b, ordinal, wkey)  # (staged form, its address), checked once per weight
+            if bound is None:
+                return None  # not staged yet, or another staged form: the generic path
+            staged, wptr = bound
+            if be._fast.capturing:  # the graph keeps the weight's staged form (the layout's entry: the cache)
+                keep_for_graph(stream_h, staged)
+            p.db = staged
+            out = _new_out(cp, p, a)
+            if entry[0] == "wonly":
+                p.launch(stream_h, wptr, pa, address_of(out))  # (the layout's stream)
+            else:
+                p.launch_at(pa, wptr, out)
+            return out
         staged = staged_weight(b, ordinal, wkey)  # (staged on GPU ordinal as B: a 2-D weight blocked along K)
         if staged is None:
             return None  # not staged yet: the generic path stages it (cached on the weight)
@@ -373,6 +391,26 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         return None
     refuse_capture(cp, stream_h, "a layout's first call with a weight quantized once (staging, recording)")
     return _keep_weight(be, key, a, b, mdt, out_dtype, scale_rounding, pa)
+
+
+def _weight_bound(p, b, ordinal: int, wkey):
+    """(staged form, its address) of weight ``b`` for the kept weight-only plan ``p``: what ``swap_weight`` checks
+    (the same form, a kernel that takes it) is checked once per weight and kept on the plan, keyed by the weight's
+    id (dropped when the weight is collected) with its version counters (a weight changed in place is staged again)."""
+    binds = p.__dict__.get("_binds")
+    if binds is None:
+        binds = p.__dict__["_binds"] = {}
+    hit = binds.get(id(b))
+    version = versions(b)
+    if hit is not None and hit[2] == version:
+        return hit[0], hit[1]
+    staged = staged_weight(b, ordinal, wkey)
+    if staged is None or not (staged is p.db or (same_form(staged, p.db) and p.takes(staged))):
+        return None
+    if hit is None:
+        weakref.finalize(b, binds.pop, id(b), None)
+    binds[id(b)] = (staged, int(staged.buf.data.ptr), version)
+    return staged, binds[id(b)][1]
 
 
 def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: int):
@@ -502,6 +540,12 @@ def fast_call(be, a, b, mdt, out_dtype: str):
         if a.device.type != "cuda" or b.device.type != "cuda" or a.requires_grad or b.requires_grad:
             return None
         import torch
+
+        want = torch.float16 if mdt.a.name == "fp16" else torch.bfloat16
+        if a.dtype != want or b.dtype != want:  # rounded once by torch (RNE, as mxcore's staging rounds): read in place
+            if not (a.dtype.is_floating_point and b.dtype.is_floating_point) or torch.float64 in (a.dtype, b.dtype):
+                return None
+            a, b = a.to(want), b.to(want)
 
         pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.device.index
         stream = torch_stream(torch, ordinal)

@@ -168,6 +168,10 @@ def versions(src):
     """The torch version counters of a quantized object's device arrays (codes and scales), or None (CuPy / numpy
     arrays carry none: a CuPy MXTensor is treated as immutable, ``mxcore.clear_cache(obj)`` drops what was staged
     from it)."""
+    try:  # an MXTensor of torch tensors (the per-call path asks on every call)
+        return (src.codes._version, src.scales._version)
+    except AttributeError:
+        pass
     out = None
     for name in ("codes", "scales", "scale", "scale_exp"):
         v = getattr(getattr(src, name, None), "_version", None)
