@@ -75,4 +75,11 @@ class ReferenceBackend(Backend):
         if tile is not None or options:
             extra = ["tile"] * (tile is not None) + sorted(options)
             raise UnsupportedError(f"the reference backend takes no option(s) {', '.join(extra)}")
+        for x, role in ((a, "a"), (b, "b")):
+            # The oracle takes what the GPU kernels take (OCP MX blocks of 32 along K), so that a product it
+            # accepts is one every backend computes; other block lengths are a codec feature only.
+            block = getattr(x, "block", _dt.MX_BLOCK) if type(x).__name__ == "MXTensor" else _dt.MX_BLOCK
+            if block != _dt.MX_BLOCK:
+                raise UnsupportedError(f"operand {role} is an MXTensor with blocks of {block}; matmul reads OCP MX "
+                                       f"blocks of {_dt.MX_BLOCK} along K: quantize with block={_dt.MX_BLOCK}")
         return ReferencePlan(a, b, mdt, out_dtype, scale_rounding, out)

@@ -10,12 +10,13 @@ editable install, or ``PYTHONPATH`` pointing there — this package adds the roo
 ``mxcore.backends`` is ``<root>/backends`` and a checkout behaves as an install does.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: it would bind ``annotations`` in the package namespace.
 
+#: the version of this source tree; ``mxcore --version`` prefers the installed distribution's metadata
 __version__ = "0.1.0"
 
 # The sub-packages that live beside mxcore/ in a checkout (pyproject.toml [tool.setuptools.package-dir]).
-CHECKOUT_SIBLINGS = ("backends", "kernels_cuda", "kernels_hip")
+_CHECKOUT_SIBLINGS = ("backends", "kernels_cuda", "kernels_hip")
 
 
 def _checkout_root():
@@ -26,7 +27,7 @@ def _checkout_root():
     root = here.parent
     if (here / "backends").exists() or not (root / "pyproject.toml").is_file():
         return None  # an installed package carries its sub-packages inside
-    if all((root / name).is_dir() for name in CHECKOUT_SIBLINGS) and (root / "backends" / "__init__.py").is_file():
+    if all((root / name).is_dir() for name in _CHECKOUT_SIBLINGS) and (root / "backends" / "__init__.py").is_file():
         return root
     return None
 
@@ -97,4 +98,6 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__))
+    # The public API only: importing a submodule binds it here (mxcore.api, mxcore.arrays, ...), and those
+    # bindings stay reachable as attributes without being listed as the API.
+    return sorted(__all__)

@@ -1,3 +1,5 @@
+"""``python -m mxcore COMMAND`` (the same as the ``mxcore`` console script)."""
+
 import sys
 
 from .cli import main

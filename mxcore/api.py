@@ -117,6 +117,11 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
         raise ShapeError(f"batch sizes differ: a has {sa[0]}, b has {sb[0]}")
     if scale_rounding not in ("floor", "rceil"):
         raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP v1.0) or 'rceil' (cuBLAS)")
+    if backend is not None and not isinstance(backend, str):
+        raise InputTypeError(f"backend={backend!r} ({type(backend).__name__}); pass a backend name: 'auto', 'cuda', "
+                             "'hip' or 'reference'")
+    if out_dtype is None:  # numpy reads None as float64; the default is float32
+        raise InputTypeError("out_dtype=None; pass 'float32' (default), 'float16' or 'bfloat16'")
     be, mdt, out = _resolved(backend, infer_dtype(a, b) if dtype is None else dtype, out_dtype)
     if options:
         _check_options(be, options)

@@ -42,6 +42,11 @@ import numpy as np
 __all__ = ["LLM_SHAPES", "run", "time_callable"]
 
 LLM_SHAPES = [(16, 8192, 8192), (8192, 1024, 8192), (8192, 8192, 1024), (4096, 14336, 4096)]
+# Default sizes and repeats when --sizes / --repeats are not given: a GPU's, and the CPU's (the reference backend
+# computes in numpy: seconds per case at 512, minutes at 2048)
+DEFAULT_SIZES = {"gpu": (2048, 4096, 8192), "cpu": (256, 512)}
+DEFAULT_REPEATS = {"gpu": 20, "cpu": 3}
+CPU_SLOW_SIZE = 1024  # above this, a CPU case takes minutes: say so before starting
 _DTYPE_ALIASES = {"fp8": "e4m3fn", "mxfp8": "mxfp8_e4m3", "mxfp6": "mxfp6_e2m3"}
 
 
@@ -235,9 +240,14 @@ def _loop_names(rows) -> list[str]:
     return list(dict.fromkeys(k[5:-7] for r in rows for k in r if k.startswith("loop_") and k.endswith("_tflops")))
 
 
+def _tf(v: float, width: int) -> str:
+    """TFLOP/s with one decimal, or three significant digits below 1 (CPU rates would print as 0.0)."""
+    return f"{v:{width}.1f}" if not 0 < v < 1 else f"{v:{width}.3g}"
+
+
 def _fmt(r: dict) -> str:
-    s = (f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<6} mxcore {r['mxcore_tflops']:7.1f} TFLOP/s "
-         f"({r['mxcore_ms']:.3f} ms; +prep {r['prep_ms']:.3f} ms -> {r['mxcore_with_prep_tflops']:.1f})")
+    s = (f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<6} mxcore {_tf(r['mxcore_tflops'], 7)} TFLOP/s "
+         f"({r['mxcore_ms']:.3f} ms; +prep {r['prep_ms']:.3f} ms -> {_tf(r['mxcore_with_prep_tflops'], 0)})")
     if "baseline_tflops" in r:
         s += f" | {r['baseline']}: {r['baseline_tflops']:7.1f} | ratio {r['ratio']:.2f}"
     if "ceiling_tflops" in r:
@@ -257,8 +267,8 @@ def _table(rows) -> str:
             f"{'ceiling':>8} {'%ceil':>6}" + "".join(f" {x:>6}" for x in loops) + "  tile")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<8} {r['mxcore_tflops']:8.1f} "
-                     f"{r['mxcore_with_prep_tflops']:8.1f} {r.get('baseline_tflops', float('nan')):8.1f} "
+        lines.append(f"{r['dtype']:<12} {r['m']}x{r['n']}x{r['k']:<8} {_tf(r['mxcore_tflops'], 8)} "
+                     f"{_tf(r['mxcore_with_prep_tflops'], 8)} {r.get('baseline_tflops', float('nan')):8.1f} "
                      f"{r.get('ratio', float('nan')):6.2f} {r.get('ceiling_tflops', float('nan')):8.0f} "
                      f"{100 * r.get('fraction_of_ceiling', float('nan')):5.0f}%"
                      + "".join(f" {r.get(f'loop_{x}_tflops', float('nan')):6.0f}" for x in loops)
@@ -277,13 +287,18 @@ def _cli(argv) -> int:
         from mxcore.bench_e2e import cli
 
         return cli([x for x in argv if x != "--end-to-end"])
+    from mxcore.cli import CLIError, command_line_spelling, parse_shapes, parse_sizes, positive_int
+
     p = argparse.ArgumentParser(prog="mxcore bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="cuda", help="cuda, hip, or auto (the first available GPU backend)")
+    p.add_argument("--backend", default="cuda", help="cuda, hip, reference, or auto (the first usable backend)")
     p.add_argument("--dtype", default="fp16,bf16,tf32,fp8,mxfp8,mxfp4")
-    p.add_argument("--sizes", default="2048,4096,8192", help="square sizes M=N=K (comma list; '' for none)")
+    p.add_argument("--sizes", default=None, help="square sizes M=N=K (comma list; '' for none; default "
+                   f"{','.join(map(str, DEFAULT_SIZES['gpu']))} on a GPU, {','.join(map(str, DEFAULT_SIZES['cpu']))} "
+                   "on the CPU)")
     p.add_argument("--shapes", default="", help="'llm' for tall/skinny LLM shapes, or MxNxK,MxNxK")
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--sets", type=int, default=3, help="input sets rotated between launches")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help=f"timed runs per case (default {DEFAULT_REPEATS['gpu']}; {DEFAULT_REPEATS['cpu']} on the CPU)")
+    p.add_argument("--sets", type=positive_int, default=3, help="input sets rotated between launches")
     p.add_argument("--json", default=None, help="write the rows as JSON to this file")
     p.add_argument("--tile", default="", help="force tile configurations (comma list, or 'all': every tile the "
                    "backend has for the dtype; tuning)")
@@ -297,26 +312,37 @@ def _cli(argv) -> int:
                    help="also time the kernel's main loop with parts removed: smem-resident, mma alone, feed alone")
     args = p.parse_args(argv)
     dtypes = [_DTYPE_ALIASES.get(d.strip().lower(), d.strip().lower()) for d in args.dtype.split(",") if d.strip()]
-    shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x.strip())]
-    for spec in (x.strip() for x in args.shapes.split(",") if x.strip()):
-        if spec == "llm":
-            shapes += LLM_SHAPES
-        else:
-            shapes.append(tuple(int(v) for v in spec.lower().split("x")))
+    if not dtypes:
+        raise CLIError(f"--dtype {args.dtype!r} names no dtype; pass e.g. --dtype fp16,mxfp4")
+    sizes = None if args.sizes is None else parse_sizes(args.sizes)
+    extra = []
+    for spec in parse_shapes(args.shapes, words=("llm",)):
+        extra += LLM_SHAPES if spec == "llm" else [spec]
+    from mxcore.backends import select
     from mxcore.errors import BackendUnavailableError
 
     try:
-        tiles = [t.strip() for t in args.tile.split(",") if t.strip()] or [None]
-        rows = run(args.backend, dtypes, shapes, repeats=args.repeats, sets=args.sets, tiles=tiles,
-                   b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings,
-                   options={"wonly_path": args.wonly_path} if args.wonly_path else None)
-    except (ImportError, BackendUnavailableError) as exc:
-        print(f"mxcore bench needs a usable GPU backend ({args.backend}): {exc}", file=sys.stderr)
-        return 2
+        be = select(args.backend)
+    except BackendUnavailableError as exc:
+        raise CLIError(command_line_spelling(f"needs a usable backend (--backend {args.backend}): {exc}")) from None
+    where = "cpu" if be.vendor == "cpu" else "gpu"
+    shapes = [(s, s, s) for s in (DEFAULT_SIZES[where] if sizes is None else sizes)] + extra
+    if not shapes:
+        raise CLIError("--sizes '' and no --shapes: nothing to run; pass --sizes 256,512 or --shapes 16x32x64")
+    repeats = DEFAULT_REPEATS[where] if args.repeats is None else args.repeats
+    if where == "cpu":
+        big = max(max(s) for s in shapes)
+        print(f"backend {be.name}: numpy on the CPU, times are host wall clock"
+              + (f"; sizes above {CPU_SLOW_SIZE} take minutes per case" if big > CPU_SLOW_SIZE else ""), flush=True)
+    tiles = [t.strip() for t in args.tile.split(",") if t.strip()] or [None]
+    rows = run(be.name, dtypes, shapes, repeats=repeats, sets=args.sets, tiles=tiles, backend=be,
+               b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings,
+               options={"wonly_path": args.wonly_path} if args.wonly_path else None)
     print(_table(rows))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
+        print(f"{len(rows)} rows written to {args.json}")
     return 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
@@ -224,14 +223,16 @@ def table(rows) -> str:
 
 
 def cli(argv) -> int:
+    from mxcore.cli import CLIError, parse_shapes, parse_sizes, positive_int
+
     p = argparse.ArgumentParser(prog="mxcore bench --end-to-end", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="cuda")
     p.add_argument("--dtype", default="fp16,bf16,fp8,mxfp8,mxfp4")
     p.add_argument("--sizes", default="", help="square sizes (comma list); default: the E2E_SHAPES set")
     p.add_argument("--shapes", default="", help="MxNxK or BxMxNxK (a (B, M, K) batch times a shared (K, N)), comma list")
     p.add_argument("--input-dtype", default="fp16", choices=["fp16", "bf16"])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--sets", type=int, default=2)
+    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--sets", type=positive_int, default=2)
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--weights", choices=("float", "quantized"), default="float",
                    help="B as the calls get it: float data quantized per call, or quantized once before them "
@@ -242,13 +243,18 @@ def cli(argv) -> int:
     args = p.parse_args(argv)
     dtypes = [tuple(d.split(":")) if ":" in d else d for d in
               (d.strip().lower() for d in args.dtype.split(",")) if d]
-    shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x.strip())]
-    shapes += [tuple(int(v) for v in spec.lower().split("x")) for spec in args.shapes.split(",") if spec.strip()]
+    if not dtypes:
+        raise CLIError(f"--dtype {args.dtype!r} names no dtype; pass e.g. --dtype fp16,mxfp4")
+    shapes = [(s, s, s) for s in parse_sizes(args.sizes)]
+    shapes += parse_shapes(args.shapes, dims=(3, 4))
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
-        print("mxcore bench --end-to-end needs torch with CUDA (the inputs are torch CUDA tensors)", file=sys.stderr)
-        return 2
+        raise CLIError("--end-to-end needs torch with CUDA (the inputs are torch CUDA tensors): pip install torch, "
+                       "a CUDA build") from None
+    if not torch.cuda.is_available():
+        raise CLIError("--end-to-end needs torch with a usable CUDA GPU (the inputs are torch CUDA tensors); this "
+                       f"torch {torch.__version__} sees none")
     rows = run_e2e(dtypes, shapes or E2E_SHAPES, backend=args.backend, input_dtype=args.input_dtype,
                    repeats=args.repeats, sets=args.sets, baseline=not args.no_baseline, weights=args.weights,
                    graph=args.graph)
@@ -256,4 +262,5 @@ def cli(argv) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
+        print(f"{len(rows)} rows written to {args.json}")
     return 0

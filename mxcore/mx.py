@@ -321,6 +321,86 @@ def _check_block(block, k: int) -> None:
                          f"max(K, {MX_BLOCK}) holds only padding; pass block={MX_BLOCK} (OCP MX) or at most {max(k, MX_BLOCK)}")
 
 
+def _check_axis(axis) -> None:
+    """An axis is an integer (a bool, float or string would be read as something else, or fail deep inside)."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise InputTypeError(f"axis={axis!r} ({type(axis).__name__}); pass an integer axis, e.g. axis=-1 (blocks "
+                             "along rows, an A operand) or axis=0 (along columns, a B operand)")
+
+
+def _check_values(x, what: str) -> None:
+    from .operands import check_unmasked
+
+    check_unmasked(x, what)
+
+
+def _is_real_number(v) -> bool:
+    return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)))
+
+
+def _host_amax(amax) -> float:
+    """A host ``amax``: a real, finite, non-negative number (a Python or numpy scalar, or a 0-d real array)."""
+    if not _is_real_number(amax):
+        if getattr(amax, "shape", None) is None or getattr(amax, "dtype", None) is None:
+            raise InputTypeError(f"amax={amax!r} ({type(amax).__name__}); pass a real number (a float or a 0-d "
+                                 "array), or omit amax")
+        if tuple(amax.shape) != ():
+            raise ShapeError(f"amax has shape {tuple(amax.shape)}; pass one magnitude (a float or a 0-d array), e.g. "
+                             "the maximum over every shard")
+        from .arrays import to_numpy
+
+        a = to_numpy(amax)
+        if a.dtype.kind not in "fiu" and not (a.dtype.kind == "V" and a.dtype.name.startswith(("float", "bfloat"))):
+            raise InputTypeError(f"amax has dtype {amax.dtype}; pass a real number (a float), or omit amax")
+        amax = a.astype(np.float64)[()]
+    value = float(amax)
+    if not np.isfinite(value) or value < 0:
+        raise FormatError(f"amax={value!r}; pass a finite magnitude >= 0 (the largest finite |x| over every shard), "
+                          "or omit amax to use x's own")
+    return value
+
+
+def _check_device_amax(amax) -> None:
+    """A device ``amax`` is one element on a GPU; its value is not read (that would synchronise)."""
+    from ._device_arrays import device_kind as _kind
+
+    if amax is None:
+        return
+    if _kind(amax) is None:
+        raise InputTypeError(f"amax={amax!r} ({type(amax).__name__}) is not on a GPU but x is; pass a 0-d array on "
+                             "x's device (e.g. the all-reduced amax), or omit amax")
+    if tuple(amax.shape) not in ((), (1,)):
+        raise ShapeError(f"amax has shape {tuple(amax.shape)}; pass one magnitude (a 0-d array on x's device)")
+
+
+def _float_dtype(dtype):
+    """``dequantize``'s result dtype as a numpy / ml_dtypes dtype: a real floating-point type only."""
+    import ml_dtypes
+
+    if dtype is None:
+        raise InputTypeError("dtype=None; pass a float dtype: np.float32 (default), np.float64 (exact), "
+                             "np.float16 or ml_dtypes.bfloat16")
+    text = str(dtype)
+    if (type(dtype).__module__ or "").startswith("torch") and text.startswith("torch."):
+        text = text[len("torch."):]
+        dtype = ml_dtypes.bfloat16 if text == "bfloat16" else text
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise InputTypeError(f"dtype={dtype!r} is not a dtype; pass a float dtype: np.float32 (default), np.float64 "
+                             "(exact), np.float16 or ml_dtypes.bfloat16") from None
+    if dt.kind == "f" and dt.itemsize <= 8:
+        return dt
+    if dt.kind == "V":
+        try:
+            ml_dtypes.finfo(dt)
+            return dt
+        except (TypeError, ValueError):
+            pass
+    raise InputTypeError(f"dtype={dt} for dequantize: the values are real floating-point numbers; pass np.float32 "
+                         "(default), np.float64 (exact), np.float16 or ml_dtypes.bfloat16")
+
+
 def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rounding: str = "floor") -> MXTensor:
     """Quantize ``x`` (float array) to MX format ``fmt`` with one E8M0 scale per ``block`` consecutive
     elements along ``axis`` (A [M, K]: axis=-1; B [K, N]: axis=0).  See the module doc for the rules.
@@ -331,6 +411,8 @@ def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rou
     name, spec = mx_element(fmt)
     if scale_rounding not in SCALE_ROUNDINGS:
         raise UnsupportedError(f"scale_rounding={scale_rounding!r}; use 'floor' (OCP MX v1.0) or 'rceil' (cuBLAS)")
+    _check_axis(axis)
+    _check_values(x, "x")
     if device_kind(x) is not None:
         shape = tuple(x.shape)
         if not shape:
@@ -404,6 +486,11 @@ def quantize_tensor(x, fmt: str, *, amax=None, order: str = "C") -> ScaledTensor
         raise UnsupportedError(f"order={order!r}; use 'C' (row-major codes) or 'F' (column-major, 2-D)")
     if order == "F" and len(getattr(x, "shape", ())) != 2:
         raise ShapeError(f"order='F' is for 2-D tensors (B [K, N]); got shape {tuple(getattr(x, 'shape', ()))}")
+    _check_values(x, "x")
+    if device_kind(x) is not None:
+        _check_device_amax(amax)
+    elif amax is not None:
+        amax = _host_amax(amax)
     if device_kind(x) is not None:
         codes, scale, exp = _codec().quantize_tensor(x, spec, amax=amax, order=order)
         return ScaledTensor(codes, scale, spec.name, exp)
@@ -413,9 +500,6 @@ def quantize_tensor(x, fmt: str, *, amax=None, order: str = "C") -> ScaledTensor
     if amax is None:
         amax = own
     else:
-        from .arrays import to_numpy
-
-        amax = float(np.asarray(to_numpy(amax) if not isinstance(amax, (int, float)) else amax, dtype=np.float64))
         if not amax >= own:
             raise ShapeError(f"amax={amax!r} is below the tensor's own largest finite magnitude {own!r}: pass the "
                              "maximum over every shard (or omit amax)")
@@ -436,6 +520,10 @@ def dequantize(t, dtype=np.float32) -> np.ndarray:
     once to ``dtype`` (float32 by default; values beyond float32's range, such as 448 · 2^127, become
     ±inf there: ask for ``dtype=np.float64`` to stay exact).  Device tensors are dequantized on their GPU and
     return the same kind of array."""
+    if not isinstance(t, (MXTensor, ScaledTensor)):
+        raise InputTypeError(f"dequantize takes an MXTensor or a ScaledTensor, got {type(t).__name__}; "
+                             "make one with mxcore.quantize_mx or mxcore.quantize_tensor")
+    dtype = _float_dtype(dtype)
     if isinstance(t, (MXTensor, ScaledTensor)) and t.device is not None:
         c = _codec()
         if isinstance(t, MXTensor):

@@ -26,9 +26,8 @@ import numpy as np
 from . import dtypes as _dt
 from .errors import InputTypeError, MXCoreError, UnsupportedError
 
-__all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input", "round_values", "made_per_call",
-           "mark_per_call"]
-
+__all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input", "check_unmasked", "round_values",
+           "made_per_call", "mark_per_call"]
 
 
 def _native(name: str) -> str | None:
@@ -87,11 +86,20 @@ def _dtype_name(x) -> str:
         return name
 
 
+def check_unmasked(x, what: str) -> None:
+    """Refuse a numpy masked array: every conversion mxcore makes (``numpy.asarray``) drops the mask, so its
+    masked entries would be used as values."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise InputTypeError(f"{what} is a numpy masked array, whose mask mxcore would ignore; pass plain data: "
+                             "x.filled(0.0) (or the fill value you mean) or x.data")
+
+
 def check_real_input(x, role: str) -> None:
-    """Reject anything but real floating-point data (integer, boolean, complex, string, object arrays), the same
-    way on every dtype path, with a message that says what to pass instead."""
+    """Reject anything but real floating-point data (integer, boolean, complex, string, object arrays, masked
+    arrays), the same way on every dtype path, with a message that says what to pass instead."""
     if _is_mx(x) or _is_scaled(x):
         return
+    check_unmasked(x, f"operand {role}")
     if getattr(x, "dtype", None) is None:
         return  # not an array: the API's shape check says what to pass
     name = _dtype_name(x)
