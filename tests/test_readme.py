@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from mxcore.support import render_markdown
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -147,3 +149,17 @@ def test_readme_measured_table_is_rendered_from_the_data():
     table = _render_module().readme_table()
     assert table.count("\n") >= 4 and table in README, (
         "README's measured table is stale; paste benchmarks/render.py's readme_table() into it:\n" + table)
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)\n```", text, re.S)
+
+
+@pytest.mark.parametrize("index", range(len(_python_blocks(README))))
+def test_readme_snippets_run(index, monkeypatch):
+    """Every Python snippet of the README runs as written (on the reference backend: no GPU here)."""
+    code = _python_blocks(README)[index]
+    if re.search(r"^import torch|^import .*\btorch\b", code, re.M):
+        pytest.importorskip("torch")
+    monkeypatch.setenv("MXCORE_BACKEND", "reference")
+    exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
