@@ -9,7 +9,8 @@ import pytest
 
 from mxcore.support import render_markdown
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def test_support_matrix_matches_backends():
@@ -17,7 +18,7 @@ def test_support_matrix_matches_backends():
     assert table in README, "README's support matrix is stale; paste mxcore.support.render_markdown() into it:\n" + table
 
 
-CI = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+CI = (ROOT / ".ci" / "run").read_text()
 
 
 def _command(section: str) -> str:
@@ -51,7 +52,6 @@ def test_no_placeholders_left():
 
 # ---- the documentation as a whole: README, docs/, CHANGELOG ----
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 MARKDOWN = [p for p in (ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS) if p.is_file()]
 
