@@ -283,6 +283,11 @@ def _table(rows) -> str:
 
 
 def _cli(argv) -> int:
+    if "--decode" in argv:  # the decode step of a named decoder shape: mxcore.bench_decode
+        from mxcore.bench_decode import main as decode
+
+        i = argv.index("--decode")
+        return decode(["--model", argv[i + 1] if i + 1 < len(argv) else ""] + argv[:i] + argv[i + 2:])
     if "--end-to-end" in argv:  # what a user calls, beside the kernel and the vendor pipeline: mxcore.bench_e2e
         from mxcore.bench_e2e import cli
 
@@ -306,6 +311,8 @@ def _cli(argv) -> int:
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
     p.add_argument("--end-to-end", action="store_true", help="time mxcore.matmul as a user calls it (quantization, "
                    "staging, output) beside the kernel and the vendor pipeline: mxcore.bench_e2e's options apply")
+    p.add_argument("--decode", metavar="MODEL", default=None, help="the decode step of a decoder's linear layers "
+                   "(llama3-8b, llama3.2-3b): mxcore.bench_decode's options apply")
     p.add_argument("--wonly-path", default=None, help="force the weight-only path of A:B pairs (cuda: registers | "
                    "staged)")
     p.add_argument("--loop-ceilings", action="store_true",
