@@ -352,7 +352,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     entry = be._fast.entry(key, cp, stream_h)
     if type(entry) is tuple:  # a kept layout: the weight's staged form under the plan's key says it was checked
         p, wkey = entry[1], entry[-1]
-        if entry[0] in ("wonly", "direct") and cp.cuda.runtime.getDevice() == ordinal:
+        if entry[0] == "wonly" and cp.cuda.runtime.getDevice() == ordinal:
             bound = _weight_bound(p, b, ordinal, wkey)  # (staged form, its address), checked once per weight
             if bound is None:
                 return None  # not staged yet, or another staged form: the generic path
@@ -361,10 +361,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 keep_for_graph(stream_h, staged)
             p.db = staged
             out = _new_out(cp, p, a)
-            if entry[0] == "wonly":
-                p.launch(stream_h, wptr, pa, address_of(out))  # (the layout's stream)
-            else:
-                p.launch_at(pa, wptr, out)
+            p.launch(stream_h, wptr, pa, address_of(out))  # (the layout's stream)
             return out
         staged = staged_weight(b, ordinal, wkey)  # (staged on GPU ordinal as B: a 2-D weight blocked along K)
         if staged is None:
