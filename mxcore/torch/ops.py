@@ -12,6 +12,7 @@ Ops (every one is functional: fresh outputs, no mutation, no aliasing):
   ``codes`` uint8 ``[N, K]``, ``scale_exp`` a 0-d int32 tensor (the scale is ``2**scale_exp``).
 * ``quantize_mx(x, fmt, axis, scale_rounding) -> (codes, scales)`` and ``quantize_tensor(x, fmt) -> (codes,
   scale_exp)``: mxcore's quantizers (the device codec on CUDA tensors, the host codec otherwise).
+* ``dequantize(codes, scales, fmt, dtype)``: a weight's values (the frozen weight's gradient path).
 
 Dtype strings: a name (``"mxfp8"``) or an A,B pair written ``"bf16,mxfp4"`` (``"bf16:mxfp4"`` is taken too);
 ``out_dtype`` ``""`` means the first operand's dtype; ``grad_dtype`` ``""`` means the recipe's default (below).
@@ -146,6 +147,7 @@ _LUTS: dict = {}
 
 
 def _lut(element: str, device):
+    """The element format's decode table on ``device``, made once (the dequantize op's impl runs on real tensors)."""
     key = (element, device)
     if key not in _LUTS:
         from .. import formats
@@ -159,14 +161,18 @@ def _lut(element: str, device):
 
 def dequantize_weight(codes, scales, fmt: str, dtype=torch.float32):
     """The values of a weight stored as ``codes [N, K]`` and ``scales`` (MX: E8M0 ``[N, ceil(K/32)]``; fp8: the
-    0-d int32 ``scale_exp``), computed in torch (traceable, capturable) and rounded once to ``dtype``: exact for
-    float32, and for bfloat16 inside its range."""
+    0-d int32 ``scale_exp``), rounded once to ``dtype``: exact for float32, and for bfloat16 inside its range
+    (``torch.ops.mxcore.dequantize``: traceable, and capturable once its decode table is on the device)."""
+    return torch.ops.mxcore.dequantize(codes, scales, fmt, dtype)
+
+
+@torch.library.custom_op("mxcore::dequantize", mutates_args=(),
+                         schema="(Tensor codes, Tensor scales, str fmt, ScalarType dtype) -> Tensor")
+def _dequantize(codes, scales, fmt, dtype):
     from .. import dtypes
 
-    name = dtypes.canonical_operand(fmt)
-    spec = dtypes.DTYPES[name]
-    lut = _lut(spec.element, codes.device)
-    vals = lut[codes.to(torch.int64)]
+    spec = dtypes.DTYPES[dtypes.canonical_operand(fmt)]
+    vals = _lut(spec.element, codes.device)[codes.to(torch.int64)]
     if spec.kind == "mx":
         k = codes.shape[-1]
         exp = torch.exp2(scales.to(torch.float32) - 127.0)
@@ -175,6 +181,11 @@ def dequantize_weight(codes, scales, fmt: str, dtype=torch.float32):
     else:
         vals = torch.ldexp(vals, scales.to(torch.int32))
     return vals.to(dtype)
+
+
+@_dequantize.register_fake
+def _dequantize_fake(codes, scales, fmt, dtype):
+    return codes.new_empty(codes.shape, dtype=dtype)
 
 
 # ---- the ops -------------------------------------------------------------------------------------------------------
