@@ -261,8 +261,8 @@ class QuantizeReport:
     skipped: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
-        lines = [f"quantize_ ({self.config.describe()}): {len(self.swapped)} layer(s) swapped, "
-                 f"{len(self.skipped)} skipped"]
+        head = f"quantize_ ({self.config.describe()}): {len(self.swapped)} layer(s) swapped, {len(self.skipped)} skipped"
+        lines = [head]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 

@@ -211,7 +211,7 @@ def _mm_fake(a, b, dtype, out_dtype, scale_rounding, backend, grad_dtype):
 
 
 def _mm_setup(ctx, inputs, output):
-    a, b, dtype, out_dtype, scale_rounding, backend, grad_dtype = inputs
+    a, b, dtype, _out_dtype, scale_rounding, backend, grad_dtype = inputs
     ctx.save_for_backward(a, b)
     ctx.cfg = (dtype, scale_rounding, backend, grad_dtype)
 
