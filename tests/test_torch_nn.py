@@ -48,6 +48,21 @@ def test_linear_matches_mxcore_matmul(config):
     np.testing.assert_array_equal(lin.dequantize(torch.float64).numpy().T, mxcore.dequantize(wq, np.float64))
 
 
+@pytest.mark.parametrize("config", ["fp8", "mxfp8", "bf16:mxfp4"])
+def test_bfloat16_model(config):
+    """A bf16 model on the CPU: the weights quantize from bf16 (read through ml_dtypes), the output stays bf16."""
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.SiLU(), torch.nn.Linear(64, 32)).to(torch.bfloat16)
+    w = model[0].weight.detach().float().numpy()
+    assert quantize_(model, config).swapped == ["0", "2"]
+    y = model(torch.randn(3, 64, dtype=torch.bfloat16))
+    assert y.dtype == torch.bfloat16 and y.shape == (3, 32) and torch.isfinite(y).all()
+    cfg = MXConfig.parse(config)
+    want = (mxcore.dequantize(mxcore.quantize_mx(w, cfg.weight, axis=-1), np.float64) if cfg.is_mx
+            else mxcore.dequantize(mxcore.quantize_tensor(w, cfg.weight), np.float64))
+    np.testing.assert_array_equal(model[0].dequantize(torch.float64).numpy(), want)
+
+
 @pytest.mark.parametrize("config", ["fp8", "mxfp4", "bf16:mxfp4"])
 def test_repr_shows_the_format(config):
     text = repr(Linear(64, 16, config=config))

@@ -320,12 +320,22 @@ _linear_mx.register_autograd(_linear_mx_backward, setup_context=_linear_setup)
 _linear_fp8.register_autograd(_linear_fp8_backward, setup_context=_linear_setup)
 
 
+def _codec_input(x):
+    """What mxcore's codecs read: a CUDA tensor as it is (the device codec), host data as numpy (bfloat16 through
+    ml_dtypes: numpy has no bfloat16 of its own)."""
+    if x.device.type != "cpu":
+        return x.detach()
+    from ..arrays import to_numpy
+
+    return to_numpy(x)
+
+
 @torch.library.custom_op("mxcore::quantize_mx", mutates_args=(),
                          schema="(Tensor x, str fmt, int axis, str scale_rounding) -> (Tensor, Tensor)")
 def _quantize_mx(x, fmt, axis, scale_rounding):
     from .. import mx
 
-    t = mx.quantize_mx(x.detach(), fmt, axis=axis, scale_rounding=scale_rounding)
+    t = mx.quantize_mx(_codec_input(x), fmt, axis=axis, scale_rounding=scale_rounding)
     if isinstance(t.codes, torch.Tensor):
         return t.codes, t.scales
     return torch.from_numpy(t.codes), torch.from_numpy(t.scales)
@@ -346,7 +356,7 @@ def _quantize_mx_fake(x, fmt, axis, scale_rounding):
 def _quantize_tensor(x, fmt):
     from .. import mx
 
-    t = mx.quantize_tensor(x.detach(), fmt)
+    t = mx.quantize_tensor(_codec_input(x), fmt)
     if isinstance(t.codes, torch.Tensor):
         return t.codes, t.scale_exp.to(torch.int32).reshape(())
     return torch.from_numpy(np.ascontiguousarray(t.codes)), torch.tensor(t.scale_exp, dtype=torch.int32)
