@@ -220,3 +220,12 @@ def test_quantize_transformers_llama_generates(config):
         out = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
     assert out.shape == (1, 10) and torch.equal(out[:, :4], ids)
     assert int(out.max()) < 256
+
+
+def test_bench_block_quantizes_and_runs():
+    """The decode benchmark's block (q, k, v, o, gate, up, down) at small shapes: quantize_ swaps all seven."""
+    from mxcore.torch import bench
+
+    block = bench._Block(64, 32, 128).to(torch.bfloat16)
+    assert len(quantize_(block, "bf16:mxfp4").swapped) == 7
+    assert block(torch.randn(2, 64, dtype=torch.bfloat16)).shape == (2, 64)
