@@ -82,6 +82,9 @@ _LAZY = {
     "distributed": ("distributed", None),
     "layouts": ("layouts", None),
     "emulate": ("emulate", None),
+    # need torch (an optional extra): not in __all__, so that ``from mxcore import *`` works without it
+    "nn": ("nn", None),
+    "torch": ("torch", None),
 }
 
 
@@ -90,6 +93,12 @@ def __getattr__(name):
         import importlib
 
         module_name, attr = _LAZY[name]
+        if module_name in ("nn", "torch"):  # mxcore.nn and mxcore.torch need torch, an optional extra
+            try:
+                importlib.import_module("torch")
+            except ImportError as exc:
+                raise ModuleNotFoundError(f"mxcore.{name} needs PyTorch: pip install 'mxcore[torch]' (torch>=2.4)",
+                                          name="torch") from exc
         module = importlib.import_module(f"{__name__}.{module_name}")
         value = module if attr is None else getattr(module, attr)
         globals()[name] = value

@@ -209,6 +209,61 @@ class MXTensor:
         p = _f.pack_fp4(c) if bits == 4 else _f.pack_fp6(c)
         return _moveaxis(p, -1, self.axis)
 
+    @classmethod
+    def from_blocks(cls, blocks, scales, fmt: str = "mxfp4") -> MXTensor:
+        """An MXTensor from the packed block layout of published MX checkpoints, without requantizing.
+
+        ``blocks``: uint8 ``[..., n_blocks, B]`` with the 32 element codes of each block packed into ``B`` bytes:
+        mxfp4 ``B = 16``, two E2M1 codes per byte, the earlier element in the low nibble (gpt-oss's
+        ``*.blocks`` tensors); mxfp6 ``B = 24``, four codes per three bytes, LSB first (:func:`mxcore.formats.pack_fp6`);
+        mxfp8 ``B = 32``, one code per byte.  ``scales``: uint8 E8M0 codes ``[..., n_blocks]`` (bias 127, 0xFF NaN;
+        gpt-oss's ``*.scales``).  numpy arrays, or torch / CuPy arrays (device data stays on its device).  The
+        result has shape ``[..., n_blocks * 32]``, blocked along its last axis; for a weight stored ``[out, in]``
+        that is the K axis of ``W.T`` (pass ``MXTensor(t.codes.T, t.scales.T, t.fmt, 0)`` as matmul's B)."""
+        name, spec = mx_element(fmt)
+        nbytes = MX_BLOCK * spec.bits // 8
+        kind = device_kind(blocks)
+        if kind is None:  # host data (numpy, torch CPU tensors, lists): the host MXTensor keeps numpy arrays
+            blocks = np.asarray(blocks)
+        if device_kind(scales) is None:
+            scales = np.asarray(scales)
+        if _dtype_name(blocks) != "uint8" or _dtype_name(scales) != "uint8":
+            raise InputTypeError(f"from_blocks takes uint8 blocks and scales, got {_dtype_name(blocks)} and "
+                                 f"{_dtype_name(scales)}")
+        bshape, sshape = tuple(blocks.shape), tuple(scales.shape)
+        if len(bshape) < 2 or bshape[-1] != nbytes or bshape[:-1] != sshape:
+            raise ShapeError(f"from_blocks({name}) takes blocks [..., n_blocks, {nbytes}] and scales [..., n_blocks]; "
+                             f"got blocks {bshape} and scales {sshape}")
+        b = blocks
+        if spec.bits == 4:
+            parts = (b & 0x0F, b >> 4)
+        elif spec.bits == 6:
+            if kind == "torch":
+                import torch
+
+                wide = b.to(torch.int32)
+            else:
+                wide = b.astype(np.int32)
+            word = wide[..., 0::3] | (wide[..., 1::3] << 8) | (wide[..., 2::3] << 16)
+            parts = tuple(((word >> (6 * i)) & 0x3F) for i in range(4))
+        else:
+            parts = (b,)
+        if len(parts) > 1:
+            if kind == "torch":
+                import torch
+
+                codes = torch.stack(parts, dim=-1).to(torch.uint8)
+            elif kind is not None:
+                import cupy
+
+                codes = cupy.stack(parts, axis=-1).astype(cupy.uint8)
+            else:
+                codes = np.stack(parts, axis=-1).astype(np.uint8)
+        else:
+            codes = b
+        shape = bshape[:-2] + (bshape[-2] * MX_BLOCK,)
+        return cls(codes.reshape(shape), scales, name, len(shape) - 1, MX_BLOCK, shape)
+
     def __repr__(self) -> str:
         where = f", device={self.device!r}" if self.device else ""
         return (f"MXTensor(fmt={self.fmt!r}, shape={self.shape}, axis={self.axis}, block={self.block}, "

@@ -1,0 +1,250 @@
+"""Benchmarks of mxcore inside PyTorch on one CUDA GPU (random weights, nothing downloaded).
+
+``python -m mxcore.torch.bench decode``: the decode step of a Llama-3-8B-shaped stack of linear layers (32 layers x
+q, k, v, o, gate, up, down; hidden 4096, kv 1024, intermediate 14336) at M = 1 and 16, through
+``mxcore.nn.quantize_`` (default ``bf16:mxfp4``) eager, ``torch.compile`` and ``mode="reduce-overhead"``, against the
+same torch bf16 model the same three ways.
+
+``python -m mxcore.torch.bench train``: one training step (forward + backward) of an ``mxcore.nn.Linear`` in the
+MXFP8 recipe and of an MLP block (up, GELU, down) at 8192 x 8192 x 8192, against torch bf16 and, where importable,
+torchao's MX linear.
+
+``python -m mxcore.torch.bench generate``: an 8B-shaped transformers ``LlamaForCausalLM`` (random weights) generating
+greedy tokens, bf16 against ``quantize_(model, "bf16:mxfp4")``, eager and with a compiled forward (static cache).
+Without transformers it says so and runs nothing.
+
+``all`` runs the three; ``--json PATH`` writes the figures.  Each figure is the median of CUDA-event timings after
+warm-up.  Functions of the same names take the same arguments for use from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+__all__ = ["decode", "generate", "main", "train"]
+
+LLAMA3_8B = {"hidden": 4096, "kv": 1024, "intermediate": 14336, "layers": 32}
+
+
+def _time_ms(fn, *, warmup: int = 3, iters: int = 20, graphed: bool = False) -> float:
+    """Median milliseconds of ``fn()`` by CUDA events (``graphed``: mark a new cudagraph step per call)."""
+    for _ in range(warmup):
+        if graphed:
+            torch.compiler.cudagraph_mark_step_begin()
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        if graphed:
+            torch.compiler.cudagraph_mark_step_begin()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+class _Block(torch.nn.Module):
+    """One decoder layer's linear layers (attention itself left out: the weights are what a decode step streams)."""
+
+    def __init__(self, hidden: int, kv: int, inter: int):
+        super().__init__()
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+        self.q, self.k, self.v, self.o = lin(hidden, hidden), lin(hidden, kv), lin(hidden, kv), lin(hidden, hidden)
+        self.gate, self.up, self.down = lin(hidden, inter), lin(hidden, inter), lin(inter, hidden)
+
+    def forward(self, h):
+        q, k, v = self.q(h), self.k(h), self.v(h)
+        h = h + self.o(q) + (k.sum(-1, keepdim=True) + v.sum(-1, keepdim=True)) * 0
+        return h + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+def _stack(layers: int, shape: dict):
+    with torch.device("cuda"):
+        model = torch.nn.Sequential(*[_Block(shape["hidden"], shape["kv"], shape["intermediate"])
+                                      for _ in range(layers)])
+    return model.to(torch.bfloat16).eval()
+
+
+def _three_ways(model, x, label: str, rows: list) -> None:
+    torch._dynamo.reset()
+    ways = [("eager", model, False), ("compile", torch.compile(model, fullgraph=True), False),
+            ("reduce-overhead", torch.compile(model, mode="reduce-overhead", fullgraph=True), True)]
+    for way, fn, graphed in ways:
+        try:
+            with torch.no_grad():
+                ms = _time_ms(lambda fn=fn: fn(x), graphed=graphed)
+            rows.append({"model": label, "mode": way, "M": x.shape[0], "ms": round(ms, 4)})
+        except Exception as exc:  # noqa: BLE001 (a mode that fails is reported, the others still run)
+            rows.append({"model": label, "mode": way, "M": x.shape[0], "error": f"{type(exc).__name__}: {exc}"[:300]})
+        print(_fmt(rows[-1]), flush=True)
+
+
+def _fmt(row: dict) -> str:
+    head = "  ".join(f"{k}={v}" for k, v in row.items() if k not in ("ms", "error"))
+    return head + (f"  {row['ms']:.3f} ms" if "ms" in row else f"  FAILED {row['error']}")
+
+
+def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4") -> list:
+    """Decode-step milliseconds of the Llama-3-8B-shaped linear stack: torch bf16 and ``quantize_(config)``, each
+    eager, compiled and reduce-overhead, at each M of ``ms``."""
+    from .. import nn
+
+    rows: list = []
+    torch.manual_seed(0)
+    model = _stack(layers, LLAMA3_8B)
+    for m in ms:
+        _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), "torch bf16",
+                    rows)
+    report = nn.quantize_(model, config)
+    print(f"quantize_: {len(report.swapped)} swapped, {len(report.skipped)} skipped", flush=True)
+    for m in ms:
+        _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16),
+                    f"mxcore {config}", rows)
+    return rows
+
+
+def train(n: int = 8192, config: str = "mxfp8") -> list:
+    """Forward + backward milliseconds at ``n`` x ``n`` x ``n``: one Linear and an MLP block (up, GELU, down), torch
+    bf16 against ``mxcore.nn.Linear`` with ``MXConfig(config, train=True)`` and torchao's MX linear if importable."""
+    from .. import nn
+
+    rows: list = []
+    torch.manual_seed(0)
+    x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+
+    def make(kind: str):
+        layers = [torch.nn.Linear(n, n, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        if kind == "mxcore":
+            layers = [nn.Linear.from_float(lin, nn.MXConfig(config, train=True)) for lin in layers]
+        elif kind == "torchao":
+            from torchao.prototype.mx_formats import MXLinearConfig
+            from torchao.quantization import quantize_ as ao_quantize
+
+            seq = torch.nn.Sequential(*layers)
+            ao_quantize(seq, MXLinearConfig())
+            layers = list(seq)
+        return layers
+
+    for kind in ("torch bf16", "mxcore", "torchao"):
+        try:
+            up, down = make(kind.split()[0])
+        except Exception as exc:  # noqa: BLE001 (torchao absent or another API: said, not fatal)
+            rows.append({"model": kind, "error": f"not run: {type(exc).__name__}: {exc}"[:300]})
+            print(_fmt(rows[-1]), flush=True)
+            continue
+        for name, fwd in (("linear", lambda up=up: up(x)),
+                          ("mlp", lambda up=up, down=down: down(torch.nn.functional.gelu(up(x))))):
+            def step(fwd=fwd):
+                x.grad = None
+                fwd().backward(g)
+            try:
+                ms = _time_ms(step, warmup=2, iters=10)
+                flops = 6 * n ** 3 * (1 if name == "linear" else 2)
+                rows.append({"model": kind, "block": name, "n": n, "ms": round(ms, 4),
+                             "tflops": round(flops / ms / 1e9, 1)})
+            except Exception as exc:  # noqa: BLE001
+                rows.append({"model": kind, "block": name, "n": n, "error": f"{type(exc).__name__}: {exc}"[:300]})
+            print(_fmt(rows[-1]), flush=True)
+        del up, down
+        torch.cuda.empty_cache()
+    return rows
+
+
+def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4", layers: int = 32) -> list:
+    """Greedy tokens/s of an 8B-shaped transformers Llama (random weights), bf16 against ``quantize_(config)``,
+    eager and with ``torch.compile`` of the forward over a static cache; [] (and a message) without transformers."""
+    try:
+        import transformers
+    except ImportError:
+        print("generate: transformers is not installed (pip install transformers); not run", flush=True)
+        return []
+    from .. import nn
+
+    cfg = transformers.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                                   num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
+                                   max_position_embeddings=prompt + new_tokens + 8)
+    torch.manual_seed(0)
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda"):
+            model = transformers.LlamaForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(prev)
+    ids = torch.randint(0, cfg.vocab_size, (1, prompt), device="cuda")
+    rows: list = []
+
+    def run(label: str, compiled: bool):
+        kw = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False, "pad_token_id": 0}
+        if compiled:
+            kw["cache_implementation"] = "static"
+        try:
+            fwd = model.forward
+            if compiled:
+                torch._dynamo.reset()
+                model.forward = torch.compile(fwd, mode="reduce-overhead")
+            with torch.no_grad():
+                model.generate(ids, **{**kw, "max_new_tokens": 8, "min_new_tokens": 8})  # warm-up / compile
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = model.generate(ids, **kw)
+                torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+            model.forward = fwd
+            rows.append({"model": label, "mode": "compile" if compiled else "eager",
+                         "tokens": int(out.shape[1] - prompt), "tok_per_s": round((out.shape[1] - prompt) / dt, 2)})
+        except Exception as exc:  # noqa: BLE001
+            model.forward = fwd
+            rows.append({"model": label, "mode": "compile" if compiled else "eager",
+                         "error": f"{type(exc).__name__}: {exc}"[:300]})
+        print(_fmt(rows[-1]).replace("  tok_per_s=", "  tokens/s="), flush=True)
+
+    run("torch bf16", False)
+    run("torch bf16", True)
+    report = nn.quantize_(model, config)
+    print(f"quantize_: {len(report.swapped)} swapped, {len(report.skipped)} skipped", flush=True)
+    torch.cuda.empty_cache()
+    run(f"mxcore {config}", False)
+    run(f"mxcore {config}", True)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mxcore.torch.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=["decode", "train", "generate", "all"])
+    p.add_argument("--m", type=int, nargs="+", default=[1, 16], help="decode: batch rows M")
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--config", default=None, help="decode/generate: quantize_ config (bf16:mxfp4); train: mxfp8")
+    p.add_argument("--n", type=int, default=8192, help="train: M = N = K")
+    p.add_argument("--tokens", type=int, default=128, help="generate: new tokens")
+    p.add_argument("--json", default=None, help="write the figures to this file")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("mxcore.torch.bench needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if args.what in ("decode", "all"):
+        out["decode"] = decode(tuple(args.m), args.layers, args.config or "bf16:mxfp4")
+    if args.what in ("train", "all"):
+        out["train"] = train(args.n, args.config if args.what == "train" and args.config else "mxfp8")
+    if args.what in ("generate", "all"):
+        out["generate"] = generate(args.tokens, config=args.config if args.what == "generate" and args.config
+                                   else "bf16:mxfp4", layers=args.layers)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""``torch.ops.mxcore`` and ``mxcore.nn`` on an NVIDIA GPU (marker nvidia_gpu; skipped without one): torch.compile
+(fullgraph=True, inductor) per dtype, ``mode="reduce-overhead"`` capturing the ops in CUDA graphs, and forward and
+backward bit for bit equal to the reference backend on exactly representable data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mxcore  # noqa: E402
+from mxcore.nn import Linear, MXConfig  # noqa: E402
+
+pytestmark = pytest.mark.nvidia_gpu
+
+DTYPES = ["bf16", "fp16", "fp8", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp6", "mxfp4", "mxfp8,mxfp4"]
+WONLY = ["bf16,mxfp4", "fp16,mxfp4", "bf16,mxfp8"]
+CONFIGS = ["fp8", "mxfp8", "mxfp6", "mxfp4", "bf16:mxfp4", "mxfp8,mxfp4"]
+
+
+def _exact(rng, shape, dtype=torch.bfloat16):
+    """Small integers times powers of two, |x| <= 4: exact in every format; every product and partial sum exact in
+    fp32 for K <= 1024, so the GPU's fp32 accumulation and the reference's float64 sum agree bit for bit."""
+    v = rng.integers(-3, 4, size=shape) * np.exp2(rng.integers(-1, 1, size=shape))
+    return torch.from_numpy(v).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + WONLY)
+def test_compile_fullgraph_on_cuda_is_bit_exact(rng, dtype):
+    torch._dynamo.reset()
+    wonly = "," in dtype and dtype.split(",")[0] in ("bf16", "fp16")
+    act = torch.float16 if dtype.startswith("fp16") else torch.bfloat16
+    a = _exact(rng, (64, 256), act).cuda().requires_grad_()
+    b = _exact(rng, (256, 128), act).cuda().requires_grad_(not wonly)
+    g = _exact(rng, (64, 128), act).cuda()
+
+    def f(a, b, backend="auto"):
+        return mxcore.torch.matmul(a, b, dtype, backend=backend)
+
+    y = torch.compile(f, fullgraph=True)(a, b)
+    y.backward(g)
+    ah, bh = a.detach().cpu().requires_grad_(), b.detach().cpu().requires_grad_(not wonly)
+    yh = f(ah, bh, backend="reference")
+    yh.backward(g.cpu())
+    assert torch.equal(y.cpu(), yh)
+    assert torch.equal(a.grad.cpu(), ah.grad)
+    if not wonly:
+        assert torch.equal(b.grad.cpu(), bh.grad)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_linear_compiled_and_reduce_overhead_match_eager_and_reference(rng, config):
+    """A stack of Linear layers: eager, torch.compile(fullgraph=True) and mode="reduce-overhead" (no cudagraph skip:
+    the ops are captured) give the same bits, equal to the reference backend's on the host."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.nn.Sequential(*[Linear(256, 256, bias=False, config=config, weight=_exact(rng, (256, 256)).cuda(),
+                                         device="cuda", dtype=torch.bfloat16) for _ in range(3)]).eval()
+    x = _exact(rng, (16, 256)).cuda()
+    with torch.no_grad():
+        eager = model(x)
+        full = torch.compile(model, fullgraph=True)(x)
+        graphed = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+        outs = [graphed(x).clone() for _ in range(4)]  # warm-up, record, then replays
+        first = model[0](x)
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert torch.equal(full, eager) and all(torch.equal(o, eager) for o in outs)
+    # the first layer (exact data: every product and sum exact) equals the reference backend on the host
+    m = model[0]
+    w = mxcore.torch.ops.weight_operand(m.weight_codes.cpu(), m._scales().cpu(), m.config.weight)
+    ref = mxcore.matmul(x.cpu(), w, (m.config.act or m.config.weight, m.config.weight), out_dtype="bfloat16",
+                        backend="reference")
+    assert torch.equal(first.cpu(), ref)
+
+
+def test_mxfp8_training_step_matches_reference(rng):
+    """One forward + backward of an MXFP8 training-recipe MLP on the GPU equals the reference backend bit for bit
+    (activations, input gradient and both weight gradients)."""
+    torch.manual_seed(1)
+    cfg = MXConfig("mxfp8", train=True)
+    up = Linear(256, 512, bias=False, config=cfg, device="cuda", dtype=torch.bfloat16)
+    down = Linear(512, 256, bias=False, config=cfg, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        up.weight.copy_(_exact(rng, (512, 256)))
+        down.weight.copy_(_exact(rng, (256, 512)))
+    x = _exact(rng, (64, 256)).cuda().requires_grad_()
+    g = _exact(rng, (64, 256)).cuda()
+    y = down(up(x))
+    y.backward(g)
+    up_h = Linear(256, 512, bias=False, config=MXConfig("mxfp8", train=True, backend="reference"), dtype=torch.bfloat16)
+    down_h = Linear(512, 256, bias=False, config=MXConfig("mxfp8", train=True, backend="reference"),
+                    dtype=torch.bfloat16)
+    with torch.no_grad():
+        up_h.weight.copy_(up.weight.cpu())
+        down_h.weight.copy_(down.weight.cpu())
+    xh = x.detach().cpu().requires_grad_()
+    yh = down_h(up_h(xh))
+    yh.backward(g.cpu())
+    assert torch.equal(y.cpu(), yh) and torch.equal(x.grad.cpu(), xh.grad)
+    assert torch.equal(up.weight.grad.cpu(), up_h.weight.grad)
+    assert torch.equal(down.weight.grad.cpu(), down_h.weight.grad)
+
+
+def test_from_blocks_on_the_device(rng):
+    w = rng.standard_normal((32, 128))
+    t = mxcore.quantize_mx(w, "mxfp4", axis=-1)
+    codes = t.codes.reshape(32, 4, 32)
+    blocks = torch.from_numpy((codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)).cuda()
+    got = mxcore.MXTensor.from_blocks(blocks, torch.from_numpy(t.scales).cuda())
+    assert got.device == "torch" and got.codes.is_cuda
+    np.testing.assert_array_equal(got.codes.cpu().numpy(), t.codes)
+    lin = Linear.from_quantized(got, act="bf16")
+    x = _exact(rng, (4, 128)).cuda()
+    ref = mxcore.matmul(x.cpu(), mxcore.MXTensor(t.codes.T, t.scales.T, "mxfp4", 0), ("bf16", "mxfp4"),
+                        out_dtype="bfloat16", backend="reference")
+    assert torch.equal(lin(x).cpu(), ref)
