@@ -224,10 +224,14 @@ def _role(role) -> str:
     return {"asmem": "a_smem", "a_shared": "a_smem", "bsmem": "b", "b_smem": "b"}.get(key, key)
 
 
-@lru_cache(maxsize=None)
 def record(n: int, a_format: str, b_format: str | None = None, c_format: str = "fp32") -> WgmmaLayout:
-    """The :class:`WgmmaLayout` of ``wgmma.mma_async.m64n{n}k*`` for the formats (``b_format`` defaults to A's)."""
-    b_format = b_format or a_format
+    """The :class:`WgmmaLayout` of ``wgmma.mma_async.m64n{n}k*`` for the formats (``b_format`` defaults to A's); one
+    object per instruction."""
+    return _record(n, a_format, b_format or a_format, c_format)
+
+
+@lru_cache(maxsize=None)
+def _record(n: int, a_format: str, b_format: str, c_format: str) -> WgmmaLayout:
     ptx = wgmma_ptx(n, a_format, b_format, c_format)
     k = WGMMA_K[a_format]
     ta, tb = _PTX_TYPE[a_format], _PTX_TYPE[b_format]
