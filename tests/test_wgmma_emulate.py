@@ -268,3 +268,15 @@ def test_render_panels_follow_the_swizzle():
     assert tile_rows[5][1:] == ["@720:p5", "@704:p4"]  # row n = 5: K chunks 0, 1 at physical chunks 5, 4
     with pytest.raises(LayoutError, match="apply to wgmma"):
         layouts.render("m16n8k16.f16", "A", fmt="text", swizzle="64B")
+
+
+def test_png_of_a_shared_memory_operand():
+    import importlib.util
+
+    from mxcore.errors import BackendUnavailableError
+
+    if importlib.util.find_spec("PIL") is None:
+        with pytest.raises(BackendUnavailableError, match="Pillow"):
+            layouts.render("m64n64k16.f16", "B", fmt="png", swizzle="32B")
+    else:
+        assert layouts.render("m64n64k16.f16", "B", fmt="png", swizzle="32B")[:8] == b"\x89PNG\r\n\x1a\n"

@@ -87,8 +87,8 @@ def atom_panel(atom) -> Panel:
     """The swizzle atom: cell (row r, physical chunk p) holds logical chunk ``atom.logical_at()[r, p]``."""
     logical = atom.logical_at()
     rows, cols = logical.shape
-    title = (f"{atom.name} swizzle atom ({atom.cute} on byte addresses): 8 rows x {atom.span} bytes, "
-             f"{atom.atom_bytes}-byte pattern; cell = physical 16-byte chunk, label = logical chunk stored there")
+    title = (f"{atom.name} swizzle atom ({atom.cute} on byte addresses): 8 rows x {atom.span} bytes,\n"
+             f"{atom.atom_bytes}-byte pattern; cell = physical 16-byte chunk,\nlabel = logical chunk stored there")
     top = [[f"c{int(logical[r, p])}" for p in range(cols)] for r in range(rows)]
     bottom = [[f"@{r * atom.span + 16 * p}" for p in range(cols)] for r in range(rows)]
     return Panel(title, top, bottom, logical, cols)
@@ -109,9 +109,9 @@ def smem_panels(name: str, fmt: str, lay: SmemLayout) -> list[Panel]:
     rows, cols = chunk_addr.shape
     top = [[f"@{int(chunk_addr[i, j])}" for j in range(cols)] for i in range(rows)]
     bottom = [[f"p{int(phys[i, j])}" for j in range(cols)] for i in range(rows)]
-    title = (f"{name} operand {'A' if lay.role == 'a' else 'B'} in shared memory ({lay.rows}x{lay.cols}, {fmt}): "
-             f"{lay.major}-major, swizzle {lay.swizzle}, LBO {lay.lbo}, SBO {lay.sbo}; {what}; "
-             f"@ byte address, p physical chunk in its {span}-byte row")
+    title = (f"{name} operand {'A' if lay.role == 'a' else 'B'}\nin shared memory ({lay.rows}x{lay.cols}, {fmt}): "
+             f"{lay.major}-major, swizzle {lay.swizzle}, LBO {lay.lbo}, SBO {lay.sbo};\n{what};\n"
+             f"@ byte address from the start, p physical chunk in its {span}-byte row")
     out = [atom_panel(lay.atom)] if lay.atom is not None else []
     return out + [Panel(title, top, bottom, phys, max(1, span // 16))]
 
@@ -139,24 +139,36 @@ def _colour(key: int, keys: int) -> tuple[int, int, int]:
     return int(r * 255), int(g * 255), int(b * 255)
 
 
-_CW, _CH, _MX, _MY, _GAP = 44, 30, 34, 46, 20
+_CW, _CH, _MX, _MY, _GAP, _LINE = 44, 30, 34, 46, 20, 16
+
+
+def _head(p) -> int:
+    """Height above a panel's grid: the title's lines and the column numbers."""
+    return _MY + _LINE * p.title.count("\n")
+
+
+def _size(pans, char: float) -> tuple[int, int]:
+    w = max(max(_MX + p.shape[1] * _CW + 10, _MX + int(char * max(map(len, p.title.split("\n")))) + 10) for p in pans)
+    h = sum(_head(p) + p.shape[0] * _CH for p in pans) + _GAP * (len(pans) - 1) + 10
+    return w, h
 
 
 def _svg(pans) -> str:
-    w = _MX + max(p.shape[1] for p in pans) * _CW + 10
-    h = sum(_MY + p.shape[0] * _CH for p in pans) + _GAP * (len(pans) - 1) + 10
+    w, h = _size(pans, 8.4)  # monospace at 14 px: 0.6 em per character
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
            'font-family="monospace">',
            f'<rect width="{w}" height="{h}" fill="white"/>']
     y0 = 0
     for p in pans:
         rows, cols = p.shape
-        out.append(f'<text x="{_MX}" y="{y0 + 18}" font-size="14">{escape(p.title)}</text>')
+        for n, line in enumerate(p.title.split("\n")):
+            out.append(f'<text x="{_MX}" y="{y0 + 18 + _LINE * n}" font-size="14">{escape(line)}</text>')
+        head = _head(p)
         for j in range(cols):
-            out.append(f'<text x="{_MX + j * _CW + _CW / 2}" y="{y0 + _MY - 6}" font-size="10" '
+            out.append(f'<text x="{_MX + j * _CW + _CW / 2}" y="{y0 + head - 6}" font-size="10" '
                        f'text-anchor="middle">{j}</text>')
         for i in range(rows):
-            y = y0 + _MY + i * _CH
+            y = y0 + head + i * _CH
             out.append(f'<text x="{_MX - 4}" y="{y + _CH / 2 + 4}" font-size="10" text-anchor="end">{i}</text>')
             for j in range(cols):
                 x = _MX + j * _CW
@@ -167,7 +179,7 @@ def _svg(pans) -> str:
                            f'{escape(p.top[i][j])}</text>')
                 out.append(f'<text x="{x + _CW / 2}" y="{y + 25}" font-size="9" text-anchor="middle">'
                            f'{escape(p.bottom[i][j])}</text>')
-        y0 += _MY + rows * _CH + _GAP
+        y0 += head + rows * _CH + _GAP
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -194,25 +206,26 @@ def _png(pans) -> bytes:
                                       "SVG (fmt='svg', --out file.svg) needs nothing") from exc
     import io
 
-    w = _MX + max(p.shape[1] for p in pans) * _CW + 10
-    h = sum(_MY + p.shape[0] * _CH for p in pans) + _GAP * (len(pans) - 1) + 10
+    w, h = _size(pans, 6.5)  # Pillow's default bitmap font
     img = Image.new("RGB", (w, h), "white")
     d = ImageDraw.Draw(img)
     y0 = 0
     for p in pans:
         rows, cols = p.shape
-        d.text((_MX, y0 + 8), p.title, fill="black")
+        head = _head(p)
+        for n, line in enumerate(p.title.split("\n")):
+            d.text((_MX, y0 + 8 + _LINE * n), line, fill="black")
         for i in range(rows):
-            d.text((4, y0 + _MY + i * _CH + 10), str(i), fill="black")
+            d.text((4, y0 + head + i * _CH + 10), str(i), fill="black")
             for j in range(cols):
-                x, y = _MX + j * _CW, y0 + _MY + i * _CH
+                x, y = _MX + j * _CW, y0 + head + i * _CH
                 d.rectangle([x, y, x + _CW, y + _CH], fill=_colour(int(p.colour[i, j]), p.colours),
                             outline=(85, 85, 85))
                 d.text((x + 4, y + 3), p.top[i][j], fill="black")
                 d.text((x + 4, y + 16), p.bottom[i][j], fill="black")
         for j in range(cols):
-            d.text((_MX + j * _CW + 4, y0 + _MY - 14), str(j), fill="black")
-        y0 += _MY + rows * _CH + _GAP
+            d.text((_MX + j * _CW + 4, y0 + head - 14), str(j), fill="black")
+        y0 += head + rows * _CH + _GAP
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
