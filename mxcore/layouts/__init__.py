@@ -156,8 +156,9 @@ def _canon_format(fmt, arch: str | None) -> str:
 
 
 def records(vendor: str | None = None, arch: str | None = None) -> list:
-    """Every matrix-instruction record (each CDNA4 f8f6f4 shape once per A/B format pair), for ``vendor`` and
-    ``arch`` when given: what the emulator, probes and tests iterate over."""
+    """Every matrix-instruction record (each CDNA4 f8f6f4 shape once per A/B format pair; the sm_90a wgmma records,
+    :class:`WgmmaLayout`, whose B is in shared memory), for ``vendor`` and ``arch`` when given: what the emulator,
+    probes and tests iterate over."""
     out, seen = [], set()
     for name in names(vendor, arch):
         if name in cdna4.F8F6F4_SHAPES:

@@ -26,8 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 from ..errors import LayoutError
 from . import nvidia
 from ._core import Map, OperandLayout
