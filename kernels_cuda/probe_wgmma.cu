@@ -91,3 +91,37 @@ extern "C" __global__ void __launch_bounds__(128) probe_wgmma_a_tf32(const u8* B
     probe_wgmma_commit_wait();
     for (int s = 0; s < 8; ++s) out[threadIdx.x * 8 + s] = d[s];
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// One wgmma from its layout record (backends/probes/wgmma.py: wgmma_probe_kernel, run_wgmma).  The host builds the
+// shared-memory image through the record (mxcore.emulate.smem_write: the descriptor's canonical layout and swizzle)
+// and the descriptors with start addresses relative to the image; the kernel copies the image verbatim to a
+// 1024-byte aligned buffer (so every swizzle pattern starts on its repeat boundary, base offset 0), adds the
+// buffer's address to each descriptor's start field, loads C (and A's registers) lane-major and runs exactly one
+// wgmma; D goes back lane-major.  The instruction text and its operand lists come from the host (-D):
+//   MX_WG_ENTRY  entry name;  MX_WG_ACC  accumulator registers (N / 2);  MX_WG_AREGS  4 (A in registers) or 0;
+//   MX_WG_ASM    the asm text;  MX_WG_OUTS / MX_WG_INS  its output / input operand lists.
+// ---------------------------------------------------------------------------------------------------------------
+#ifdef MX_WG_ENTRY
+#define MX_WG_SMEM_BYTES 40960  // the largest image: B m64n256 K-major 128B (32 KB) + A (8 KB)
+extern "C" __global__ void __launch_bounds__(128) MX_WG_ENTRY(const uint4* image, const u32* a_words, const float* c,
+                                                              float* d_out, u64 desc_a, u64 desc_b) {
+    __shared__ __align__(1024) uint4 smem[MX_WG_SMEM_BYTES / 16];
+    for (int i = threadIdx.x; i < MX_WG_SMEM_BYTES / 16; i += blockDim.x) smem[i] = image[i];
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy stores -> wgmma reads
+    __syncthreads();
+    const u64 base = (u64)((probe_smem_u32(smem) & 0x3FFFF) >> 4);
+    const u64 da = desc_a + base, db = desc_b + base;
+    float d[MX_WG_ACC];
+    for (int s = 0; s < MX_WG_ACC; ++s) d[s] = c[threadIdx.x * MX_WG_ACC + s];
+#if MX_WG_AREGS
+    u32 a[MX_WG_AREGS];
+    for (int r = 0; r < MX_WG_AREGS; ++r) a[r] = a_words[threadIdx.x * MX_WG_AREGS + r];
+#endif
+    (void)da;
+    probe_wgmma_fence();
+    asm volatile(MX_WG_ASM : MX_WG_OUTS : MX_WG_INS : "memory");
+    probe_wgmma_commit_wait();
+    for (int s = 0; s < MX_WG_ACC; ++s) d_out[threadIdx.x * MX_WG_ACC + s] = d[s];
+}
+#endif

@@ -22,6 +22,14 @@ Non-finite inputs: the result follows IEEE float64 summation (NaN/inf propagate)
 
 ``pack``/``unpack`` convert between these slot arrays and the 32-bit register words a probe
 kernel loads, following ``bit_offsets`` (fp6 elements straddle registers; scales sit at op_sel).
+
+Hopper ``wgmma.mma_async`` (a :class:`~mxcore.layouts.WgmmaLayout`): ``execute(rec, a, b_desc, c, smem=buf)``
+follows the instruction's operand list — ``a`` is A's registers (128 lanes) or a 64-bit matrix descriptor, ``b``
+always a descriptor; both descriptors address ``smem`` (a uint8 array: shared memory from the swizzle pattern's
+repeat boundary on, byte 0 at address 0).  ``smem_read`` / ``smem_write`` move an operand tile through a
+descriptor's canonical layout and swizzle (PTX ISA 9.7.15.5.1.2; :mod:`mxcore.layouts._smem`); ``trans_a`` /
+``trans_b`` are imm-trans-a/b (M/N-major, 16-bit formats), ``scale_d=False`` drops C, ``imm_scale_a/b`` = -1
+negate A / B.  The arithmetic is the one above: exact products, one rounding of the exact sum.
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from . import formats
 from .dtypes import bits as _bits, holds_codes
 from .errors import InputTypeError, LayoutError, ShapeError
 
-__all__ = ["scatter", "gather", "execute", "decode_regs", "pack", "unpack", "ldmatrix", "RegisterShapeError"]
+__all__ = ["scatter", "gather", "execute", "decode_regs", "pack", "unpack", "ldmatrix", "smem_read", "smem_write",
+           "RegisterShapeError"]
 
 
 class RegisterShapeError(ShapeError, LayoutError):
@@ -43,19 +52,25 @@ class RegisterShapeError(ShapeError, LayoutError):
 
 def _mma_layout(layout, what: str):
     """``layout`` when it is a matrix-instruction record, else LayoutError saying what to use."""
-    from .layouts import InstructionLayout, LdMatrixLayout
+    from .layouts import MATRIX_TYPES, LdMatrixLayout
 
     if isinstance(layout, LdMatrixLayout):
         raise LayoutError(f"{layout.name} is a movement layout (ldmatrix loads, it does not multiply): "
                           f"{what} needs an mma/MFMA layout; use mxcore.emulate.ldmatrix(layout, matrices)")
-    if not isinstance(layout, InstructionLayout):
+    if not isinstance(layout, MATRIX_TYPES):
         raise LayoutError(f"{what} needs a layout from mxcore.layouts.get(name), got {type(layout).__name__}")
     return layout
 
 
 def _operand(layout, operand, what: str = "emulate"):
+    from .layouts import OperandLayout
+
     layout = _mma_layout(layout, what)
-    return layout.operand(operand) if isinstance(operand, str) else operand
+    op = layout.operand(operand) if isinstance(operand, str) else operand
+    if not isinstance(op, OperandLayout):
+        raise LayoutError(f"{what}: {layout.name} operand {operand} is read from shared memory through a descriptor, "
+                          "not from registers; use mxcore.emulate.smem_write / smem_read")
+    return op
 
 
 def _check_regs(layout, op, regs, what: str) -> np.ndarray:
@@ -154,20 +169,31 @@ def _round_once(terms: np.ndarray, out_dtype) -> np.ndarray:
     return t.reshape(terms.shape[:-1])
 
 
-def execute(layout, a, b, c, *, scale_a=None, scale_b=None) -> np.ndarray:
+def execute(layout, a, b, c, *, scale_a=None, scale_b=None, smem=None, trans_a=False, trans_b=False,
+            scale_d=True, imm_scale_a=1, imm_scale_b=1) -> np.ndarray:
     """D registers (lanes, slots of C) for D = A·B + C with A, B, C given as per-lane registers.
 
     Scaled instructions (``layout.scaled``) need ``scale_a``/``scale_b``: E8M0 codes, registers of
     shape (lanes, 1) holding the byte that op_sel selects.  Returns float32 (or float16 for an fp16
-    accumulator) values.
+    accumulator) values.  wgmma records: ``a`` registers or an A descriptor, ``b`` a B descriptor, both into
+    ``smem``, and the instruction's immediates (module docstring).
     """
+    from .layouts import WgmmaLayout
+
     _mma_layout(layout, "emulate.execute")
-    a = _check_regs(layout, layout.a, a, "emulate.execute")
-    b = _check_regs(layout, layout.b, b, "emulate.execute")
-    c = _check_regs(layout, layout.c, c, "emulate.execute")
-    A = gather(layout, "a", decode_regs(layout.a_format, a))
-    B = gather(layout, "b", decode_regs(layout.b_format, b))
-    C = gather(layout, "c", decode_regs(layout.c_format, c))
+    if isinstance(layout, WgmmaLayout):
+        A, B, C = _wgmma_operands(layout, a, b, c, smem, trans_a, trans_b, scale_d, imm_scale_a, imm_scale_b)
+        scale_a = scale_b = None
+    else:
+        if smem is not None or trans_a or trans_b or scale_d is not True or (imm_scale_a, imm_scale_b) != (1, 1):
+            raise LayoutError(f"{layout.name} reads registers only: smem, trans_a/b, scale_d and imm_scale_a/b are "
+                              "wgmma operands")
+        a = _check_regs(layout, layout.a, a, "emulate.execute")
+        b = _check_regs(layout, layout.b, b, "emulate.execute")
+        c = _check_regs(layout, layout.c, c, "emulate.execute")
+        A = gather(layout, "a", decode_regs(layout.a_format, a))
+        B = gather(layout, "b", decode_regs(layout.b_format, b))
+        C = gather(layout, "c", decode_regs(layout.c_format, c))
     if layout.scaled:
         if scale_a is None or scale_b is None:
             raise ShapeError(f"{layout.name} is block-scaled: pass scale_a and scale_b (E8M0 codes, "
@@ -230,3 +256,118 @@ def unpack(layout, operand, words) -> np.ndarray:
     if _bits(fmt) > 16:  # fp32 / tf32: 32-bit words
         return raw.astype(np.uint32).view(np.float32)
     return raw.astype(np.uint16).view(formats.get(fmt).dtype)
+
+
+# ---------------------------------------------------------------- wgmma: operands in shared memory
+def _wgmma_record(layout, what: str):
+    from .layouts import WgmmaLayout
+
+    layout = _mma_layout(layout, what)
+    if not isinstance(layout, WgmmaLayout):
+        raise LayoutError(f"{what}: {layout.name} reads no shared memory; shared-memory operands are wgmma's "
+                          "(mxcore.layouts.get('m64n128k16.f16'))")
+    return layout
+
+
+def _smem_role(role: str) -> str:
+    key = str(role).strip().lower()
+    if key in ("a", "a_smem"):
+        return "a"
+    if key == "b":
+        return "b"
+    raise LayoutError(f"shared-memory operand {role!r}: use 'a' or 'b'")
+
+
+def _smem_buffer(smem, what: str) -> np.ndarray:
+    buf = np.asarray(smem)
+    if buf.dtype != np.uint8 or buf.ndim != 1:
+        raise InputTypeError(f"{what}: smem is the shared memory as a 1-D uint8 array (byte i at address i), got "
+                             f"{buf.dtype} of shape {buf.shape}")
+    return buf
+
+
+def _is_descriptor(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def smem_read(layout, role: str, smem, desc: int, *, transpose: bool = False) -> np.ndarray:
+    """The A (64 x K) or B (K x N) tile that wgmma reads from ``smem`` through descriptor ``desc`` (M/N-major when
+    ``transpose``): element codes (uint8) for fp8, values (float64) for fp16 / bf16 / tf32 (tf32 as its fp32 word,
+    rounded to tf32 once as for registers)."""
+    from .layouts import _smem
+
+    rec = _wgmma_record(layout, "emulate.smem_read")
+    key = _smem_role(role)
+    buf = _smem_buffer(smem, "emulate.smem_read")
+    if not _is_descriptor(desc):
+        raise InputTypeError(f"emulate.smem_read: desc is a 64-bit matrix descriptor (an int), got {type(desc).__name__}")
+    lay = rec.smem(key, "MN" if transpose else "K", desc=int(desc))
+    start = _smem.descriptor_fields(desc)["start"]
+    addr = lay.addresses(start)
+    nbytes = lay.bits // 8
+    if int(addr.max()) + nbytes > buf.size:
+        raise ShapeError(f"emulate.smem_read: {rec.name} operand {key.upper()} reaches byte {int(addr.max()) + nbytes} "
+                         f"of shared memory, the buffer holds {buf.size}")
+    word = np.zeros(addr.shape, dtype=np.uint64)
+    for i in range(nbytes):  # little endian, as the GPU stores
+        word |= buf[addr + i].astype(np.uint64) << np.uint64(8 * i)
+    fmt = rec.format_of(key)
+    if holds_codes(fmt):
+        return word.astype(np.uint8)
+    if nbytes == 4:  # tf32: an fp32 word
+        return decode_regs(fmt, word.astype(np.uint32).view(np.float32))
+    return word.astype(np.uint16).view(formats.get(fmt).dtype).astype(np.float64)
+
+
+def smem_write(layout, role: str, tile, smem=None, *, start: int = 0, major: str = "K", swizzle: str = "128B",
+               lbo: int | None = None, sbo: int | None = None) -> tuple[np.ndarray, int]:
+    """Store an A (64 x K) or B (K x N) tile as wgmma reads it: at ``start`` (bytes) in the canonical layout of
+    ``major`` / ``swizzle`` / ``lbo`` / ``sbo`` (:meth:`WgmmaLayout.smem`).  ``tile`` holds codes (fp8) or values
+    (rounded once to fp16 / bf16; tf32 stored as fp32 words).  Writes into ``smem`` (a uint8 array, grown copy if
+    too short) or a new zeroed buffer; returns (buffer, descriptor)."""
+    rec = _wgmma_record(layout, "emulate.smem_write")
+    key = _smem_role(role)
+    lay = rec.smem(key, major, swizzle, lbo, sbo)
+    t = np.asarray(tile)
+    if t.shape != (lay.rows, lay.cols):
+        raise ShapeError(f"emulate.smem_write: {rec.name} operand {key.upper()} is {lay.rows}x{lay.cols}, got an "
+                         f"array of shape {t.shape}")
+    desc = lay.descriptor(start)
+    addr = lay.addresses(start)
+    nbytes = lay.bits // 8
+    end = int(addr.max()) + nbytes
+    buf = np.zeros(end, np.uint8) if smem is None else _smem_buffer(smem, "emulate.smem_write")
+    if buf.size < end:
+        buf = np.concatenate([buf, np.zeros(end - buf.size, np.uint8)])
+    fmt = rec.format_of(key)
+    if not holds_codes(fmt) and t.dtype.kind in "uib":
+        raise InputTypeError(f"{fmt} tiles hold values: pass a real float array, got dtype {t.dtype}")
+    bits = _slot_bits(fmt, t)
+    for i in range(nbytes):
+        buf[addr + i] = ((bits >> np.uint64(8 * i)) & np.uint64(0xFF)).astype(np.uint8)
+    return buf, desc
+
+
+def _wgmma_operands(rec, a, b, c, smem, trans_a, trans_b, scale_d, imm_scale_a, imm_scale_b):
+    """(A, B, C) float64 tiles of one wgmma: A from registers or a descriptor, B from a descriptor."""
+    if (trans_a or trans_b) and not rec.transpose:
+        raise LayoutError(f"{rec.name}: imm-trans-a/b exist for .f16/.bf16 only; {rec.a_format} operands are K-major")
+    if imm_scale_a not in (1, -1) or imm_scale_b not in (1, -1):
+        raise LayoutError(f"imm-scale-a/b are 1 or -1, got {imm_scale_a}, {imm_scale_b}")
+    if not _is_descriptor(b):
+        raise InputTypeError(f"{rec.name}: B comes from shared memory: pass its 64-bit descriptor (an int) and smem")
+    if smem is None:
+        raise ShapeError(f"{rec.name}: pass smem, the shared memory the descriptors address (a uint8 array)")
+    if _is_descriptor(a):
+        A = smem_read(rec, "a", smem, a, transpose=trans_a)
+        A = decode_regs(rec.a_format, A) if holds_codes(rec.a_format) else A
+    else:
+        if trans_a:
+            raise LayoutError(f"{rec.name}: imm-trans-a applies to A in shared memory, not in registers")
+        A = gather(rec, "a", decode_regs(rec.a_format, _check_regs(rec, rec.a, a, "emulate.execute")))
+    B = smem_read(rec, "b", smem, b, transpose=trans_b)
+    B = decode_regs(rec.b_format, B) if holds_codes(rec.b_format) else B
+    C = gather(rec, "c", decode_regs(rec.c_format, _check_regs(rec, rec.c, c, "emulate.execute")))
+    if not scale_d:
+        C = np.zeros_like(C)
+    return A * imm_scale_a, B * imm_scale_b, C

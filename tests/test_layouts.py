@@ -21,7 +21,8 @@ from mxcore.errors import LayoutError, UnknownNameError
 F8F6F4 = ("e4m3fn", "e5m2", "e2m3", "e3m2", "e2m1")
 
 
-ALL = layouts.records()  # every record (f8f6f4 once per A/B format pair)
+# every register-fed record (f8f6f4 once per A/B format pair); wgmma: tests/test_layouts_hopper.py
+ALL = [r for r in layouts.records() if not isinstance(r, layouts.WgmmaLayout)]
 
 
 def lid(lay):
@@ -212,7 +213,8 @@ def test_register_footprints():
 
 def test_names_and_aliases():
     nv = layouts.names("nvidia")
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in nv and len(nv) == 12 + 27  # 27: sm_120a block_scale
+    # 27: sm_120a block_scale; 77: sm_90a wgmma (11 N x 7 format pairs)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in nv and len(nv) == 12 + 27 + 77
     assert not [n for n in layouts.names("nvidia", "sm_80") if "m16n8k32" in n]
     assert len([n for n in layouts.names("nvidia", "sm_90") if "m16n8k32" in n]) == 4
     g942, g950 = set(layouts.names("amd", "gfx942")), set(layouts.names("amd", "gfx950"))

@@ -17,7 +17,7 @@ from mxcore.backends import probes
 from mxcore import layouts
 from mxcore.errors import KernelCompileError
 
-MMA = [layouts.get(n) for n in layouts.names("nvidia") if "block_scale" not in n]
+MMA = [layouts.get(n) for n in layouts.names("nvidia") if n.startswith("mma.sync") and "block_scale" not in n]
 BLOCK_SCALED = [layouts.get(n) for n in layouts.names("nvidia") if "block_scale" in n]  # sm_120a
 LDMATRIX = [layouts.get(n) for n in layouts.names("nvidia", kind="ldmatrix")]
 COMPILE_CASES = [(rec, arch) for rec in MMA + LDMATRIX for arch in

@@ -25,8 +25,11 @@ _NV_ARCH_SPECIFIC = ("sm_120a",)  # arch-specific records (block-scaled mma.sync
 
 
 def handles(layout) -> bool:
-    """mma.sync records (ldmatrix records have their own :func:`ldmatrix_probe_kernel`)."""
-    return getattr(layout, "vendor", None) == "nvidia"
+    """mma.sync records (ldmatrix records have their own :func:`ldmatrix_probe_kernel`; wgmma records, whose B is
+    in shared memory, theirs in :mod:`.wgmma`)."""
+    from mxcore.layouts import WgmmaLayout
+
+    return getattr(layout, "vendor", None) == "nvidia" and not isinstance(layout, WgmmaLayout)
 
 
 def _ptx_text(layout) -> str:

@@ -4,10 +4,13 @@
 >>> lay = layouts.get("m16n8k16.f16")                 # or the PTX form
 >>> lay.a.coords[5, 0]                                # (row, col) of A in lane 5, slot 0 (a0)
 >>> layouts.get("v_mfma_scale_f32_32x32x64_f8f6f4", a_format="fp4", b_format="fp8", scale_opsel=(0, 1))
+>>> layouts.get("m64n128k16.f16").smem("b", swizzle="128B").descriptor(0x400)   # wgmma: B in shared memory
 
-``names(vendor, arch)`` lists the mma/MFMA instructions (``kind="ldmatrix"`` lists the ldmatrix
-movement layouts, ``kind="all"`` both); ``get`` returns an :class:`InstructionLayout` (or an
-:class:`LdMatrixLayout`); ``render`` draws an operand (svg, png, text).  Conventions: see ``_core``.
+``names(vendor, arch)`` lists the matrix instructions — mma.sync, Hopper wgmma (sm_90a), MFMA —
+(``kind="ldmatrix"`` lists the ldmatrix movement layouts, ``kind="all"`` both); ``get`` returns an
+:class:`InstructionLayout`, a :class:`WgmmaLayout` (register operands plus shared-memory operands through a
+descriptor, :mod:`.hopper`) or an :class:`LdMatrixLayout`; ``render`` draws an operand (svg, png, text).
+Conventions: see ``_core``.
 """
 
 from __future__ import annotations
@@ -16,14 +19,20 @@ import re
 
 from .. import dtypes as _dt
 from ..errors import InputTypeError, LayoutError, UnknownNameError
-from . import cdna3, cdna4, hopper, nvidia  # hopper: wgmma (sm_90a) records, mxcore.layouts.hopper
+from . import cdna3, cdna4, hopper, nvidia
 from ._core import InstructionLayout, LdMatrixLayout, OperandLayout
+from ._smem import SmemLayout, SwizzleAtom
+from .hopper import WgmmaLayout
 
 __all__ = ["names", "get", "render", "records", "element_formats", "InstructionLayout", "OperandLayout",
-           "LdMatrixLayout"]
+           "LdMatrixLayout", "WgmmaLayout", "SmemLayout", "SwizzleAtom", "MATRIX_TYPES"]
+
+#: the record types of matrix instructions (mma.sync / MFMA, and Hopper wgmma with its shared-memory operands)
+MATRIX_TYPES = (InstructionLayout, WgmmaLayout)
+
 
 def _fixed_records():
-    return nvidia.RECORDS + cdna3.RECORDS + cdna4.RECORDS
+    return nvidia.RECORDS + hopper.RECORDS + cdna3.RECORDS + cdna4.RECORDS
 
 
 _BY_NAME: dict[str, list] = {}
@@ -42,6 +51,9 @@ for _l in nvidia.LDMATRIX:  # "ldmatrix.x4.trans"
     _ALIAS[f"ldmatrix.x{_l.num}" + (".trans" if _l.trans else "")] = _l.name
 for _n in cdna4.F8F6F4_SHAPES:
     _ALIAS[_n.replace("v_mfma_", "")] = _n
+for _r in hopper.RECORDS:  # "m64n128k16.f16", "wgmma.m64n128k16.f16", "m64n64k32.e4m3.e5m2"
+    for _a in hopper.aliases(_r):
+        _ALIAS[_a.lower()] = _r.name
 
 
 class _NameTypeError(UnknownNameError, InputTypeError):
@@ -103,7 +115,9 @@ def _check_arch(arch) -> str:
 def names(vendor: str | None = None, arch: str | None = None, *, kind: str = "mma") -> list[str]:
     """Instruction names for ``vendor`` ("nvidia" | "amd") and ``arch`` (e.g. "sm_90", "gfx950").
 
-    ``kind``: "mma" (the matrix instructions, default), "ldmatrix" (movement layouts) or "all".
+    ``kind``: "mma" (the matrix instructions: mma.sync, wgmma, MFMA; default), "ldmatrix" (movement layouts) or
+    "all".  Arch-specific records (sm_90a wgmma, sm_120a block-scaled mma.sync) are listed for their own arch
+    only: ``names(arch="sm_90a")`` has the wgmma family, ``names(arch="sm_90")`` the forward-compatible mma.sync.
     """
     if kind not in ("mma", "ldmatrix", "all"):
         raise LayoutError(f"kind {kind!r}: use 'mma', 'ldmatrix' or 'all'")
@@ -142,8 +156,9 @@ def _canon_format(fmt, arch: str | None) -> str:
 
 
 def records(vendor: str | None = None, arch: str | None = None) -> list:
-    """Every matrix-instruction record (each CDNA4 f8f6f4 shape once per A/B format pair), for ``vendor`` and
-    ``arch`` when given: what the emulator, probes and tests iterate over."""
+    """Every matrix-instruction record (each CDNA4 f8f6f4 shape once per A/B format pair; the sm_90a wgmma records,
+    :class:`WgmmaLayout`, whose B is in shared memory), for ``vendor`` and ``arch`` when given: what the emulator,
+    probes and tests iterate over."""
     out, seen = [], set()
     for name in names(vendor, arch):
         if name in cdna4.F8F6F4_SHAPES:
@@ -204,14 +219,23 @@ def get(name: str, *, a_format: str | None = None, b_format: str | None = None,
     return cands[0]
 
 
-def render(name: str, operand: str = "a", fmt: str = "svg", **get_kwargs) -> str | bytes:
+def render(name: str, operand: str = "a", fmt: str = "svg", *, major: str | None = None, swizzle: str | None = None,
+           lbo: int | None = None, sbo: int | None = None, **get_kwargs) -> str | bytes:
     """Draw one operand of ``name`` as a grid labelled with lane and slot, coloured by lane.
 
-    ``fmt``: "svg" (str, no dependency), "text" (str), "png" (bytes; needs Pillow).
+    ``fmt``: "svg" (str, no dependency), "text" (str), "png" (bytes; needs Pillow).  A wgmma operand in shared
+    memory (``operand`` "B" or "A_smem") is drawn as its swizzle atom and its tile in 16-byte chunks, for
+    ``major`` ("K" default, or "MN"), ``swizzle`` ("128B" default, "64B", "32B", "none") and ``lbo`` / ``sbo``
+    (bytes; default: the tile packed densely).
     """
     from . import _draw as _render
 
-    return _render.render(get(name, **get_kwargs), operand, fmt)
+    return _render.render(get(name, **get_kwargs), operand, fmt, _smem_args(major, swizzle, lbo, sbo))
+
+
+def _smem_args(major, swizzle, lbo, sbo) -> dict:
+    given = {"major": major, "swizzle": swizzle, "lbo": lbo, "sbo": sbo}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 _OUT_FORMATS = {".svg": "svg", ".png": "png", ".txt": "text"}
@@ -242,14 +266,22 @@ def _cli(argv) -> int:
     p.add_argument("--list", action="store_true", help="list instruction names and exit")
     p.add_argument("--vendor", choices=list(VENDORS))
     p.add_argument("--arch", help="filter --list (sm_90, gfx942, gfx950) or pick the record")
-    p.add_argument("--operand", default="A", help="A, B, C (= D), and scale_a, scale_b on scaled MFMAs (default A)")
+    p.add_argument("--operand", default="A", help="A, B, C (= D), and scale_a, scale_b on scaled MFMAs (default A); "
+                                                  "wgmma: A (registers), A_smem and B (shared memory), C")
     p.add_argument("--out", help="write a picture instead of printing: file.svg, file.png (needs Pillow: "
                                  'pip install "mxcore[png]") or file.txt')
     p.add_argument("--a-format", help="f8f6f4 A format: fp8 bf8 fp6 bf6 fp4 (or e4m3fn e5m2 e2m3 e3m2 e2m1)")
     p.add_argument("--b-format", help="f8f6f4 B format")
     p.add_argument("--scale-opsel", type=_opsel_arg, metavar="A,B",
                    help="scaled MFMAs: bytes (0..3) read from the scale_a and scale_b registers, e.g. 0,1")
+    p.add_argument("--major", choices=["K", "MN"], type=str.upper,
+                   help="wgmma operand in shared memory: K-major (default) or MN-major (16-bit formats)")
+    p.add_argument("--swizzle", choices=list(hopper.SWIZZLES), help="wgmma operand in shared memory: swizzle mode "
+                                                                     "(default 128B)")
+    p.add_argument("--lbo", type=int, help="wgmma operand in shared memory: leading dimension byte offset")
+    p.add_argument("--sbo", type=int, help="wgmma operand in shared memory: stride dimension byte offset")
     args = p.parse_args(argv)
+    smem = _smem_args(args.major, args.swizzle, args.lbo, args.sbo)
     out_fmt = None
     if args.out:
         out_fmt = _OUT_FORMATS.get(os.path.splitext(args.out)[1].lower())
@@ -267,10 +299,12 @@ def _cli(argv) -> int:
         if args.scale_opsel is not None:
             kw["scale_opsel"] = args.scale_opsel
         lay = get(args.name, **kw)
-        if isinstance(lay, InstructionLayout):
-            lay.operand(args.operand)  # validate before printing anything
+        if isinstance(lay, MATRIX_TYPES):
+            _render.panels(lay, args.operand, smem)  # validate before printing anything
+        elif smem:
+            raise LayoutError(f"{lay.name}: --major / --swizzle / --lbo / --sbo apply to wgmma operands in shared memory")
         if out_fmt is not None:
-            data = _render.render(lay, args.operand, out_fmt)
+            data = _render.render(lay, args.operand, out_fmt, smem)
             mode = "wb" if isinstance(data, bytes) else "w"
             try:
                 with open(args.out, mode) as fh:
@@ -283,7 +317,7 @@ def _cli(argv) -> int:
         else:
             print(lay)
             print()
-            print(_render.render(lay, args.operand, "text"))
+            print(_render.render(lay, args.operand, "text", smem))
     except (MXCoreError, ValueError) as exc:
         print(f"mxcore layout: error: {exc}", file=sys.stderr)
         return 2

@@ -1,45 +1,54 @@
-"""NVIDIA Hopper ``wgmma.mma_async`` (sm_90a) layouts as data: the warpgroup accumulator fragment, the
-register-A operand form, the shared-memory swizzle atoms and the matrix descriptor.
+"""NVIDIA Hopper ``wgmma.mma_async`` (sm_90a) as layout-database records: the warpgroup accumulator fragment, the
+register-A operand form, and the shared-memory operands (descriptor, canonical layout, swizzle atom: :mod:`._smem`).
 
-Source: PTX ISA 9.7.15 "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" — 9.7.15.5.1 register
+Source: PTX ISA 9.7.15 "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" — 9.7.15.5.1.1 register
 fragments (D of m64nNk*: each warp of the warpgroup owns 16 rows, laid out as mma.m16n8's C fragment repeated
 over N/8 column blocks; A in registers: each warp holds the 16-row slice of the m16n8k{16,8,32} A fragment),
-9.7.15.5.1.2 shared-memory layouts and swizzling modes, 9.7.15.5.1.2.2 the matrix descriptor.
+9.7.15.5.1.2 shared-memory layouts and swizzling modes, 9.7.15.5.1.2.2 the matrix descriptor, 9.7.15.5.2 the
+instruction (``wgmma.mma_async.sync.aligned.shape.dtype.atype.btype d, a-desc|a, b-desc, scale-d, imm-scale-a,
+imm-scale-b[, imm-trans-a], [imm-trans-b]``; the transpose immediates exist for .f16/.bf16 only).
 
 * :func:`accumulator` — D of ``m64nNk*`` (fp32 accumulation): 128 lanes x N/2 slots on a 64 x N tile; slot s of
   lane t is register d[s]: row 16·(t/32) + (t%32)/4 + 8·((s/2)%2), column 8·(s/4) + 2·(t%4) + s%2.
 * :func:`register_a` — the register-A form of ``m64nNk16`` (f16/bf16), ``k8`` (tf32), ``k32`` (e4m3/e5m2):
   warp w holds rows [16w, 16w + 16) exactly as the matching mma.sync record's A fragment (composed from
   :mod:`.nvidia`, not re-typed).
-* :class:`SwizzleAtom` (:data:`SWIZZLE_ATOMS`: 128B, 64B, 32B) — CuTe ``Swizzle<B, 4, 3>`` on byte offsets:
-  the 16-byte chunk index (bits 4..4+B) is XORed with bits 7..7+B of the offset; an atom is 8 rows of the
-  swizzle span (1024 / 512 / 256 bytes).  ``chunks[row, c]`` is the physical chunk of logical chunk c.
-* :func:`descriptor` / :func:`descriptor_fields` — the 64-bit shared-memory matrix descriptor (start address,
-  leading / stride byte offsets, base offset, swizzle mode; addresses and offsets in 16-byte units), and
-  :data:`CANONICAL` the LBO/SBO meaning of the K-major and M/N-major swizzled layouts that
-  ``kernels_cuda/gemm_sm90.cu`` uses (tile rows of 128 bytes; 64 elements of a 16-bit M/N-major operand per
-  swizzle atom).
+* :class:`WgmmaLayout` / :func:`record` — one instruction: ``c`` (= ``d``) and ``a`` are register operands
+  (:class:`~._core.OperandLayout`); ``smem("a" | "b", major, swizzle, lbo, sbo)`` gives a shared-memory operand
+  (:class:`~._smem.SmemLayout`: the byte offset of every element, the descriptor, the swizzle atom).
+* :data:`RECORDS` — the database entries: every N the kernels use (gemm_sm90.cu's block tile N 64 / 128 / 192 /
+  256; gemm_wonly_wg.cu's 8 · WO_MT, 8..64) for every A/B format pair (f16, bf16, tf32, e4m3/e5m2 x e4m3/e5m2),
+  fp32 accumulators; named in PTX form, with aliases ``m64nNkK.<types>`` and ``wgmma.m64nNkK.<types>``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-
-import numpy as np
 
 from ..errors import LayoutError
 from . import nvidia
 from ._core import Map, OperandLayout
+from ._smem import (CANONICAL, MAJORS, SWIZZLE_ATOMS, SWIZZLES, SmemLayout, SwizzleAtom, descriptor,
+                    descriptor_fields, smem_layout)
 
-__all__ = ["ARCHS", "CANONICAL", "SWIZZLE_ATOMS", "WGMMA_K", "SwizzleAtom", "WgmmaRecord", "accumulator",
-           "descriptor", "descriptor_fields", "record", "register_a", "wgmma_ptx"]
+__all__ = ["ARCHS", "CANONICAL", "KERNEL_N", "MAJORS", "RECORDS", "SWIZZLES", "SWIZZLE_ATOMS", "WGMMA_K",
+           "SmemLayout", "SwizzleAtom", "WgmmaLayout", "WgmmaRecord", "accumulator", "descriptor",
+           "descriptor_fields", "record", "register_a", "smem_layout", "wgmma_ptx"]
 
 ARCHS = ("sm_90a",)
 LANES = 128  # one warpgroup
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "e4m3fn": 32, "e5m2": 32}  # K of one wgmma per A/B format
 _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32", "e4m3fn": "e4m3", "e5m2": "e5m2"}
+_STORAGE_BITS = {"fp16": 16, "bf16": 16, "tf32": 32, "e4m3fn": 8, "e5m2": 8}  # bits per element in shared memory
 _SRC = ("PTX ISA 9.7.15 wgmma.mma_async: register fragments, shared-memory layouts, matrix descriptor",)
+#: N of the wgmma the kernels issue: gemm_sm90.cu's SM90_BN (backends/cuda/sm90.py SM90_TILES) and
+#: gemm_wonly_wg.cu's 8 * WO_MT (backends/cuda/wonly.py WG_MT + WG_FOLD_MT); tests/test_wgmma_ptx.py checks that
+#: every wgmma in the emitted PTX has a record
+KERNEL_N = (8, 16, 24, 32, 40, 48, 56, 64, 128, 192, 256)
+#: the A/B format pairs of wgmma with fp32 accumulators (.f16 x .f16, .bf16 x .bf16, .tf32 x .tf32, fp8 pairs)
+FORMAT_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("tf32", "tf32"), ("e4m3fn", "e4m3fn"), ("e4m3fn", "e5m2"),
+                ("e5m2", "e4m3fn"), ("e5m2", "e5m2"))
 
 # the mma.sync A fragment whose 16-row slice a warp holds in wgmma's register-A form, per K
 _MMA_A = {16: nvidia.A16X16_F16, 8: nvidia.A16X8_TF32, 32: nvidia.A16X32_F8}
@@ -88,116 +97,155 @@ def wgmma_ptx(n: int, a_format: str, b_format: str, c_format: str = "fp32") -> s
                           "(fp8 pairs mix e4m3fn/e5m2; 16-bit and tf32 pairs are equal)")
     if a_format in ("fp16", "bf16", "tf32") and a_format != b_format:
         raise LayoutError(f"wgmma multiplies equal 16-bit/tf32 formats, not {a_format} x {b_format}")
+    if c_format not in ("fp32", "fp16") or (c_format == "fp16" and a_format in ("bf16", "tf32")):
+        raise LayoutError(f"wgmma {a_format} accumulates in fp32" + (" or fp16" if a_format not in ("bf16", "tf32")
+                                                                     else "") + f", not {c_format}")
     k = WGMMA_K[a_format]
     tc = {"fp32": "f32", "fp16": "f16"}[c_format]
     return f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{tc}.{_PTX_TYPE[a_format]}.{_PTX_TYPE[b_format]}"
 
 
 @dataclass(frozen=True, eq=False)
-class WgmmaRecord:
-    """One wgmma shape: D (accumulator, registers), A (register form, or read from shared memory), B from shared
-    memory through a descriptor.  ``transpose``: whether the descriptor may describe an M/N-major operand
-    (imm-trans-a/b; 16-bit formats only)."""
+class WgmmaLayout:
+    """One ``wgmma.mma_async`` instruction: D = A·B + D on a 64 x N x K tile, run by a warpgroup (128 lanes).
 
-    ptx: str
-    m: int
+    Register operands are :class:`~._core.OperandLayout` (``c`` = ``d``: the accumulator; ``a``: A when it comes
+    from registers); A from shared memory and B (always in shared memory) are described by a descriptor:
+    :meth:`smem` gives their :class:`~._smem.SmemLayout` for a major-ness, swizzle mode and LBO / SBO.
+    ``transpose``: whether the operands may be M/N-major (imm-trans-a/b; 16-bit formats only)."""
+
+    name: str
     n: int
     k: int
     a_format: str
     b_format: str
     c_format: str
-    d: OperandLayout
-    a_registers: OperandLayout
+    c: OperandLayout
+    a: OperandLayout
     transpose: bool
+    alias: str
+    m: int = 64
+    lanes: int = LANES
+    vendor: str = "nvidia"
     archs: tuple = ARCHS
     sources: tuple = _SRC
+    # the InstructionLayout fields that do not apply: wgmma takes no block scales and no AMD modifiers
+    scale_a = scale_b = scale_format = scale_block = scale_opsel = scale_thread = None
+    cbsz = blgp = intrinsic = None
+    scaled = False
 
     @property
-    def c(self) -> OperandLayout:
-        return self.d
+    def ptx(self) -> str:
+        return self.name
+
+    @property
+    def mnemonic(self) -> str:
+        return self.name
+
+    @property
+    def d(self) -> OperandLayout:
+        return self.c
+
+    @property
+    def a_registers(self) -> OperandLayout:
+        return self.a
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.archs[0]}"
+
+    @property
+    def smem_bits(self) -> dict:
+        """Bits one A / B element occupies in shared memory (tf32 as 32-bit words)."""
+        return {"a": _STORAGE_BITS[self.a_format], "b": _STORAGE_BITS[self.b_format]}
+
+    def smem(self, role: str = "b", major: str = "K", swizzle: str = "128B", lbo: int | None = None,
+             sbo: int | None = None, *, desc: int | None = None) -> SmemLayout:
+        """A ("a", M x K) or B ("b", K x N) in shared memory: ``major`` "K" or "MN" (16-bit formats only),
+        ``swizzle`` 128B / 64B / 32B / none, ``lbo`` / ``sbo`` in bytes (default: the tile packed densely), or all
+        three from a descriptor ``desc`` (its start address is yours: :meth:`SmemLayout.addresses`)."""
+        key = _role(role)
+        if key not in ("a", "b"):
+            raise LayoutError(f"{self.name}: only A and B can come from shared memory, not {role!r}")
+        major = str(major).upper()
+        if major == "MN" and not self.transpose:
+            raise LayoutError(f"{self.name}: {self.a_format if key == 'a' else self.b_format} operands are K-major "
+                              "only (imm-trans-a/b exist for .f16/.bf16)")
+        rows, cols = (self.m, self.k) if key == "a" else (self.k, self.n)
+        return smem_layout(key, rows, cols, self.smem_bits[key], desc, major=major, swizzle=swizzle, lbo=lbo,
+                           sbo=sbo)
+
+    def operand(self, role: str):
+        """The register operand "a" (A from registers) or "c" / "d"; "a_smem" and "b" give the canonical
+        shared-memory form (K-major, 128-byte swizzle, dense) -- :meth:`smem` for the others."""
+        key = _role(role)
+        if key in ("c", "d"):
+            return self.c
+        if key == "a":
+            return self.a
+        if key in ("a_smem", "b"):
+            return self.smem(key[0])
+        raise LayoutError(f"{self.name} has no operand {role!r}; operands: a (registers), a_smem, b (shared memory), "
+                          "c, d")
+
+    def operands(self) -> dict:
+        """The register operands (A's register form and C/D); B is in shared memory (:meth:`smem`)."""
+        return {"a": self.a, "c": self.c}
+
+    def format_of(self, role: str) -> str:
+        key = _role(role)
+        if key not in ("a", "a_smem", "b", "c", "d"):
+            self.operand(role)  # raises, naming the operands
+        return {"a": self.a_format, "a_smem": self.a_format, "b": self.b_format}.get(key, self.c_format)
+
+    def __str__(self) -> str:
+        km = self.smem("b")
+        lines = [f"{self.name} (nvidia {', '.join(self.archs)}): D[64x{self.n}] = A[64x{self.k}] {self.a_format} x "
+                 f"B[{self.k}x{self.n}] {self.b_format} + D {self.c_format}, {self.lanes} lanes (one warpgroup)",
+                 f"  alias: {self.alias}",
+                 f"  ptx: {self.name} d, a-desc|a, b-desc, scale-d, imm-scale-a, imm-scale-b"
+                 + (", imm-trans-a, imm-trans-b" if self.transpose else ""),
+                 f"  {self.c}",
+                 f"  {self.a} (A from registers)",
+                 f"  A or B from shared memory: descriptor (start, LBO, SBO, base offset, swizzle 128B/64B/32B/none), "
+                 f"K-major{' or MN-major' if self.transpose else ' only'}; e.g. {km}"]
+        return "\n".join(lines)
+
+    __repr__ = __str__
 
 
-def record(n: int, a_format: str, b_format: str | None = None, c_format: str = "fp32") -> WgmmaRecord:
-    """The :class:`WgmmaRecord` of ``wgmma.mma_async.m64n{n}k*`` for the formats (``b_format`` defaults to A's)."""
-    b_format = b_format or a_format
+WgmmaRecord = WgmmaLayout  # the earlier name of the record type
+
+
+def _role(role) -> str:
+    key = str(role).strip().lower().replace("-", "_")
+    return {"asmem": "a_smem", "a_shared": "a_smem", "bsmem": "b", "b_smem": "b"}.get(key, key)
+
+
+def record(n: int, a_format: str, b_format: str | None = None, c_format: str = "fp32") -> WgmmaLayout:
+    """The :class:`WgmmaLayout` of ``wgmma.mma_async.m64n{n}k*`` for the formats (``b_format`` defaults to A's); one
+    object per instruction."""
+    return _record(n, a_format, b_format or a_format, c_format)
+
+
+@lru_cache(maxsize=None)
+def _record(n: int, a_format: str, b_format: str, c_format: str) -> WgmmaLayout:
     ptx = wgmma_ptx(n, a_format, b_format, c_format)
     k = WGMMA_K[a_format]
-    return WgmmaRecord(ptx, 64, n, k, a_format, b_format, c_format, accumulator(n, 32 if c_format == "fp32" else 16),
-                       register_a(k), a_format in ("fp16", "bf16"))
+    ta, tb = _PTX_TYPE[a_format], _PTX_TYPE[b_format]
+    alias = f"m64n{n}k{k}.{ta}" + ("" if ta == tb else f".{tb}") + ("" if c_format == "fp32" else ".f16acc")
+    return WgmmaLayout(ptx, n, k, a_format, b_format, c_format, accumulator(n, 32 if c_format == "fp32" else 16),
+                       register_a(k), a_format in ("fp16", "bf16"), alias)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# shared memory: swizzle atoms and the matrix descriptor
-# ------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class SwizzleAtom:
-    """``Swizzle<bits, 4, 3>`` on byte offsets inside one atom of 8 rows x ``span`` bytes."""
-
-    name: str
-    mode: int        # the descriptor's / tensor map's code: descriptor 1 = 128B, 2 = 64B, 3 = 32B
-    span: int        # bytes per row (the swizzle width)
-    bits: int        # number of XORed chunk-index bits
-    chunks: np.ndarray = field(init=False, repr=False)  # [row, logical 16-byte chunk] -> physical chunk
-
-    def __post_init__(self):
-        rows, per_row = 8, self.span // 16
-        r, c = np.meshgrid(np.arange(rows), np.arange(per_row), indexing="ij")
-        phys = self.physical(r * self.span + c * 16)
-        if ((phys // self.span) != r).any():
-            raise LayoutError(f"{self.name}: the swizzle moves bytes between rows")
-        chunks = (phys % self.span) // 16
-        if any(sorted(row) != list(range(per_row)) for row in chunks.tolist()):
-            raise LayoutError(f"{self.name}: not a permutation of each row's chunks")
-        chunks.flags.writeable = False
-        object.__setattr__(self, "chunks", chunks)
-
-    @property
-    def atom_bytes(self) -> int:
-        return 8 * self.span
-
-    def physical(self, offset):
-        """Byte offset (from a base aligned to the atom) -> swizzled byte offset: bits 4.. ^= bits 7.."""
-        offset = np.asarray(offset)
-        return offset ^ (((offset >> 7) & ((1 << self.bits) - 1)) << 4)
+RECORDS = tuple(record(n, fa, fb) for fa, fb in FORMAT_PAIRS for n in KERNEL_N)
 
 
-SWIZZLE_ATOMS = {
-    "128B": SwizzleAtom("128B", 1, 128, 3),
-    "64B": SwizzleAtom("64B", 2, 64, 2),
-    "32B": SwizzleAtom("32B", 3, 32, 1),
-}
-
-# descriptor bit fields: name -> (first bit, width, unit in bytes)
-_FIELDS = {"start": (0, 14, 16), "lbo": (16, 14, 16), "sbo": (32, 14, 16), "base_offset": (49, 3, 1),
-           "swizzle": (62, 2, 1)}
-
-
-def descriptor(start: int, lbo: int, sbo: int, swizzle: str = "128B", base_offset: int = 0) -> int:
-    """The 64-bit wgmma shared-memory matrix descriptor (byte address/offsets; each a multiple of 16 bytes)."""
-    mode = 0 if swizzle in (None, "none") else SWIZZLE_ATOMS[swizzle].mode
-    vals = {"start": start, "lbo": lbo, "sbo": sbo, "base_offset": base_offset, "swizzle": mode}
-    out = 0
-    for key, (lo, width, unit) in _FIELDS.items():
-        v = vals[key]
-        if v % unit or not 0 <= v // unit < (1 << width):
-            raise LayoutError(f"descriptor field {key}={v} must be a multiple of {unit} below {unit << width}")
-        out |= (v // unit) << lo
-    return out
-
-
-def descriptor_fields(desc: int) -> dict:
-    """The fields of a descriptor, in bytes (``swizzle`` as its name or "none")."""
-    out = {key: ((desc >> lo) & ((1 << width) - 1)) * unit for key, (lo, width, unit) in _FIELDS.items()}
-    out["swizzle"] = {0: "none", **{a.mode: n for n, a in SWIZZLE_ATOMS.items()}}[out["swizzle"]]
-    return out
-
-
-#: the swizzled canonical layouts (PTX ISA 9.7.15.5.1.2; CuTe GmmaDescriptor), for a tile stored as 128-byte
-#: rows (one TMA box row each): K-major — rows are M/N, 8-row groups SBO apart, LBO unused (1 unit);
-#: M/N-major — rows are K, 8-K-row groups SBO apart, 64-element (128-byte) atoms along M/N LBO apart, where one
-#: TMA box of 64 elements x BK rows is BK * 128 bytes.  One wgmma step along K moves the start address by
-#: 32 bytes (K-major) or by k * 128 bytes (M/N-major).
-CANONICAL = {
-    "kmajor": {"lbo": 16, "sbo": 8 * 128, "k_step_bytes": 32},
-    "mnmajor": {"lbo": lambda bk: bk * 128, "sbo": 8 * 128, "k_step_bytes": lambda k: k * 128},
-}
+def aliases(rec: WgmmaLayout) -> tuple:
+    """Short names of a record: ``m64n128k16.f16`` and ``wgmma.m64n128k16.f16`` (fp8 pairs: ``.e4m3.e5m2``; equal
+    fp8 pairs also spelled out, ``m64n64k32.e4m3.e4m3``)."""
+    shape, _, ta, tb = rec.name.split(".")[4:]
+    out = [rec.alias, f"wgmma.{rec.alias}"]
+    if ta == tb and ta in ("e4m3", "e5m2"):
+        out += [f"{shape}.{ta}.{tb}", f"wgmma.{shape}.{ta}.{tb}"]
+    return tuple(dict.fromkeys(out))
