@@ -102,6 +102,13 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
         hot = _hot(a, b, dtype, out_dtype, backend, scale_rounding)
         if hot is not None:
             return hot
+    if _needs_grad(a, b):  # torch inputs that require grad: the differentiable op (never a silent grad drop)
+        from .torch import matmul as differentiable
+
+        if len(_shape(b)) != 2:
+            raise UnsupportedError("matmul differentiates a @ b with b of shape (K, N) (or a quantized weight); "
+                                   "for batched b, detach the inputs or loop over the batch")
+        return differentiable(a, b, dtype, out_dtype=out_dtype, scale_rounding=scale_rounding, backend=backend)
     for x, role in ((a, "a"), (b, "b")):
         check_real_input(x, role)
     sa, sb = _shape(a), _shape(b)
@@ -160,6 +167,15 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
 # (backend request, dtype request, out_dtype, scale_rounding, the operands' dtype signature) -> (backend object,
 # resolved dtype, output dtype, MXCORE_BACKEND): filled by a call that passed every check on device operands
 _HOT: dict = {}
+
+
+def _needs_grad(a, b) -> bool:
+    """A torch tensor input (or a quantized operand's torch codes) requires grad while grad mode is on."""
+    if not (getattr(a, "requires_grad", False) or getattr(b, "requires_grad", False)):
+        return False
+    import torch
+
+    return torch.is_grad_enabled()
 
 
 def _signature(x):
