@@ -270,6 +270,25 @@ def _saturate(spec: FormatSpec, codes: np.ndarray, scaled: np.ndarray) -> None:
             codes[idx] = _exact.encode(scaled[idx], spec, rounding="rne", overflow="saturate")
 
 
+def _block_exponents(amax_bits: np.ndarray, dtype, spec: FormatSpec, rceil: bool) -> np.ndarray:
+    """:func:`mxcore._codec_exact.mx_exponents` of the finite amax whose float32/float64 bits are ``amax_bits``,
+    read off the bits for normal amax: floor(log2(amax)) is the exponent field; amax / max_normal needs one
+    binade more where amax's significand exceeds max_normal's.  Zero and subnormal amax take the exact path."""
+    mb = 52 if np.dtype(dtype).itemsize == 8 else 23
+    bias = 1023 if mb == 52 else 127
+    e = (amax_bits >> amax_bits.dtype.type(mb)).astype(np.int64) - bias
+    if rceil:
+        frac_max = int(np.ldexp(spec.max_normal, mb - spec.emax)) - (1 << mb)  # max_normal's significand bits
+        e = e - spec.emax + ((amax_bits & amax_bits.dtype.type((1 << mb) - 1)) > frac_max)
+    else:
+        e = e - spec.emax
+    exp = np.clip(e, -_exact.E8M0_BIAS, _exact.E8M0_BIAS)
+    small = amax_bits < (1 << mb)
+    if small.any():
+        exp[small] = _exact.mx_exponents(amax_bits[small].view(dtype).astype(np.float64), spec, rceil)
+    return exp
+
+
 def quantize_mx(xa: np.ndarray, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
     """(codes, scales) of float32/float64 ``xa`` in MX format with element ``spec``, blocks of ``block``
     along ``axis`` (non-negative); the rules are :mod:`mxcore.mx`'s, the result that of
@@ -286,8 +305,7 @@ def quantize_mx(xa: np.ndarray, spec: FormatSpec, *, axis: int, block: int, rcei
     mag = _abs_bits(xb)
     amax_bits = mag.max(axis=-1, initial=0)
     bad = amax_bits >= _inf_bits(xa.dtype)
-    amax = np.where(bad, 0, amax_bits).view(xa.dtype).astype(np.float64)
-    exp = _exact.mx_exponents(amax, spec, rceil)
+    exp = _block_exponents(np.where(bad, 0, amax_bits), xa.dtype, spec, rceil)
     scales = np.where(bad, _exact.E8M0_NAN, exp + _exact.E8M0_BIAS).astype(np.uint8)
     # x / 2^exp: exact (see the module doc for products below 2^-126); written over the bits buffer
     factor = np.ldexp(np.ones((), xa.dtype), np.where(bad, 0, -exp))[..., None].astype(xa.dtype)

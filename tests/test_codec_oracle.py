@@ -189,3 +189,23 @@ def test_quantize_mx_fast_path_on_a_large_array():
         codes, scales = X.quantize_mx(x, spec, axis=1, block=32, rceil=False)
         assert np.array_equal(t.codes, codes) and np.array_equal(t.scales, scales)
         _equal_bits(mx.dequantize(t), X.dequantize_mx(codes, scales, spec, axis=1, block=32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"])
+def test_scale_exponents_at_every_binade_edge(fmt, dtype):
+    """Block amax at max_normal * 2^k, one ulp either side, and at powers of two, for k over E8M0's range and
+    beyond, and subnormal amax: the scales (read off the bits on the fast path) equal the exact ones."""
+    _, spec = mx.mx_element(fmt)
+    ks = np.arange(-150, 150) if dtype == np.float64 else np.arange(-140, 126)
+    with np.errstate(over="ignore"):
+        centre = np.concatenate([np.ldexp(spec.max_normal, ks), np.ldexp(1.0, ks)]).astype(dtype)
+    centre = centre[np.isfinite(centre) & (centre > 0)]
+    amax = np.concatenate([centre, np.nextafter(centre, dtype(np.inf)), np.nextafter(centre, dtype(0))])
+    x = np.zeros((amax.size, 32), dtype)
+    x[:, 3] = -amax
+    x[:, 9] = amax / 3
+    for rceil in (False, True):
+        got = mx.quantize_mx(x, fmt, scale_rounding="rceil" if rceil else "floor")
+        codes, scales = X.quantize_mx(x, spec, axis=1, block=32, rceil=rceil)
+        assert np.array_equal(got.scales, scales) and np.array_equal(got.codes, codes)
