@@ -23,12 +23,15 @@ fp32        32    S8.23   127   ~3.40e38     2^-126       2^-149        IEEE    
 
 Conversion rules (every one is tested in ``tests/test_formats.py``):
 
-* **One rounding from the input value.**  Inputs are taken to float64 exactly (float16/32, bfloat16 and
-  the other ml_dtypes types all embed exactly) and rounded once, by a generic exact algorithm: scale
-  by the power-of-two quantum at the value's exponent (``ldexp``, exact), round to an integer, rescale.
-  Nothing passes through float32 on the way, so a float64 input just above an fp8 midpoint rounds up
-  even where float32 would have rounded it *onto* the midpoint (ml_dtypes' float64 ``astype`` does
-  round twice).
+* **One rounding from the input value.**  Every input is rounded once from its exact value (float16,
+  bfloat16 and the other ml_dtypes types embed exactly in float32).  The host path rounds with ml_dtypes'
+  cast, which rounds float32 once; float64 is cast directly with ml_dtypes >= 0.7 (one rounding) and with
+  older versions, which round it through float32, it is first rounded *to odd* into float32, so a float64
+  input just above an fp8 midpoint still rounds up where float32 would have rounded it *onto* the
+  midpoint.  mxcore's own code decides what a cast does not (the overflow and NaN policies below, rtz,
+  stochastic rounding, E8M0).  The exact float64 codec (``mxcore._codec_exact``: scale by the power-of-two
+  quantum at the value's exponent, round to an integer, rescale) is the oracle the fast path is tested
+  against, code for code.
 * **Rounding modes.**  ``"rne"``: to nearest, ties to the even significand (at every midpoint,
   subnormals included; for every format with mantissa bits that is the even code.  E8M0 has no
   mantissa bits: its ties, ``1.5 * 2^e``, go to ``2^(e+1)``, the even significand, as in ml_dtypes).
@@ -80,7 +83,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _codec_host as _host
-from ._codec_host import _as_float64  # noqa: F401  (used by mxcore.mx)
 from ._format_specs import FORMATS, ROUNDINGS, FormatSpec, exact_shifts, get, names
 from ._formats_text import _cli  # noqa: F401  (python -m mxcore formats)
 

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _codec_exact as _exact
+from . import _codec_host as _host
 from . import formats as _f
 from ._device_arrays import device_kind
 from .dtypes import MX_BLOCK, MX_ELEMENT, canonical_operand
@@ -351,21 +353,6 @@ def to_device(t, like):
     return _codec().to_device(np.asarray(t), like)
 
 
-def _floor_log2(a: np.ndarray) -> np.ndarray:
-    """floor(log2(a)) exactly for positive finite float64 ``a`` (via frexp); int64."""
-    return np.frexp(a)[1].astype(np.int64) - 1
-
-
-def _ceil_log2_ratio(a: np.ndarray, max_normal: float) -> np.ndarray:
-    """Smallest integer k with ``a <= max_normal * 2^k``, exactly, for positive finite ``a``; int64."""
-    k = _floor_log2(a) - _floor_log2(np.array(max_normal))  # within 1 of the answer
-    k = np.clip(k, -1100, 1100)
-    with np.errstate(over="ignore", under="ignore"):
-        k = np.where(a > np.ldexp(max_normal, k), k + 1, k)
-        k = np.where(a <= np.ldexp(max_normal, k - 1), k - 1, k)
-    return k
-
-
 def _check_block(block, k: int) -> None:
     """``block`` must be a positive integer no longer than ``max(K, MX_BLOCK)``: a longer block only
     pads with zeros (and would allocate ``block`` elements per row)."""
@@ -479,42 +466,15 @@ def quantize_mx(x, fmt: str, *, axis: int = -1, block: int = MX_BLOCK, scale_rou
         codes, scales, smax = _codec().quantize_mx(x, spec, axis=axis, block=int(block),
                                                    rceil=scale_rounding == "rceil")
         return MXTensor(codes, scales, name, axis, int(block), shape, smax)
-    x64 = _f._as_float64(x)
-    if x64.ndim == 0:
+    xa = _host.as_float(x)
+    if xa.ndim == 0:
         raise ShapeError("quantize_mx takes an array of at least one dimension")
-    if not -x64.ndim <= axis < x64.ndim:
-        raise ShapeError(f"axis={axis} is out of range for an array of shape {x64.shape}")
-    axis = axis % x64.ndim
-    shape = x64.shape
-    k = shape[axis]
-    _check_block(block, k)
-    nblocks = -(-k // block)
-    xt = np.moveaxis(x64, axis, -1)
-    lead = xt.shape[:-1]
-    pad = nblocks * block - k
-    if pad:
-        xt = np.concatenate([xt, np.zeros(lead + (pad,))], axis=-1)
-    xb = xt.reshape(lead + (nblocks, block))
-
-    finite = np.isfinite(xb)
-    bad_block = ~finite.all(axis=-1)
-    amax = np.max(np.where(finite, np.abs(xb), 0.0), axis=-1, initial=0.0)
-    pos = amax > 0
-    safe = np.where(pos, amax, 1.0)
-    if scale_rounding == "floor":
-        exp = _floor_log2(safe) - spec.emax
-    else:
-        exp = _ceil_log2_ratio(safe, spec.max_normal)
-    exp = np.where(pos, exp, -_E8M0_BIAS)  # all-zero block: the clamp of -inf, 2^-127
-    exp = np.clip(exp, -_E8M0_BIAS, _E8M0_BIAS)
-    scales = np.where(bad_block, _E8M0_NAN, exp + _E8M0_BIAS).astype(np.uint8)
-
-    with np.errstate(under="ignore"):
-        scaled = np.ldexp(np.where(bad_block[..., None], 0.0, xb), -exp[..., None])
-    codes = _f.encode(scaled, spec, rounding="rne", overflow="saturate")
-    codes = codes.reshape(lead + (nblocks * block,))[..., :k]
-    return MXTensor(np.ascontiguousarray(np.moveaxis(codes, -1, axis)),
-                    np.ascontiguousarray(np.moveaxis(scales, -1, axis)), name, axis, block, shape)
+    if not -xa.ndim <= axis < xa.ndim:
+        raise ShapeError(f"axis={axis} is out of range for an array of shape {xa.shape}")
+    axis = axis % xa.ndim
+    _check_block(block, xa.shape[axis])
+    codes, scales = _host.quantize_mx(xa, spec, axis=axis, block=block, rceil=scale_rounding == "rceil")
+    return MXTensor(codes, scales, name, axis, block, xa.shape)
 
 
 def quantize_tensor(x, fmt: str, *, amax=None, order: str = "C") -> ScaledTensor:
@@ -549,24 +509,16 @@ def quantize_tensor(x, fmt: str, *, amax=None, order: str = "C") -> ScaledTensor
     if device_kind(x) is not None:
         codes, scale, exp = _codec().quantize_tensor(x, spec, amax=amax, order=order)
         return ScaledTensor(codes, scale, spec.name, exp)
-    x64 = _f._as_float64(x)
-    finite = np.isfinite(x64)
-    own = float(np.max(np.abs(x64[finite]), initial=0.0))
+    xa = _host.as_float(x)
+    own = _host.finite_amax(xa)
     if amax is None:
         amax = own
     else:
         if not amax >= own:
             raise ShapeError(f"amax={amax!r} is below the tensor's own largest finite magnitude {own!r}: pass the "
                              "maximum over every shard (or omit amax)")
-    k = int(_ceil_log2_ratio(np.array(amax), spec.max_normal)) if amax > 0 else 0
-    k = min(max(k, -126), 127)
-    with np.errstate(under="ignore"):
-        scaled = np.ldexp(np.where(finite, x64, 0.0), -k)
-    codes = _f.encode(scaled, spec, rounding="rne", overflow="saturate", nan="zero")
-    nonfinite = ~finite
-    if nonfinite.any():
-        special = _f.encode(x64[nonfinite], spec, overflow="nan")
-        codes[nonfinite] = special
+    k = _exact.tensor_exponent(amax, spec)
+    codes = _host.encode_scaled(xa, spec, k)
     return ScaledTensor(np.asfortranarray(codes) if order == "F" else codes, float(np.ldexp(1.0, k)), spec.name)
 
 
@@ -585,16 +537,7 @@ def dequantize(t, dtype=np.float32) -> np.ndarray:
             return c.dequantize_mx(t.codes, t.scales, _f.get(t.element), axis=t.axis, block=t.block, dtype=dtype)
         return c.dequantize_tensor(t.codes, _f.get(t.fmt), scale_exp=t.scale_exp, dtype=dtype)
     if isinstance(t, MXTensor):
-        elem = _f.decode(t.codes, t.element, dtype=np.float64)
-        sc = np.repeat(t.scale_values(), t.block, axis=t.axis)
-        sc = np.take(sc, np.arange(t.shape[t.axis]), axis=t.axis)
-        vals = elem * sc  # exact: a power of two times a short significand, well inside float64
-    elif isinstance(t, ScaledTensor):
-        vals = _f.decode(t.codes, t.fmt, dtype=np.float64) * t.scale
-    else:
-        raise InputTypeError(f"dequantize takes an MXTensor or a ScaledTensor, got {type(t).__name__}")
-    dtype = np.dtype(dtype)
-    if dtype == np.float64:
-        return vals
-    with np.errstate(over="ignore"):
-        return vals.astype(dtype)
+        return _host.dequantize_mx(t.codes, t.scales, _f.get(t.element), axis=t.axis, block=t.block, dtype=dtype)
+    if isinstance(t, ScaledTensor):
+        return _host.dequantize_tensor(t.codes, _f.get(t.fmt), t.scale_exp, dtype=dtype)
+    raise InputTypeError(f"dequantize takes an MXTensor or a ScaledTensor, got {type(t).__name__}")

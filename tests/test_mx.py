@@ -339,3 +339,42 @@ def test_mxtensor_host_fields_and_round_trip_helpers():
                     "mxfp4", 1)
     with pytest.raises(InputTypeError):
         mx.to_device(t, like=np.zeros(3))
+
+
+def test_host_quantize_takes_every_float_layout_and_dtype_alike():
+    """float16 / bfloat16 / float32 / float64 inputs of the same values, big-endian and strided arrays and lists
+    give the same codes and scales (the host path widens to float32 or keeps float64, never rounds)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((8, 96)) * np.exp2(rng.integers(-14, 10, (8, 1)))).astype(np.float16)
+    ref = mx.quantize_mx(x.astype(np.float32), "mxfp8")
+    for y in (x, x.astype(np.float64), x.astype(">f4"), x.astype(np.float64).tolist(),
+              np.asfortranarray(x.astype(np.float32))):
+        t = mx.quantize_mx(y, "mxfp8")
+        assert np.array_equal(t.codes, ref.codes) and np.array_equal(t.scales, ref.scales)
+    xb = x.astype(ml_dtypes.bfloat16)
+    tb, tf = mx.quantize_mx(xb, "mxfp4"), mx.quantize_mx(xb.astype(np.float32), "mxfp4")
+    assert np.array_equal(tb.codes, tf.codes) and np.array_equal(tb.scales, tf.scales)
+    wide = np.zeros((96, 8 * 3), np.float32)[:, ::3]  # strided, blocks along axis 0
+    wide[:] = x.T
+    t0 = mx.quantize_mx(wide, "mxfp8", axis=0)
+    assert np.array_equal(t0.codes, ref.codes.T) and np.array_equal(t0.scales, ref.scales.T)
+    s = mx.quantize_tensor(x, "e4m3fn")
+    assert np.array_equal(s.codes, mx.quantize_tensor(x.astype(np.float64), "e4m3fn").codes)
+    assert mx.dequantize(ref).dtype == np.float32 and mx.dequantize(ref, np.float64).dtype == np.float64
+
+
+def test_bench_host_rows_and_cli(capsys):
+    from mxcore import bench_quant
+
+    rows = bench_quant.bench_host(64, 64, formats=("mxfp4",), repeats=1)
+    names = [r["what"] for r in rows]
+    assert names[0] == "ml_dtypes cast f32 -> float8_e4m3fn" and rows[0]["x cast"] == 1.0
+    assert {"quantize_mx mxfp4 floor", "quantize_mx mxfp4 rceil", "quantize_tensor fp8", "dequantize mxfp4",
+            "dequantize fp8 (per tensor)"} <= set(names)
+    for r in rows:
+        assert r["ms"] > 0 and r["GB/s"] > 0 and r["x cast"] == pytest.approx(r["ms"] / rows[0]["ms"])
+    assert bench_quant.main(["--host", "--size", "64", "32", "--formats", "mxfp8"]) == 0
+    out = capsys.readouterr().out
+    assert "64x32 float32" in out and "quantize_mx mxfp8 rceil" in out and "x cast" in out
