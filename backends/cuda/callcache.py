@@ -111,9 +111,12 @@ class CallCache(dict):
             hit = dict.get(self, other)
             if not hit:
                 continue
+            size = self._bytes.get(other, 0)
             self.pop(other, None)
             _restream(hit, external_stream(cp, stream_h))
-            self[key] = hit
+            dict.__setitem__(self, key, hit)
+            self._bytes[key] = size
+            self._by_layout.setdefault(_layout(key), set()).add(key)
             return hit
         return None
 
@@ -122,7 +125,7 @@ class CallCache(dict):
         if dict.__contains__(self, key):
             self.pop(key, None)
         dict.__setitem__(self, key, value)
-        size = device_bytes(value) if value else 0
+        size = device_bytes(value, exclude=_weights_own()) if value else 0
         self._bytes[key] = size
         self._by_layout.setdefault(_layout(key), set()).add(key)
         self._evict()
@@ -169,6 +172,15 @@ class CallCache(dict):
     def info(self) -> dict:
         return {"entries": len(self), "bytes": self.nbytes, "limit": self.limit, "hits": self.hits,
                 "misses": self.misses, "evictions": self.evictions, "captured": len(self._captured)}
+
+
+def _weights_own() -> set:
+    """Allocations that staged forms cached on quantized objects hold (their objects own them: an entry's bound
+    plans point at them, but dropping the entry frees none of them)."""
+    from .device import allocations
+    from .stage import _STAGED
+
+    return allocations(list(_STAGED.values()))
 
 
 def _restream(entry, stream) -> None:

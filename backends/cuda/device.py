@@ -333,11 +333,18 @@ def graph_kept_bytes() -> int:
 _NOT_WALKED = frozenset({"CudaBackend", "KernelCache", "Stager", "DeviceInfo"})  # shared, not an entry's own
 
 
-def device_bytes(obj, exclude=frozenset()) -> int:
+def allocations(obj) -> set:
+    """The allocation addresses of the CuPy arrays reachable from ``obj`` (as :func:`device_bytes` walks)."""
+    found: set = set()
+    device_bytes(obj, found=found)
+    return found
+
+
+def device_bytes(obj, exclude=frozenset(), found=None) -> int:
     """Device bytes of the CuPy arrays reachable from ``obj`` (tuples, lists, dicts, and the attributes of mxcore's
     plan and launch objects) whose memory they own; each allocation counted once, those in ``exclude`` (allocation
-    addresses) not at all."""
-    seen: set = set()
+    addresses) not at all.  ``found``: a set that receives the allocation addresses counted."""
+    seen: set = set() if found is None else found
     total = 0
     stack = [obj]
     visited: set = set()
