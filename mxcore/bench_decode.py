@@ -20,7 +20,7 @@ import argparse
 import json
 import time
 
-__all__ = ["MODELS", "decode_step", "host_per_call", "main"]
+__all__ = ["MODELS", "decode_step", "graphed", "host_per_call", "main"]
 
 #: decoder shapes: layers, hidden size, key/value width (kv heads x head dim), MLP width
 MODELS = {
@@ -68,8 +68,9 @@ def _time(torch, fn, reps: int) -> float:
     return start.elapsed_time(end) / 1e3 / reps
 
 
-def _graphed(torch, step, warmup: int = 3):
-    """``step`` captured by the documented torch recipe: warm-up on a side stream, then ``torch.cuda.graph``."""
+def graphed(torch, step, warmup: int = 3):
+    """``step`` captured by the documented torch recipe: warm-up on a side stream, then ``torch.cuda.graph``;
+    returns (graph, what the captured ``step`` returned)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -78,8 +79,8 @@ def _graphed(torch, step, warmup: int = 3):
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        step()
-    return g
+        out = step()
+    return g, out
 
 
 def copy_bandwidth(torch, nbytes: int = 2 << 30) -> float:
@@ -115,7 +116,7 @@ def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps:
                 torch.matmul(x, w)
 
         t_eager = _time(torch, torch_step, reps)
-        g = _graphed(torch, torch_step)
+        g, _ = graphed(torch, torch_step)
         t_graph = _time(torch, g.replay, reps)
         del g
         bound = sum(_weight_bytes("bf16", k, n) for _, k, n in shapes) / bw
@@ -135,7 +136,7 @@ def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps:
             row = {"model": model, "M": m, "weights": fmt, "impl": "mxcore"}
             try:
                 row["eager_ms"] = _time(torch, step, reps) * 1e3
-                g = _graphed(torch, step)
+                g, _ = graphed(torch, step)
                 row["graph_ms"] = _time(torch, g.replay, reps) * 1e3
                 del g
             except Exception as exc:  # noqa: BLE001  (reported in the table, the other rows still run)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import mxcore
+from mxcore.bench_decode import graphed
 
 pytestmark = pytest.mark.nvidia_gpu
 
@@ -154,17 +155,8 @@ def test_threads_on_their_own_streams():
     assert all(_same(y, expect) for ys in out.values() for y in ys)
 
 
-def _recipe(step, warmup: int = 3):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = step()
-    return g, y
+def _recipe(step):
+    return graphed(torch, step)
 
 
 def test_torch_graph_recipe_every_dtype():

@@ -142,7 +142,7 @@ def _logical(arr, role: str):
 
 
 #: mx_sm90_fold's tables (every (shift, code) pair's code and lost bits, built once per block before its first
-#: window), in windows of work: ~1600 instructions per thread, about three windows' (ncu, session 16)
+#: window), in windows of work: ~1600 instructions per thread, about three windows' (measured with ncu)
 FOLD_TABLE_WINDOWS = 3
 
 
