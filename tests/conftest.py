@@ -26,6 +26,20 @@ def require_tool(name: str, ok, why: str = "") -> None:
     pytest.skip(message)
 
 
+def pytest_report_header(config):
+    """The versions a run used (CI resolves the newest that pyproject allows)."""
+    import ml_dtypes
+
+    parts = [f"numpy {np.__version__}", f"ml_dtypes {ml_dtypes.__version__}"]
+    try:
+        import torch
+
+        parts.append(f"torch {torch.__version__}")
+    except ImportError:
+        parts.append("torch absent")
+    return "mxcore deps: " + ", ".join(parts)
+
+
 @pytest.fixture
 def rng(request):
     """A generator with a fixed seed per test (crc32 of the test's id: every run draws the same inputs); set
