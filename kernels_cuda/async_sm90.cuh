@@ -1,6 +1,6 @@
 // sm_90 asynchronous copies, their mbarriers and programmatic dependent launch: one tiny wrapper per PTX
-// instruction, shared by the wgmma family (gemm_sm90.cu) and the weight-only kernels of sm_90 (gemm_wonly_tma.cu,
-// gemm_wonly_wg.cu).
+// instruction, shared by the wgmma family (gemm_sm90.cu) and the weight-only kernel of sm_90a
+// (gemm_wonly_wg.cu).
 // Shared-memory operands are shared-window addresses (smem_u32).
 
 __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }

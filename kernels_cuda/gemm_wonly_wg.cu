@@ -40,7 +40,7 @@
 // permutation applied (mx_wonly_xperm below: in every 32-K block X word 4 t + i moved to word 4 i + t), one box of
 // 64 K x the block's tokens per 64-K row, issued by warp 8's lane 0 after the records; the full barrier then counts
 // two arrives, the records' and the activations', each with its bytes.  One producer warp; no gather, no clusters
-// (clusters sharing the tiles by multicast measured no better: backends/cuda/wonly.py WG_TMA_MT).
+// (clusters sharing the tiles by multicast measured no better: backends/cuda/tuning/wonly.json, wg_tma).
 //
 // Under WO_PDL the producer issues the first WW_STAGES record copies before the dependent part
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.

@@ -1,5 +1,5 @@
 // mxcore weight-only kernels (gemm_wonly.cu: the cp.async ring; gemm_wonly_gemv.cu: direct loads, small M;
-// gemm_wonly_tma.cu: bulk copies into a shared-memory ring, small M on sm_90): the packed fragment record, the code
+// gemm_wonly_wg.cu: wgmma with the weight as register A, sm_90a): the packed fragment record, the code
 // decode, the E8M0 block factors, the fp32 operations that keep subnormals, the activation loads, the mma, the
 // output store and the programmatic-dependent-launch boundary, defined once.
 //

@@ -6,7 +6,9 @@ the weights in bf16 | fp8 | mxfp8 | mxfp4 through ``mxcore.matmul`` — eager, a
 documented torch recipe (warm-up on a side stream, then ``torch.cuda.graph``) — against ``torch.matmul`` on the
 bf16 weights eager and graphed, in the same run.  Reported: ms per step, the ratio to torch bf16 (eager to eager,
 graphed to graphed), and the share of the weight-bytes bound (the step's weight bytes at the measured
-device-to-device copy bandwidth).  Weights are random (no download); each layer has its own.
+device-to-device copy bandwidth).  Weights are random (no download); each layer has its own.  ``--per-shape`` adds,
+for every format, each linear layer's graphed time per call (its layers' calls captured alone), its bandwidth and
+its share of the graphed step.
 
 ``--host`` adds the host-time-per-call table: small shapes, every dtype mix, 2-D and (B, T, K) activations, in
 microseconds per call against ``torch.matmul`` (a loop of calls, synchronised once: host-bound at these sizes).
@@ -91,7 +93,35 @@ def copy_bandwidth(torch, nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / t
 
 
-def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps: int = 20, log=print) -> dict:
+def _per_shape(torch, fmt: str, m: int, shapes, calls, run, step_ms: float, bw: float, reps: int, log) -> list:
+    """Each linear layer's calls (one per decoder layer, each on its own weight) captured alone: microseconds per
+    call graphed, its weight bytes per second, the share of the copy bandwidth, and its share of the graphed step
+    (``step_ms``).  ``run(x, w)`` is one call."""
+    rows = []
+    for name in dict.fromkeys(n for n, _, _ in shapes):
+        mine = [(c, k, n) for (nm, k, n), c in zip(shapes, calls) if nm == name]
+
+        def step(mine=mine):
+            for (x, w), _, _ in mine:
+                run(x, w)
+
+        g, _ = graphed(torch, step)
+        t = _time(torch, g.replay, reps)
+        del g
+        _, k, n = mine[0]
+        per_call = t / len(mine)
+        rate = _weight_bytes(fmt, k, n) / per_call
+        row = {"M": m, "weights": fmt, "linear": name, "K": k, "N": n, "calls": len(mine),
+               "us_per_call": per_call * 1e6, "GBps": rate / 1e9, "of_bandwidth": rate / bw,
+               "share_of_step": t * 1e3 / step_ms}
+        rows.append(row)
+        log(f"   {name:5s} {k:6d} x {n:<6d} {row['us_per_call']:7.2f} us/call  {row['GBps']:7.0f} GB/s "
+            f"({100 * row['of_bandwidth']:3.0f}% of copy)  {100 * row['share_of_step']:4.1f}% of the step")
+    return rows
+
+
+def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps: int = 20, log=print,
+                per_shape: bool = False) -> dict:
     """Run the decode-step benchmark; return its figures (see the module doc)."""
     import torch
 
@@ -124,6 +154,9 @@ def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps:
                      "graph_ms": t_graph * 1e3, "bound_ms": bound * 1e3})
         log(_row(rows[-1], rows[-1]))
         base = rows[-1]
+        if per_shape:
+            base["per_shape"] = _per_shape(torch, "bf16", m, shapes, calls, torch.matmul, base["graph_ms"], bw,
+                                           reps, log)
         for fmt in weights:
             qw = [_quantized(torch, mxcore, w, fmt) for w in bf16_w]
             dtype = _call_dtype(fmt)
@@ -144,6 +177,11 @@ def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps:
             row["bound_ms"] = sum(_weight_bytes(fmt, k, n) for _, k, n in shapes) / bw * 1e3
             rows.append(row)
             log(_row(row, base))
+            if per_shape and "error" not in row:
+                row["per_shape"] = _per_shape(
+                    torch, fmt, m, shapes, qcalls,
+                    lambda x, w, dtype=dtype: mxcore.matmul(x, w, dtype, out_dtype="bfloat16"),
+                    row["graph_ms"], bw, reps, log)
             qw = qcalls = None  # the next format's weights replace these
             mxcore.clear_cache()
             torch.cuda.empty_cache()
@@ -224,6 +262,7 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", default=",".join(WEIGHTS), help=f"comma-separated subset of {','.join(WEIGHTS)}")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--host", action="store_true", help="also the host-time-per-call table")
+    ap.add_argument("--per-shape", action="store_true", help="also each linear layer's graphed time and bandwidth")
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args(argv)
     try:
@@ -241,7 +280,7 @@ def main(argv=None) -> int:
     except ImportError as exc:
         print(f"mxcore.bench_decode: needs torch with a CUDA GPU ({exc})")
         return 2
-    result = decode_step(args.model, tokens, weights, args.reps)
+    result = decode_step(args.model, tokens, weights, args.reps, per_shape=args.per_shape)
     if args.host:
         result["host"] = host_per_call()
     if args.json:

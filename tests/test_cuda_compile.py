@@ -21,7 +21,7 @@ import pytest
 from conftest import require_tool
 
 from mxcore.backends import cuda, nvrtc_tools
-from mxcore.backends.cuda.wonly import GEMV_FILE, TMA_FILE, WG_FILE, WONLY_FILE
+from mxcore.backends.cuda.wonly import GEMV_FILE, WG_FILE, WONLY_FILE
 from mxcore.backends.cuda.wonly_records import PACK_FILE
 from mxcore.errors import KernelCompileError
 
@@ -179,7 +179,7 @@ def test_variant_machine_code(arch, stem):
     elif job["file"] == cuda.CEILING_FILE:
         assert c["HMMA"] + c["QMMA"] > 0, "the ceiling loop has no mma"
         assert c["LDG"] == c["LDS"] == 0, "the ceiling loop must not read memory in its loop"
-    elif job["file"] in (WONLY_FILE, GEMV_FILE, TMA_FILE, WG_FILE):  # weight-only: mma on decoded registers, no FTZ
+    elif job["file"] in (WONLY_FILE, GEMV_FILE, WG_FILE):  # weight-only: mma on decoded registers, no FTZ
         if job["file"] == WG_FILE:  # sm_90a: wgmma with the weight as register A (HGMMA), a bulk copy of the records
             assert job["arch"] == "sm_90a" and c["HGMMA"] > 0 and c["HMMA"] == 0, dict(c)  # per stage (two sites:
             bulk = {k: binary.sass.count(k + " ") for k in ("UBLKCP.S.G", "UBLKCP.S.S", "UCGABAR_ARV", "UCGABAR_WAIT")}
@@ -202,9 +202,6 @@ def test_variant_machine_code(arch, stem):
             assert c["LDGSTS"] > 0, dict(c)
         elif job["file"] == GEMV_FILE:  # direct loads into registers: no shared memory, no barrier in the loop
             assert c["LDGSTS"] == 0 and c["LDS"] <= 1 and c["STS"] <= 1 and c["LDG"] > 0, dict(c)  # `last`
-        elif job["file"] == TMA_FILE:  # sm_90 only: one bulk copy per stage (UBLKCP) completing on mbarriers
-            assert arch == "sm_90" and c["UBLKCP"] == 1 and c["SYNCS"] > 0 and c["LDGSTS"] == 0, dict(c)  # (SYNCS),
-            assert c["LDS"] > 0 and c["STS"] <= 1, dict(c)  # records read from shared memory; one store: the flag
         pdl = "_pdl" in stem  # programmatic dependent launch: griddepcontrol.wait / .launch_dependents
         assert (c["ACQBULK"] > 0 and c["PREEXIT"] > 0) == pdl, dict(c)
         ftz = nvrtc_tools.ftz_ops(binary.sass)  # compiled with -ftz=true, as CuPy does

@@ -1,6 +1,7 @@
 """Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly.py) and
 every kernel of the registers path (direct loads, "gemv", with and without programmatic dependent launch on sm_90;
-cp.async ring, "ring"; sm_90's bulk-copy ring, "tma"; sm_90a's wgmma kernel, "wg"; each forced at every M), against the float64 reference.
+cp.async ring, "ring"; sm_90a's wgmma kernel, "wg", also with its activations by tensor copy, "wg-tma"; each forced
+at every M through the backend's ``config=`` option), against the float64 reference.
 Every output is poisoned with NaN before the launch.
 
 * exactly representable inputs: bit-exact (the registers path for every pair, any scale codes per column:
@@ -71,28 +72,20 @@ def _device_act(a, act):
     return torch.as_tensor(a, device="cuda").to(torch.float16 if act == "fp16" else torch.bfloat16)
 
 
-KERNELS = ["gemv", "gemv-pdl", "ring", "tma", "wg", "wg-tma"]
+KERNELS = ["gemv", "gemv-pdl", "ring", "wg", "wg-tma"]
 
 
-def _force_kernel(monkeypatch, kernel: str) -> None:
-    """Run the registers path on one kernel whatever M is: "gemv" (direct loads), "gemv-pdl" (the same launched with
-    programmatic dependent launch, sm_90), "ring" (cp.async ring), "tma" (bulk copies, sm_90, with PDL), "wg"
-    (wgmma with the weight as register A, sm_90a, with PDL, the activations gathered) or "wg-tma" (the same with the
-    activations by tensor copy from their permuted copy, at every M)."""
+def _force_kernel(kernel: str) -> dict:
+    """The plan options that run the registers path on one kernel whatever M is (``config=``, a kernel form of
+    wonly.KERNEL_FORMS): "gemv" (direct loads), "gemv-pdl" (the same launched with programmatic dependent launch,
+    sm_90), "ring" (cp.async ring), "wg" (wgmma with the weight as register A, sm_90a, with PDL, the activations
+    gathered) or "wg-tma" (the same with the activations by tensor copy from their permuted copy, at every M)."""
     import cupy as cp
 
-    from mxcore.backends.cuda import wonly
-
     sm90 = cp.cuda.Device().compute_capability == "90"
-    if kernel in ("gemv-pdl", "tma", "wg", "wg-tma") and not sm90:
+    if kernel in ("gemv-pdl", "wg", "wg-tma") and not sm90:
         pytest.skip(f"the {kernel} kernel runs on sm_90 only")
-    small = kernel != "ring"
-    tma = kernel == "wg-tma"
-    monkeypatch.setattr(wonly, "WG_TMA_MT", 1 if tma else None)
-    monkeypatch.setattr(wonly, "WG_TMA_ANY_MT", {4: 1, 6: 1, 8: 1} if tma else {})
-    monkeypatch.setattr(wonly, "small_kernel", lambda *args: small)
-    monkeypatch.setattr(wonly, "SM90_SMALL", kernel.partition("-")[0] if small else wonly.SM90_SMALL)
-    monkeypatch.setattr(wonly, "SM90_PDL", kernel != "gemv")
+    return {"config": kernel}
 
 
 def _check_kernel(p, kernel: str) -> None:
@@ -100,7 +93,7 @@ def _check_kernel(p, kernel: str) -> None:
     name, _, pdl = kernel.partition("-")
     assert "registers" in p.variant and p.variant_.kernel == name, p.variant
     sm90 = p.dev.arch.startswith("sm_90")
-    assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name in ("tma", "wg") or bool(pdl)))
+    assert p.variant_.pdl == (p._launch.ex is not None) == (sm90 and (name == "wg" or bool(pdl)))
     assert p.variant_.tma_x == (kernel == "wg-tma") == (p._xperm is not None), p.variant
 
 
@@ -108,13 +101,13 @@ def _check_kernel(p, kernel: str) -> None:
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("fmt", MX)
 @pytest.mark.parametrize("act", ACTS)
-def test_registers_exact(cuda_backend, rng, monkeypatch, act, fmt, shape, kernel):
-    _force_kernel(monkeypatch, kernel)
+def test_registers_exact(cuda_backend, rng, act, fmt, shape, kernel):
+    kw = _force_kernel(kernel)
     m, n, k = shape
     a = _act_values(rng, m, k, act, small=True)
     b = _mx_weight(rng, k, n, fmt, [0x00, 0x01, 0x7F, 0x80, 0xFE] if fmt == "mxfp4" else [0x70, 0x7F, 0x85])
     got, p = _plan_out(cuda_backend, _device_act(a, act), b.to_device(_device_act(a[:1, :1], act)), (act, fmt),
-                       "registers")
+                       "registers", **kw)
     _check_kernel(p, kernel)
     want = _ref(a, b, (act, fmt))
     assert np.array_equal(got, want, equal_nan=True), (np.nanmax(np.abs(got - want)), p.variant)
@@ -123,7 +116,7 @@ def test_registers_exact(cuda_backend, rng, monkeypatch, act, fmt, shape, kernel
 @pytest.mark.parametrize("kernel", ["wg", "wg-tma"])
 @pytest.mark.parametrize("fmt", MX)
 @pytest.mark.parametrize("act", ACTS)
-def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt, kernel):
+def test_wg_folded_and_fp32_chunks(cuda_backend, rng, act, fmt, kernel):
     """The wgmma kernel decodes a chunk whose every scale code lies in wonly.fold_range straight to scaled 16-bit
     values, any other chunk through the fp32 block-scale path.  Bit-exact on exact inputs with per-column codes at
     both ends of the range and inside it (every chunk folded); within the bound on blocks whose codes vary along K,
@@ -132,7 +125,7 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt, ker
     (wgmma N = M rounded up to 8) exactly where every code folds."""
     from mxcore.backends.cuda import wonly
 
-    _force_kernel(monkeypatch, kernel)
+    kw = _force_kernel(kernel)
     spec = dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)]
     lo, hi, _ = wonly.fold_range(spec, "f16" if act == "fp16" else "bf16")
     assert lo <= hi
@@ -142,7 +135,7 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt, ker
         a = _act_values(rng, m, k, act, small=True)
         b = _mx_weight(rng, k, n, fmt, inside)  # one code per column: exact sums
         dev_a = _device_act(a, act)
-        got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
+        got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers", **kw)
         _check_kernel(p, kernel)
         assert p.variant_.fold_only == (m > 32) and p.variant_.mt == min(-(-m // 8), 8), p.variant
         want = _ref(a, b, (act, fmt))
@@ -156,7 +149,8 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt, ker
             variants.append(("mixed", mixed))
         for what, sc in variants:
             w = MXTensor(b.codes, sc, fmt, 0)
-            got, p = _plan_out(cuda_backend, dev_a, w.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
+            got, p = _plan_out(cuda_backend, dev_a, w.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers",
+                               **kw)
             assert p.variant_.fold_only == (m > 32 and what == "varying"), (what, p.variant)
             wf = mxcore.dequantize(w, dtype=np.float64)
             exact = a @ wf
@@ -166,20 +160,20 @@ def test_wg_folded_and_fp32_chunks(cuda_backend, rng, monkeypatch, act, fmt, ker
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e3m2", "mxfp8_e4m3"])
-def test_packed_scale_ranges(cuda_backend, rng, monkeypatch, fmt):
+def test_packed_scale_ranges(cuda_backend, rng, fmt):
     """After the records, pack_weight stores each record group's chunk's least and greatest scale code (pad rows and
     blocks: 127), which the wgmma kernel's fold test reads: against the MXTensor's own scales (every code, 0xFF
     included), on a weight whose N and K leave pad rows and blocks."""
     from mxcore.backends.cuda import wonly_records as wr
 
-    _force_kernel(monkeypatch, "wg")
+    kw = _force_kernel("wg")
     m, n, k = 8, 300, 520
     elem = dtypes.MX_ELEMENT[dtypes.canonical_operand(fmt)]
     nb = -(-k // 32)
     sc = rng.integers(0, 256, (nb, n)).astype(np.uint8)
     w = MXTensor(_mx_weight(rng, k, n, fmt, [0x7F]).codes, sc, fmt, 0)
     a = _device_act(_act_values(rng, m, k, "bf16"), "bf16")
-    _, p = _plan_out(cuda_backend, a, w.to_device(a), ("bf16", fmt), "registers")
+    _, p = _plan_out(cuda_backend, a, w.to_device(a), ("bf16", fmt), "registers", **kw)
     _check_kernel(p, "wg")
     kc = wr.chunk_k(elem)
     nchunks, groups, body = -(-k // kc), wr.record_groups(n), wr.packed_bytes(elem, k, n)
@@ -195,7 +189,7 @@ def test_packed_scale_ranges(cuda_backend, rng, monkeypatch, fmt):
 
 @pytest.mark.parametrize("kernel", ["wg", "wg-tma"])
 @pytest.mark.parametrize("act", ACTS)
-def test_wg_fold_only_never_wrong(cuda_backend, rng, monkeypatch, act, kernel):
+def test_wg_fold_only_never_wrong(cuda_backend, rng, act, kernel):
     """The fold-only build (here n40) has no fp32 block-scale path: a chunk whose stored scale-code range leaves
     the fold range (records changed after the plan chose it) turns the columns of its record group into NaN in
     every row, and the other columns keep their exact values."""
@@ -203,12 +197,12 @@ def test_wg_fold_only_never_wrong(cuda_backend, rng, monkeypatch, act, kernel):
 
     from mxcore.backends.cuda import wonly_records as wr
 
-    _force_kernel(monkeypatch, kernel)
+    kw = _force_kernel(kernel)
     m, n, k, fmt = 40, 384, 520, "mxfp4"
     a = _act_values(rng, m, k, act, small=True)
     b = _mx_weight(rng, k, n, fmt, [0x70, 0x7F])
     dev_a = _device_act(a, act)
-    got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers")
+    got, p = _plan_out(cuda_backend, dev_a, b.to_device(_device_act(a[:1, :1], act)), (act, fmt), "registers", **kw)
     _check_kernel(p, kernel)
     assert p.variant_.fold_only, p.variant
     want = _ref(a, b, (act, fmt))
@@ -265,10 +259,9 @@ def test_bf16_fp8_weights_above_32_rows(cuda_backend, rng, fmt):
 
 
 @pytest.mark.parametrize("path", [f"registers-{k}" for k in KERNELS] + ["staged"])
-def test_nan_blocks_and_out_dtypes(cuda_backend, rng, monkeypatch, path):
+def test_nan_blocks_and_out_dtypes(cuda_backend, rng, path):
     path, _, kernel = path.partition("-")
-    if kernel:
-        _force_kernel(monkeypatch, kernel)
+    kw = _force_kernel(kernel) if kernel else {}
     m, n, k = 9, 48, 130
     a = _act_values(rng, m, k, "bf16", small=True)
     b = _mx_weight(rng, k, n, "mxfp4", [0x7E, 0x7F])
@@ -277,7 +270,7 @@ def test_nan_blocks_and_out_dtypes(cuda_backend, rng, monkeypatch, path):
     scales[4, 17] = 0xFF  # the partial last block (K tail)
     b = MXTensor(b.codes, scales, "mxfp4", 0)
     for out_dtype in ("float32", "bfloat16", "float16"):
-        got, _ = _plan_out(cuda_backend, _device_act(a, "bf16"), b, ("bf16", "mxfp4"), path, out_dtype)
+        got, _ = _plan_out(cuda_backend, _device_act(a, "bf16"), b, ("bf16", "mxfp4"), path, out_dtype, **kw)
         want = _ref(a, b, ("bf16", "mxfp4"), out_dtype)
         assert np.isnan(got[:, [5, 17]]).all() and not np.isnan(np.delete(got, [5, 17], axis=1)).any()
         assert np.array_equal(got, want, equal_nan=True), out_dtype
@@ -286,13 +279,13 @@ def test_nan_blocks_and_out_dtypes(cuda_backend, rng, monkeypatch, path):
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e2m3", "mxfp8_e4m3"])
 @pytest.mark.parametrize("act", ACTS)
-def test_random_within_bound(cuda_backend, rng, monkeypatch, act, fmt, kernel):
-    _force_kernel(monkeypatch, kernel)
+def test_random_within_bound(cuda_backend, rng, act, fmt, kernel):
+    kw = _force_kernel(kernel)
     for (m, n, k), split in [((1, 4096, 4096), 0), ((16, 512, 2048), 3), ((64, 384, 1111), 0), ((300, 256, 512), 0)]:
         a = rng.standard_normal((m, k))
         w = rng.standard_normal((k, n))
         b = mxcore.quantize_mx(w, fmt, axis=0)
-        got, p = _plan_out(cuda_backend, _device_act(a, act), b, (act, fmt), "registers", split_k=split)
+        got, p = _plan_out(cuda_backend, _device_act(a, act), b, (act, fmt), "registers", split_k=split, **kw)
         _check_kernel(p, kernel)
         a16 = np.asarray(_device_act(a, act).float().cpu(), np.float64)
         bf = mxcore.dequantize(b, dtype=np.float64)
@@ -301,21 +294,21 @@ def test_random_within_bound(cuda_backend, rng, monkeypatch, act, fmt, kernel):
         assert (err <= bound).all(), (m, n, k, p.variant, float((err / bound).max()))
 
 
-@pytest.mark.parametrize("kernel", ["gemv-pdl", "tma", "wg", "wg-tma"])
-def test_pdl_chain(cuda_backend, rng, monkeypatch, kernel):
+@pytest.mark.parametrize("kernel", ["gemv-pdl", "wg", "wg-tma"])
+def test_pdl_chain(cuda_backend, rng, kernel):
     """Launches with programmatic dependent launch read their activations only after their predecessor finished: a
     chain x -> y1 -> y2 -> y1 ... (each launch's fp16 output is the next one's activations, read in place, and a
     normal fill poisons y1 with NaN right before the launch that writes it) gives the bits of the same chain with a
     synchronization after every launch; split K (workspace, counters) in every launch."""
     import cupy as cp
 
-    _force_kernel(monkeypatch, kernel)
+    kw = _force_kernel(kernel)
     m, n, k = 4, 2048, 2048
     x = cp.asarray(_act_values(rng, m, k, "fp16").astype(np.float16))
     w1, w2 = (_mx_weight(rng, k, n, "mxfp4", [0x79, 0x7A]).to_device(x) for _ in range(2))
     y1, y2 = cp.empty((m, n), cp.float16), cp.empty((m, n), cp.float16)
     mdt = dtypes.resolve(("fp16", "mxfp4"), "sm_90")
-    plans = [cuda_backend.plan(src, w, mdt, out_dtype="float16", out=dst, wonly_path="registers")
+    plans = [cuda_backend.plan(src, w, mdt, out_dtype="float16", out=dst, wonly_path="registers", **kw)
              for src, w, dst in ((x, w1, y1), (y1, w2, y2), (y2, w1, y1))]
     for p, src in zip(plans, (x, y1, y2)):
         _check_kernel(p, kernel)

@@ -14,6 +14,14 @@ import pytest
 from mxcore import dtypes, formats, layouts
 from mxcore.backends.cuda import variants, wonly, wonly_records
 
+T = wonly.TUNING  # the tuning table's values the rules below are stated against
+WG_MT, WG_FOLD_MT = tuple(T["wg"]["mt"]), tuple(T["wg_fold"]["mt"])
+WG_ROWS_MT, WG_ROWS6_MT = T["wg_gather"]["rows_mt"], T["wg_gather"]["rows6_mt"]
+WG_WHOLE_MT, WG_ROWS_WARPS = T["wg_gather"]["whole_mt"], T["wg_gather"]["rows_warps"]
+WG_PAIR_MT, WG_PAIR = T["wg_pair"]["mt"], T["wg_pair"]["size"]
+WG_TMA_MT, WG_TMA_ANY_MT = T["wg_tma"]["mt"], {int(b): mt for b, mt in T["wg_tma"]["any_mt"].items()}
+RING_WS_SHARE = T["ring"]["ws_share"]
+
 RECORDS = {act: layouts.get(name) for act, name in wonly._RECORD.items()}
 
 
@@ -176,72 +184,130 @@ def test_packed_geometry():
     assert wonly_records.packed_bytes("e2m1", 8192, 8192) == 8192 // 16 * 8192 // 64 * 544
     assert wonly_records.packed_bytes("e4m3fn", 64, 128) == 8 * 2 * 528
     assert wonly_records.packed_bytes("e2m1", 65, 1) == 8 * 2 * 544  # N padded to a tile group of 128, K to chunks
-    v = wonly.WonlyVariant("e2m1", "bf16", 8)
+    v = wonly.WonlyVariant.ring("e2m1", "bf16", 8)
     assert v.kc == 64 and v.record_bytes == 544 and 0 < v.smem_bytes <= 227 * 1024 and v.stages >= 2
 
 
+def _pick(m, n, act="bf16", element="e2m1", arch="sm_90", sms=132, folds=None, path=None, config=None, ask=None):
+    return wonly.choose(wonly.WonlyProblem(m, n, 4096, act, element, arch, sms, folds), path, config, ask)
+
+
 def test_path_rule():
-    bf, f16 = dtypes.resolve(("bf16", "mxfp4")), dtypes.resolve(("fp16", "mxfp4"))
-    assert wonly.wonly_path(bf, wonly.REGISTERS_MAX_M) == "registers"
-    assert wonly.wonly_path(bf, wonly.REGISTERS_MAX_M + 1) == "staged"
-    assert wonly.wonly_path(f16, 8192) == "registers"
-    assert wonly.wonly_path(bf, 4096, "registers") == "registers"
     from mxcore.errors import UnsupportedError
 
+    most = T["registers_max_m"]["value"]
+    assert _pick(most, 8192, arch="sm_80", sms=108).path == "registers"
+    assert _pick(most + 1, 8192, arch="sm_80", sms=108).path == "staged"
+    assert _pick(8192, 8192, act="f16").path == "registers"
+    assert _pick(4096, 8192, path="registers").path == "registers"
+    assert _pick(8, 8192, path="staged") == wonly.WonlyChoice("staged")
     with pytest.raises(UnsupportedError, match="registers"):
-        wonly.wonly_path(f16, 8, "staged")
+        _pick(8, 8192, act="f16", path="staged")
     with pytest.raises(UnsupportedError, match="wonly_path"):
-        wonly.wonly_path(bf, 8, "shared")
+        _pick(8, 8192, path="shared")
+
+
+def _kernels(act, n, arch="sm_90", sms=132, element="e2m1"):
+    """{M: kernel} over M = 1..128 where the registers path runs."""
+    out = {}
+    for m in range(1, 129):
+        c = _pick(m, n, act, element, arch, sms, folds=False)
+        if c.path == "registers":
+            out[m] = c.variant.kernel
+    return out
 
 
 def test_kernel_rule_by_m_and_width():
-    """sm_90 runs the small-M kernels up to M = 4 for any weight, up to 32 for weights of at most 1/4 of a record
-    group per SM (direct loads), and the wgmma kernel for M in (4, 64] on wider weights, and below where N has fewer
-    record groups than SMs except for f16 x 4-bit codes, and below on wider weights for every pair (H100 with 132
-    SMs: N = 4096 direct loads up to M = 32; N = 8192, 14336: wgmma from M = 1 to 64 (f16 x mxfp4 from 5, fp8
-    weights from 1); 28672: wgmma from M = 1 to 64);
-    other archs up to GEMV_MAX_M whatever N is.  bf16 with M in (32, 64] on wide weights takes the registers path
-    (the wgmma kernel), else the staged bf16 GEMM."""
+    """sm_90: the wgmma kernel for M up to 64 on weights wider than a quarter record group per SM (f16 x 4-bit codes
+    from M = 5 where N has fewer record groups than SMs), and for bf16 x 4-bit codes up to M = 16 on any width (the
+    decode shapes); direct loads where the wgmma kernel does not run, up to M = 32 on weights of at most a quarter
+    record group per SM; the ring above.  Other archs: direct loads up to gemv_max_m, the ring above.  bf16 above
+    registers_max_m takes the staged path unless the wgmma kernel runs (up to 64 rows)."""
     sms = 132
-
-    def small(act, n, arch="sm_90", s=sms):
-        return [m for m in range(1, 129) if wonly.small_kernel(arch, act, m, n, s)]
-
-    def kernels(act, n):
-        return {m: wonly.sm90_small(act, n, sms, m) for m in small(act, n)}
-
+    k = _kernels("bf16", 4096)  # 32 record groups: a quarter per SM or fewer
+    assert k == {**{m: "wg" for m in range(1, 17)}, **{m: "gemv" for m in range(17, 33)}}
+    assert _kernels("f16", 4096) == {**{m: "gemv" for m in range(1, 33)}, **{m: "ring" for m in range(33, 129)}}
+    assert set(_kernels("bf16", 4096, element="e4m3fn").values()) == {"gemv"}  # byte codes: not on narrow weights
     for act in ("bf16", "f16"):
-        assert small(act, 4096) == list(range(1, 33)) and set(kernels(act, 4096).values()) == {"gemv"}
         for n in (8192, 14336, 28672):
-            assert small(act, n) == list(range(1, 65)), (act, n)
-            # f16 x mxfp4 on fewer record groups than SMs: direct loads up to M = 4
+            got = _kernels(act, n)
             wg_from = 5 if wonly.record_groups(n) < sms and act == "f16" else 1
-            assert {m for m, k in kernels(act, n).items() if k == "wg"} == set(range(wg_from, 65)), (act, n)
+            assert {m for m, kern in got.items() if kern == "wg"} == set(range(wg_from, 65)), (act, n)
+            assert {m for m, kern in got.items() if kern == "gemv"} == set(range(1, wg_from)), (act, n)
         for n in (16, 4096, 28672):
-            assert small(act, n, "sm_80", 108) == list(range(1, wonly.GEMV_MAX_M + 1))
-            assert not any(wonly.wg_rule("sm_80", m, n, 108) for m in range(1, 129))
-    bf = dtypes.resolve(("bf16", "mxfp4"), "sm_90")
-    assert [wonly.wonly_path(bf, m, None, "sm_90", 8192, sms) for m in (32, 33, 64, 65)] == \
-        ["registers", "registers", "registers", "staged"]
-    assert [wonly.wonly_path(bf, m, None, "sm_90", 4096, sms) for m in (32, 33)] == ["registers", "staged"]
-    assert wonly.wonly_path(bf, 64, None, "sm_80", 8192, 108) == "staged"
-    fp8 = dtypes.resolve(("bf16", "mxfp8"), "sm_90")  # byte codes: bf16 above WG_BYTE_MAX_M runs staged
-    assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms) for m in (32, 33)] == ["registers", "staged"]
+            got = _kernels(act, n, "sm_80", 108)
+            assert {m for m, kern in got.items() if kern == "gemv"} == set(range(1, T["gemv_max_m"]["value"] + 1))
+            assert "wg" not in got.values()
+    paths = [_pick(m, 8192).path for m in (32, 33, 64, 65)]
+    assert paths == ["registers", "registers", "registers", "staged"]
+    assert [_pick(m, 4096).path for m in (32, 33)] == ["registers", "staged"]
+    assert _pick(64, 8192, arch="sm_80", sms=108).path == "staged"
+    fp8 = {"element": "e4m3fn"}  # byte codes: bf16 above byte_max_m runs staged ...
+    assert [_pick(m, 8192, **fp8).path for m in (32, 33)] == ["registers", "staged"]
     asked = []  # ... unless every scale code folds (the fold-only build); asked only there
-    assert [wonly.wonly_path(fp8, m, None, "sm_90", 8192, sms, lambda *q: asked.append(m) or True)
-            for m in (32, 33, 64, 65)] == ["registers", "registers", "registers", "staged"] and asked == [33, 64]
-    assert wonly.wonly_path(fp8, 33, None, "sm_90", 8192, sms, lambda *q: False) == "staged"
-    assert wonly.wonly_path(bf, 64, None, "sm_90", 8192, sms, lambda *q: pytest.fail("asked")) == "registers"
-    assert wonly.sm90_small("bf16", 8192, sms, 48, "e4m3fn", lambda *q: True) == "wg"
-    assert wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda *q: True)
-    assert not wonly.small_kernel("sm_90", "bf16", 48, 8192, sms, "e4m3fn", lambda *q: False)
-    assert wonly.wg_rule("sm_90", 64, 8192, sms, "f16", "e4m3fn") and not wonly.wg_rule("sm_90", 33, 8192, sms,
-                                                                                          "bf16", "e4m3fn")
-    assert wonly.wg_rule("sm_90", 1, 8192, sms, "f16", "e4m3fn") and wonly.wg_rule("sm_90", 4, 8192, sms, "f16", "e3m2")
-    assert wonly.wg_rule("sm_90", 1, 28672, sms, "bf16", "e4m3fn") and wonly.wg_rule("sm_90", 4, 28672, sms, "f16")
-    assert not wonly.wg_rule("sm_90", 4, 8192, sms, "f16") and not wonly.wg_rule("sm_90", 1, 4096, sms)
-    assert "tma" not in {wonly.sm90_small(act, n, sms, m) for act in ("bf16", "f16") for n in (8192, 28672, 57344)
-                         for m in range(1, 5)}
+    assert [_pick(m, 8192, **fp8, ask=lambda m=m: asked.append(m) or True).path for m in (32, 33, 64, 65)] == \
+        ["registers", "registers", "registers", "staged"] and asked == [33, 64]
+    problem = wonly.WonlyProblem(64, 8192, 4096, "bf16", "e2m1", "sm_90", sms)  # the path alone: not asked
+    assert wonly.wonly_path(problem, ask_folds=lambda: pytest.fail("asked")) == "registers"
+    assert _pick(48, 8192, **fp8, folds=True).variant.kernel == "wg"
+    assert _pick(48, 8192, **fp8, folds=True).variant.fold_only
+    assert _pick(1, 8192, "f16", "e4m3fn").variant.kernel == "wg" and _pick(4, 8192, "f16", "e3m2").variant.kernel == "wg"
+    assert _pick(4, 8192, "f16").variant.kernel == "gemv" and _pick(4, 28672, "f16").variant.kernel == "wg"
+    for c in (_pick(m, n, act) for m in (1, 16, 64) for n in (1024, 8192) for act in ("bf16", "f16")):
+        assert c.variant is None or c.variant.pdl == (c.variant.kernel != "ring")  # sm_90: PDL on the small-M kernels
+
+
+def test_decode_shapes_take_the_wgmma_kernel():
+    """The tuning table's measured entry: a Llama-3-8B decode step's weights (N = 1024, 4096, 14336 at K = 4096 or
+    14336), bf16 x mxfp4 at M = 1 and 16 on an H200 (132 SMs), run the wgmma kernel with PDL."""
+    for m in (1, 16):
+        for n in (1024, 4096, 14336):
+            v = _pick(m, n).variant
+            assert v.kernel == "wg" and v.pdl and v.mt == -(-m // 8), (m, n, v)
+
+
+def test_forced_config():
+    """``config=`` forces a build: a kernel form fits the M tile (and the fold-only build, clusters) as the rule
+    does; a name from the candidates or a WonlyVariant is taken as it is; anything else is a typed error naming
+    what is accepted."""
+    from mxcore.errors import UnsupportedError
+
+    assert _pick(1, 8192, config="ring").variant == wonly.WonlyVariant.ring("e2m1", "bf16", 1)
+    assert _pick(40, 8192, config="gemv").variant == wonly.WonlyVariant.gemv("e2m1", "bf16", 1)
+    assert _pick(1, 8192, config="gemv-pdl").variant.pdl
+    wgx = _pick(1, 8192, config="wg-tma").variant
+    assert wgx.kernel == "wg" and wgx.tma_x and wgx.mt == 1
+    assert not _pick(64, 8192, config="wg").variant.tma_x
+    assert _pick(40, 8192, folds=True, config="wg").variant.fold_only
+    v = _pick(16, 8192, config="wg").variant
+    assert _pick(16, 8192, config=v.name).variant == v and _pick(16, 8192, config=v).variant == v
+    assert _pick(16, 8192, path="registers", config="ring").path == "registers"
+    with pytest.raises(UnsupportedError, match="kernel form"):
+        _pick(16, 8192, config="wonly_nothing")
+    with pytest.raises(UnsupportedError, match="sm_90"):
+        _pick(1, 8192, arch="sm_80", sms=108, config="wg")
+    with pytest.raises(UnsupportedError, match="multiplies"):
+        _pick(1, 8192, act="f16", config=v)
+    with pytest.raises(UnsupportedError, match="fold-only"):
+        _pick(40, 8192, folds=False, config=wonly.WonlyVariant.wg("e2m1", "bf16", 5, True, fold_only=True))
+    with pytest.raises(UnsupportedError, match="staged"):
+        _pick(40, 8192, path="staged", config="wg")
+    with pytest.raises(UnsupportedError, match="WonlyVariant"):
+        _pick(40, 8192, config=3)
+
+
+def test_built_variants_are_the_chosen_ones():
+    """What is compiled offline (all_wonly_variants) is exactly what choose() returns over the grid, and every
+    choice over a wider grid is among them; sm_80 builds need no sm_90 feature."""
+    import itertools
+
+    for arch, sms in (("sm_80", 108), ("sm_90", 132)):
+        built = set(wonly.all_wonly_variants(arch))
+        assert built and not any(v.sm90 for v in built) if arch == "sm_80" else any(v.kernel == "wg" for v in built)
+        for m, n, act, el, folds in itertools.product((3, 7, 20, 50, 300), (640, 5120, 20000), ("bf16", "f16"),
+                                                      ("e2m1", "e3m2", "e4m3fn"), (False, True)):
+            c = _pick(m, n, act, el, arch, sms, folds=folds)
+            assert c.variant is None or c.variant in built, (arch, m, n, act, el, folds, c)
 
 
 def test_fold_range():
@@ -288,17 +354,17 @@ def test_wg_fold_only_rule_and_build():
             assert not wonly.wg_fold_only(weight(el, (lo, hi + 1)), act)
             assert lo == 0 or not wonly.wg_fold_only(weight(el, (lo - 1, hi)), act)
             assert not wonly.wg_fold_only(weight(el, (lo, 0xFF)), act)  # a NaN block
-    v = wonly.WonlyVariant.wg("e2m1", "bf16", wonly.WG_FOLD_MT[-1], True, fold_only=True)
+    v = wonly.WonlyVariant.wg("e2m1", "bf16", WG_FOLD_MT[-1], True, fold_only=True)
     assert v.name == "wonly_wg_bf16_e2m1_m64_s4c2_fold_pdl" and v.gather_warps == 2 and v.threads == 320
     opts = v.options()
     assert "-DWW_FOLD_ONLY=1" in opts and "-DWW_GATHER_WARPS=2" in opts and "-DWO_MT=8" in opts
     other = wonly.WonlyVariant.wg("e4m3fn", "bf16", 2, True)  # byte codes at m16: one warp gathers row groups
     assert other.threads == 288 and "-DWW_FOLD_ONLY=0" in other.options() and "-DWW_GATHER_WARPS=1" in other.options()
     rows = wonly.WonlyVariant.wg("e2m1", "bf16", 2, True)  # 4-bit codes: WG_ROWS_WARPS gather token rows
-    assert rows.gather_rows and rows.gather_warps == wonly.WG_ROWS_WARPS == 2 and rows.threads == 320
+    assert rows.gather_rows and rows.gather_warps == WG_ROWS_WARPS == 2 and rows.threads == 320
     assert wonly.WonlyVariant.wg("e2m1", "bf16", 4, True).threads == 320
-    folds = {x.name for x in wonly.all_wonly_variants("sm_90") if x.fold_only and not x.pair and not x.tma_x}
-    assert len(folds) == 10 * len(wonly.WG_FOLD_MT) and v.name in folds
+    folds = [x for x in wonly.all_wonly_variants("sm_90") if x.fold_only]
+    assert folds and {x.mt for x in folds} == set(WG_FOLD_MT)
     assert not any(x.fold_only for x in wonly.all_wonly_variants("sm_80"))
 
 
@@ -321,7 +387,7 @@ def test_ring_split_cap_bounds_the_partials():
     for m, n, k in [(16, 4096, 4096), (32, 8192, 8192), (64, 8192, 1024), (9, 28672, 8192), (64, 128, 64)]:
         w = wonly_records.packed_bytes("e2m1", k, n)
         cap = wonly.ring_split_cap(m, n, w)
-        assert cap >= 1 and (cap == 1 or cap * 8 * m * n * wonly.RING_WS_SHARE <= w), (m, n, k, cap)
+        assert cap >= 1 and (cap == 1 or cap * 8 * m * n * RING_WS_SHARE <= w), (m, n, k, cap)
     assert wonly.ring_split_cap(16, 4096, wonly_records.packed_bytes("e2m1", 4096, 4096)) == 17
     assert wonly.ring_split_cap(64, 4096, wonly_records.packed_bytes("e2m1", 4096, 4096)) == 4
     nchunks = 4096 // 64
@@ -333,7 +399,7 @@ def test_ring_split_cap_bounds_the_partials():
 def _first_rows_mt(element: str) -> int:
     """The m8 tiles from which the wgmma kernel gathers token rows for ``element`` codes, as the rule states it
     (99: never)."""
-    return {"e2m1": wonly.WG_ROWS_MT, "e2m3": wonly.WG_ROWS6_MT, "e3m2": wonly.WG_ROWS6_MT}.get(element, 99)
+    return {"e2m1": WG_ROWS_MT, "e2m3": WG_ROWS6_MT, "e3m2": WG_ROWS6_MT}.get(element, 99)
 
 
 def test_wg_gather_rule():
@@ -343,15 +409,15 @@ def test_wg_gather_rule():
     (WW_WHOLE=1)."""
     for act in ("bf16", "f16"):
         for el in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
-            for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
-                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
+            for mt in (*WG_MT, *WG_FOLD_MT):
+                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in WG_FOLD_MT)
                 rows = mt >= _first_rows_mt(el)
-                whole = rows and mt >= wonly.WG_WHOLE_MT
+                whole = rows and mt >= WG_WHOLE_MT
                 assert v.gather_rows == rows and f"-DWW_GATHER_ROWS={int(rows)}" in v.options(), (act, el, mt)
                 assert v.whole_rows == whole and f"-DWW_WHOLE={int(whole)}" in v.options(), (act, el, mt)
     assert not wonly.WonlyVariant.gemv("e2m1", "bf16", 1).gather_rows
-    assert wonly.WG_ROWS_MT <= wonly.WG_MT[-1]  # the m32 build too
-    assert wonly.WG_ROWS6_MT in wonly.WG_FOLD_MT and wonly.WG_WHOLE_MT in wonly.WG_FOLD_MT
+    assert WG_ROWS_MT <= WG_MT[-1]  # the m32 build too
+    assert WG_ROWS6_MT in WG_FOLD_MT and WG_WHOLE_MT in WG_FOLD_MT
 
 
 def test_wg_pair_rule():
@@ -361,16 +427,16 @@ def test_wg_pair_rule():
     from dataclasses import replace
     for act in ("bf16", "f16"):
         for el in ("e2m1", "e2m3", "e4m3fn"):
-            for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
-                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
+            for mt in (*WG_MT, *WG_FOLD_MT):
+                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in WG_FOLD_MT)
                 rows = mt >= _first_rows_mt(el)
                 for groups in (64, 224, 7):
-                    want = rows and mt >= wonly.WG_PAIR_MT and groups % wonly.WG_PAIR == 0
-                    assert wonly.wg_pair(v, groups) == (wonly.WG_PAIR if want else 0), (act, el, mt, groups)
+                    want = rows and mt >= WG_PAIR_MT and groups % WG_PAIR == 0
+                    assert wonly.wg_pair(v, groups) == (WG_PAIR if want else 0), (act, el, mt, groups)
     assert wonly.wg_pair(wonly.WonlyVariant.gemv("e2m1", "bf16", 1), 64) == 0
     v = wonly.WonlyVariant.wg("e2m1", "bf16", 8, True, fold_only=True)
-    p = replace(v, pair=wonly.WG_PAIR)
-    assert "-DWW_PAIR=0" in v.options() and f"-DWW_PAIR={wonly.WG_PAIR}" in p.options() and p.name != v.name
+    p = replace(v, pair=WG_PAIR)
+    assert "-DWW_PAIR=0" in v.options() and f"-DWW_PAIR={WG_PAIR}" in p.options() and p.name != v.name
 
 
 def test_wg_tma_rule():
@@ -380,14 +446,14 @@ def test_wg_tma_rule():
     listed for sm_90 beside the gather build."""
     from dataclasses import replace
 
-    assert wonly.WG_TMA_MT is not None and set(wonly.WG_TMA_ANY_MT) == {4}
+    assert WG_TMA_MT is not None and set(WG_TMA_ANY_MT) == {4}
     for act in ("bf16", "f16"):
         for el in ("e2m1", "e2m3", "e4m3fn"):
-            for mt in (*wonly.WG_MT, *wonly.WG_FOLD_MT):
-                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in wonly.WG_FOLD_MT)
+            for mt in (*WG_MT, *WG_FOLD_MT):
+                v = wonly.WonlyVariant.wg(el, act, mt, True, fold_only=mt in WG_FOLD_MT)
                 for blocks in (64, 131, 132, 224):
-                    split = el == "e2m1" and mt >= wonly.WG_TMA_ANY_MT[4]
-                    want = mt >= wonly.WG_TMA_MT and (blocks >= 132 or split)
+                    split = el == "e2m1" and mt >= WG_TMA_ANY_MT[4]
+                    want = mt >= WG_TMA_MT and (blocks >= 132 or split)
                     assert wonly.wg_tma(v, blocks, 132) == want, (act, el, mt, blocks)
                 x = replace(v, tma_x=True)
                 assert x.gather_warps == 1 and x.threads == 288 and wonly.wg_pair(x, 224) == 0
@@ -395,6 +461,5 @@ def test_wg_tma_rule():
                     "_pdl", "_x_pdl")
     assert not wonly.wg_tma(wonly.WonlyVariant.gemv("e2m1", "bf16", 8), 1 << 20, 1)
     listed = {x for x in wonly.all_wonly_variants("sm_90") if x.kernel == "wg"}
-    want = {replace(x, tma_x=True) for x in listed if not x.tma_x and not x.pair and x.mt >= wonly.WG_TMA_MT}
-    assert want and want == {x for x in listed if x.tma_x}
+    assert any(x.tma_x for x in listed) and all(x.mt >= WG_TMA_MT and not x.pair for x in listed if x.tma_x)
     assert not any(x.tma_x for x in wonly.all_wonly_variants("sm_80"))

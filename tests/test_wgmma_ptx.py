@@ -130,5 +130,5 @@ def test_database_n_covers_the_kernels_tiles():
     from mxcore.backends.cuda import sm90, wonly
     from mxcore.layouts import hopper
 
-    want = {bn for bn, _, _ in sm90.SM90_TILES.values()} | {8 * mt for mt in wonly.WG_MT + wonly.WG_FOLD_MT}
+    want = {bn for bn, _, _ in sm90.SM90_TILES.values()} | {8 * mt for mt in wonly.TUNING["wg"]["mt"] + wonly.TUNING["wg_fold"]["mt"]}
     assert set(hopper.KERNEL_N) == want

@@ -20,9 +20,9 @@ MX             mxfp8/mxfp6/mxfp4 and mixed pairs: each element decoded with its 
                blocks further below the largest are rounded once), bf16 mma, epilogue times 2^(smax - 127).
 weight-only   fp16/bf16 activations x an MX weight (``("bf16", "mxfp4")``): wonly.py — the packed weight decoded
                in registers by ``gemm_wonly_gemv.cu`` (small M), ``gemm_wonly.cu`` (larger M; fp16 at any M),
-               on sm_90 also ``gemm_wonly_tma.cu`` and on sm_90a ``gemm_wonly_wg.cu`` (wgmma, M up to 64), with
-               PDL launches (wonly.SM90_SMALL, wg_rule), or decoded once to bf16 and run through the bf16 GEMM
-               (``wonly_path="staged"``, bf16 with M > 32 where the registers path does not run).
+               on sm_90a ``gemm_wonly_wg.cu`` (wgmma, M up to 64), with PDL launches on sm_90, or decoded once to
+               bf16 and run through the bf16 GEMM (``wonly_path="staged"``); ``wonly.choose`` picks, from the
+               tuning table ``tuning/wonly.json``.
 =============  ===============================================================================================
 
 Accuracy (tested): |out - ref| ≤ (K + 2)·2^-23·(|A|@|B|) (+ the output rounding); on exactly representable
@@ -46,7 +46,9 @@ the output and relaunch it through ``cuLaunchKernel`` with the new addresses (pl
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
 slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in the kernel, or decoded to bf16;
-``families.mx_path``), ``wonly_path`` ("registers" | "staged": how an fp16/bf16 x MX-weight pair runs; wonly.py).
+``families.mx_path``), ``wonly_path`` ("registers" | "staged": how an fp16/bf16 x MX-weight pair runs; wonly.py),
+``config`` (the weight-only kernel build: a ``wonly.WonlyVariant``, its name, or a kernel form such as "wg";
+``wonly.choose``).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from __future__ import annotations
 import functools
 
 from mxcore.arrays import array_kind
-from mxcore.dtypes import WONLY_KIND
+from mxcore.dtypes import MX_ELEMENT, WONLY_KIND
 from mxcore.errors import BackendUnavailableError, ShapeError, UnsupportedError
 from mxcore.operands import made_per_call, mark_per_call
 
@@ -68,7 +70,7 @@ from .fastpath import _TORCH_OUT, fast_call, fast_pair, fast_quantized, fast_wei
 from .plan import STORE, BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
-from .wonly import mx_weight_folds
+from .wonly import WonlyProblem, mx_weight_folds
 from .wonly import wonly_path as _wonly_path
 from .wonly_plan import WonlyPlan, registers_prep, staged_prep
 
@@ -82,7 +84,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     vendor = "nvidia"
-    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path", "wonly_path")
+    options = ("tile", "family", "fp8_path", "split_k", "fp8_accumulate", "mx_path", "wonly_path", "config")
     batched = True  # (B, M, K) @ (B, K, N) / @ (K, N): one launch for the float dtypes (see the module docstring)
     device_quantization = True  # fp8/MX device operands are quantized on their GPU; scales never read on the host
     # fp8 B codes K-major: the fp8 kernels read them in place (no staging transpose; fp8 8192^3 end to end 0.84 ->
@@ -183,7 +185,7 @@ class CudaBackend(Backend):
     def plan(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor", out=None,
              tile: str | None = None, family: str | None = None, fp8_path: str | None = None,
              split_k: int = 0, fp8_accumulate: str = "promote", mx_path: str | None = None,
-             wonly_path: str | None = None, _restage: bool | str = False) -> CudaPlan:
+             wonly_path: str | None = None, config=None, _restage: bool | str = False) -> CudaPlan:
         """Stage both operands on the operands' device and return a :class:`CudaPlan`.  ``out``: optional CuPy
         C-contiguous array of the output's shape and storage dtype (float32, float16, or uint16 for bfloat16).
         ``_restage`` (the fast paths'): True — ``prep()`` stages both quantized operands again (nothing cached on
@@ -205,9 +207,14 @@ class CudaBackend(Backend):
         folds = batch is not None and len(sb) == 2 and mdt.kind in ("float", WONLY_KIND) and _foldable(a)
         shape = (1, batch * m, n, k) if folds else (batch or 1, m, n, k)  # the rule sees the folded problem
         wpath = None
+        if config is not None and mdt.kind != WONLY_KIND:
+            raise UnsupportedError(f"config= picks a weight-only kernel build (fp16/bf16 x an MX weight); this is a "
+                                   f"{mdt.kind} product {mdt.name}: choose its kernel with tile= or family=")
         if mdt.kind == WONLY_KIND:  # fp16/bf16 x MX weight: wonly.py (registers kernel, or the staged bf16 GEMM)
-            wpath = _wonly_path(mdt, shape[1], wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None),
-                                dev.arch, n, dev.sms, functools.partial(mx_weight_folds, b))
+            act, element = ("f16" if mdt.a.name == "fp16" else "bf16"), MX_ELEMENT[mdt.b.name]
+            wpath = _wonly_path(WonlyProblem(shape[1], n, k, act, element, dev.arch, dev.sms),
+                                wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None), config,
+                                functools.partial(mx_weight_folds, b, act, element))
             if wpath == "registers" and (tile or family or fp8_path):
                 raise UnsupportedError("tile=, family= and fp8_path= choose kernels of the staged path; the registers "
                                        "path (wonly_path='registers') takes split_k only")
@@ -229,7 +236,8 @@ class CudaBackend(Backend):
                 if batch is not None and mdt.kind != "float":
                     return self._batch_loop(a, b, mdt, batch, (m, n), out_dtype, scale_rounding, out, tile=tile,
                                             family=family, fp8_path=fp8_path, split_k=split_k,
-                                            fp8_accumulate=fp8_accumulate, mx_path=mx_path, wonly_path=wonly_path)
+                                            fp8_accumulate=fp8_accumulate, mx_path=mx_path, wonly_path=wonly_path,
+                                            config=config)
                 if wpath is not None:
                     prep = (registers_prep if wpath == "registers" else staged_prep)(
                         self, stager, a, b, mdt, scale_rounding, cache=_restage is not True)
@@ -250,7 +258,7 @@ class CudaBackend(Backend):
                 if fold:
                     out = out.reshape(m, n)
         if wpath == "registers":
-            return WonlyPlan(self, cp, dev, stream, da, db, out, m, n, out_dtype, prep, like, fold, split_k)
+            return WonlyPlan(self, cp, dev, stream, da, db, out, m, n, out_dtype, prep, like, fold, split_k, config)
         if fam == "wgmma":  # the sm_90a family (sm90.py): same staging and output, its own launch
             from .sm90 import Sm90Plan
 

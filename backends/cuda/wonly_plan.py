@@ -1,6 +1,6 @@
 """The registers path's plan of a weight-only product (``"wonly"`` pairs: fp16/bf16 activations x an MX weight) and
-both paths' staging callables; the rules it applies (which kernel, which compiled form, how many K splits) are
-``wonly.py``'s, read from that module when a plan is built (tests and sweeps set them there)."""
+both paths' staging callables; the kernel is ``wonly.choose``'s (or the ``config=`` it is given), the launch is
+sized by ``wonly.py``'s functions."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class WonlyPlan(Plan):
     (a cached packed weight costs nothing), ``result()`` gives the caller's kind of array."""
 
     def __init__(self, backend, cp, dev, stream, da: DevOperand, db: DevOperand, out, m: int, n: int,
-                 out_dtype: str, prep, result_like, fold=None, split: int = 0):
+                 out_dtype: str, prep, result_like, fold=None, split: int = 0, config=None):
         self.backend, self.cp, self.dev, self.stream = backend, cp, dev, stream
         self.da, self.db, self.out, self.m, self.n, self.out_dtype = da, db, out, m, n, out_dtype
         self._prep, self._like, self._fold, self._split = prep, result_like, fold, split
@@ -49,46 +49,26 @@ class WonlyPlan(Plan):
                                    f"not {dev.arch}")
         self.batch = fold[0] if fold is not None else None
 
-        def folds(act, _element):  # the rule's question, of the packed weight (db.elem is the element)
-            return rules.wg_fold_only(db, act)
-
-        if rules.small_kernel(dev.arch, da.elem, m, n, dev.sms, db.elem, folds):
-            kernel = rules.sm90_small(da.elem, n, dev.sms, m, db.elem, folds) if sm_of(dev.arch) == 90 else "gemv"
-            mts = {"tma": rules.TMA_MT, "wg": rules.WG_MT}.get(kernel, rules.GEMV_MT)
-            mt = next((x for x in mts if 8 * x >= m), mts[-1])
-            if kernel == "wg" and m > 8 * mt and folds(da.elem, db.elem):
-                mt = next((x for x in rules.WG_FOLD_MT if 8 * x >= m), rules.WG_FOLD_MT[-1])
-                self.variant_ = rules.WonlyVariant.wg(db.elem, da.elem, mt, rules.SM90_PDL, fold_only=True)
-            else:
-                self.variant_ = rules.WonlyVariant.small(db.elem, da.elem, mt, dev.arch, kernel)
-        else:
-            mt = next((x for x in rules.MT_CHOICES if 8 * x >= m), rules.MT_CHOICES[-1])
-            self.variant_ = rules.WonlyVariant(db.elem, da.elem, mt)
+        problem = rules.WonlyProblem(m, n, da.k, da.elem, db.elem, dev.arch, dev.sms)
+        self.variant_ = rules.choose(problem, "registers", config, lambda: rules.wg_fold_only(db, da.elem)).variant
         groups = record_groups(n)
-        grid_xy = (-(-groups * GROUP // self.variant_.tiles), -(-m // (8 * self.variant_.mt)))
-        if rules.wg_tma(self.variant_, grid_xy[0] * grid_xy[1], dev.sms):  # activations by tensor copy
-            self.variant_ = replace(self.variant_, tma_x=True)
-        pair = rules.wg_pair(self.variant_, groups)  # clusters sharing the activation gather
-        if pair:
-            self.variant_ = replace(self.variant_, pair=pair)
+        self._grid_xy = (-(-groups * GROUP // self.variant_.tiles), -(-m // (8 * self.variant_.mt)))
         v = self.variant_
         self._nchunks = -(-da.k // v.kc)
-        self._grid_xy = grid_xy
         with cp.cuda.Device(dev.ordinal):
             self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
                                                v.smem_bytes)
             # the permuted copy of the activations that a WW_TMA build loads (the same module's second entry)
             self._xperm_kernel = (backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, "mx_wonly_xperm",
                                                       v.options()) if v.tma_x else None)
-            small = v.kernel in ("gemv", "tma", "wg")
-            per_sm = rules.CTAS_PER_SM
+            small = v.kernel in ("gemv", "wg")
+            per_sm = v.ctas_per_sm
             if small:  # one wave: no more blocks per SM than can be resident (registers, shared memory, threads)
                 attrs = self._kernel.attributes
-                most = {"gemv": rules.GEMV_CTAS_PER_SM, "tma": rules.TMA_CTAS_PER_SM, "wg": rules.WG_CTAS_PER_SM}
-                per_sm = min(most[v.kernel], resident_blocks(dev.props, int(attrs["num_regs"]), v.threads,
-                                                             v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
+                per_sm = min(per_sm, resident_blocks(dev.props, int(attrs["num_regs"]), v.threads,
+                                                     v.smem_bytes + int(attrs.get("shared_size_bytes", 0))))
             base = self._grid_xy[0] * self._grid_xy[1]
-            cap = (64 if v.kernel in ("gemv", "tma")
+            cap = (64 if v.kernel == "gemv"
                    else rules.ring_split_cap(m, self._grid_xy[0] * v.tiles * 16, packed_bytes(db.elem, da.k, n)))
             self._splits, self._per = rules._splits(dev.sms, base, self._nchunks, split, per_sm, small, cap)
             self._smem = v.smem_bytes
@@ -98,7 +78,7 @@ class WonlyPlan(Plan):
                 if self._smem > max(v.smem_bytes, 48 * 1024):
                     self._kernel.max_dynamic_shared_size_bytes = max(
                         self._smem, int(self._kernel.attributes.get("max_dynamic_shared_size_bytes", 0)))
-            how = {"gemv": "direct loads", "tma": "bulk copies to a shared-memory ring, warp-specialized",
+            how = {"gemv": "direct loads",
                    "wg": ("bulk copies and tensor copies of the permuted activations (mx_wonly_xperm first)"
                           if v.tma_x else "bulk copies and a gathered activation ring") + ", warp-specialized"}.get(
                 v.kernel, "cp.async ring") + (", PDL" if v.pdl else "")

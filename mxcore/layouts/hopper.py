@@ -43,7 +43,7 @@ _PTX_TYPE = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32", "e4m3fn": "e4m3", "e
 _STORAGE_BITS = {"fp16": 16, "bf16": 16, "tf32": 32, "e4m3fn": 8, "e5m2": 8}  # bits per element in shared memory
 _SRC = ("PTX ISA 9.7.15 wgmma.mma_async: register fragments, shared-memory layouts, matrix descriptor",)
 #: N of the wgmma the kernels issue: gemm_sm90.cu's SM90_BN (backends/cuda/sm90.py SM90_TILES) and
-#: gemm_wonly_wg.cu's 8 * WO_MT (backends/cuda/wonly.py WG_MT + WG_FOLD_MT); tests/test_wgmma_ptx.py checks that
+#: gemm_wonly_wg.cu's 8 * WO_MT (backends/cuda/tuning/wonly.json: wg.mt + wg_fold.mt); tests/test_wgmma_ptx.py checks that
 #: every wgmma in the emitted PTX has a record
 KERNEL_N = (8, 16, 24, 32, 40, 48, 56, 64, 128, 192, 256)
 #: the A/B format pairs of wgmma with fp32 accumulators (.f16 x .f16, .bf16 x .bf16, .tf32 x .tf32, fp8 pairs)
