@@ -182,7 +182,7 @@ def encode(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: st
         codes, redo = _nearest(spec, flat, rounding)
         if redo is not None:
             codes[redo] = _exact.encode(flat[redo], spec, rounding=rounding, overflow=overflow, nan=nan)
-    return codes.reshape(shape)
+    return _layout_of(xa, codes.reshape(shape))
 
 
 def round_to(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: str = "raise",
@@ -208,7 +208,15 @@ def round_to(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: 
         out = _table(spec.name)[codes]
         if redo is not None:
             out[redo] = _exact.round_to(flat[redo], spec, rounding=rounding, overflow=overflow, nan=nan)
-    return out.reshape(shape)
+    return _layout_of(xa, out.reshape(shape))
+
+
+def _layout_of(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out`` (C order) in ``x``'s memory order where ``x`` is column-major: a Fortran-ordered operand stays one
+    (a backend reads either major without a transpose)."""
+    if x.ndim >= 2 and x.flags.f_contiguous and not x.flags.c_contiguous:
+        return np.asfortranarray(out)
+    return out
 
 
 # ---- decoding ------------------------------------------------------------------------------------
@@ -346,7 +354,7 @@ def encode_scaled(xa: np.ndarray, spec: FormatSpec, k: int) -> np.ndarray:
     redo = _special(spec, codes) if spec.has_nan else ~np.isfinite(flat)
     if redo.any():
         codes[redo] = _exact.encode_scaled(flat[redo], spec, k)
-    return codes.reshape(xa.shape)
+    return _layout_of(xa, codes.reshape(xa.shape))
 
 
 @lru_cache(maxsize=None)

@@ -571,3 +571,14 @@ def test_exact_shifts_brute_force(src, dst):
             ok.append(d)
     got = F.exact_shifts(src, dst)
     assert (list(range(got[0], got[1] + 1)) if got else []) == ok
+
+
+def test_host_codec_keeps_a_column_major_input_column_major(rng):
+    """encode / round_to of a Fortran-ordered matrix return a Fortran-ordered result with the same values as the
+    C-ordered input's (a backend reads either major in place: the staging must not transpose behind its back)."""
+    x = rng.standard_normal((19, 41)).astype(np.float32)
+    xf = np.asfortranarray(x)
+    for fmt in ("bf16", "e4m3fn", "e2m1"):
+        for fn in (formats.encode, formats.round_to):
+            got, want = fn(xf, fmt), fn(x, fmt)
+            assert got.flags.f_contiguous and np.array_equal(got, want), (fmt, fn.__name__)
