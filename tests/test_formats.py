@@ -579,6 +579,6 @@ def test_host_codec_keeps_a_column_major_input_column_major(rng):
     x = rng.standard_normal((19, 41)).astype(np.float32)
     xf = np.asfortranarray(x)
     for fmt in ("bf16", "e4m3fn", "e2m1"):
-        for fn in (formats.encode, formats.round_to):
+        for fn in (F.encode, F.round_to):
             got, want = fn(xf, fmt), fn(x, fmt)
             assert got.flags.f_contiguous and np.array_equal(got, want), (fmt, fn.__name__)
