@@ -174,7 +174,7 @@ struct FastLoader {
     }
     // EDGE: the block's tile reaches past M (A) or N (B): per-slot source sizes (zero fill), and a valid
     // fallback address for slots that read nothing.  Interior blocks (EDGE false) copy all 16 bytes of every
-    // slot with no predicate (~4.5 SASS instructions per cp.async instead of ~8.5; NOTES_CUDA.md).
+    // slot with no predicate (~4.5 SASS instructions per cp.async instead of ~8.5).
     template <bool EDGE>
     __device__ __forceinline__ void copy(u32 sbuf, const u8* fallback) {
 #pragma unroll

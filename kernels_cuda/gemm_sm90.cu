@@ -106,20 +106,13 @@
 #ifndef SM90_GROUP_M
 #define SM90_GROUP_M 16
 #endif
-#ifndef SM90_REG_PRODUCER
-#define SM90_REG_PRODUCER 40
-#endif
-#ifndef SM90_REG_CONSUMER
-#define SM90_REG_CONSUMER 232
-#endif
+#define SM90_REG_PRODUCER 40   // setmaxnreg: the producer warpgroup's registers
+#define SM90_REG_CONSUMER 232  // and each consumer's
 #ifndef SM90_MX
 #define SM90_MX 0  // 1: exact OCP-MX fp8 (per-32-K E8M0 block scales applied in fp32 after each k32 wgmma)
 #endif
 #ifndef SM90_MX_PINGPONG
 #define SM90_MX_PINGPONG 0  // 1: the two consumers take turns at the promotion (named barriers 3 and 4)
-#endif
-#ifndef SM90_MX_DIAG
-#define SM90_MX_DIAG 0  // benchmark diagnostics only (wrong results): parts of the promotion removed
 #endif
 #ifndef SM90_MX_DUAL
 #define SM90_MX_DUAL 0  // 1: two scratch accumulators, block j+1's wgmma issued before block j's promotion
@@ -134,13 +127,8 @@
 #if SM90_MX && (SM90_ELEM != 3 || SM90_TA || SM90_TB || SM90_SWAP)
 #error "SM90_MX: fp8 operands, K-major, not swapped"
 #endif
-#ifndef SM90_MN_LBO
 #define SM90_MN_LBO 8192  // M/N-major: bytes between 64-element swizzle atoms along M/N (one box)
-#endif
-
-#ifndef SM90_MN_SBO
 #define SM90_MN_SBO 1024  // M/N-major: bytes between groups of 8 K rows (8 swizzled 128-byte rows)
-#endif
 
 #define SM90_STR2(x) #x
 #define SM90_STR(x) SM90_STR2(x)
@@ -355,25 +343,9 @@ __device__ __forceinline__ void mx_for_each_factor(int ra0, int ra1, Col4 col4, 
 
 __device__ __forceinline__ void mx_promote_fast(float (&acc)[SM90_ACC], const float (&part)[SM90_ACC], int ra0,
                                                 int ra1, u32 cb) {
-#if SM90_MX_DIAG == 1  // benchmark diagnostic (wrong results): one FFMA per element, no factor loads or adds
-#pragma unroll
-    for (int i = 0; i < SM90_ACC; ++i) acc[i] = f32_fma(__int_as_float(((i >> 1) & 1) ? ra1 : ra0), part[i], acc[i]);
-    return;
-#elif SM90_MX_DIAG == 2  // diagnostic: no promotion
-    return;
-#endif
-#if SM90_MX_DIAG == 3  // diagnostic: the integer add and FMA without the per-group factor loads
-    const int4 c4 = ld_shared_v4(cb);
-    const auto col4 = [c4](int) { return c4; };
-#else
     const auto col4 = [cb](int g) { return ld_shared_v4(cb + 64 * g); };
-#endif
     mx_for_each_factor(ra0, ra1, col4, [&](int i, int ra, int cf) {
-#if SM90_MX_DIAG == 4  // diagnostic: the factor as an fp32 product (FMUL) instead of an integer add
-        acc[i] = f32_fma(f32_mul(__int_as_float(ra), __int_as_float(cf)), part[i], acc[i]);
-#else
         acc[i] = f32_fma(__int_as_float(ra + cf), part[i], acc[i]);
-#endif
     });
 }
 

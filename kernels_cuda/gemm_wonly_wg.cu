@@ -91,18 +91,14 @@ static_assert(WW_PART % WW_GATHER_WARPS == 0 && WW_PART * WW_PAIR == WW_MP && WW
 #ifndef WW_FOLD_ONLY
 #define WW_FOLD_ONLY 0  // 1: every chunk folds (the plan checked the weight's scale codes); no fp32 block path
 #endif
-#ifndef WW_LAG
 #define WW_LAG 1  // activation stages in flight before the producer arrives (at most WW_STAGES - 2)
-#endif
-#ifndef WW_TAIL_SKIP
 // How the consumers' chunk loop passes the chunks a K tail's last stage lacks: leave the loop (break) or skip them
 // (continue).  With break ptxas serializes every wgmma of the fold-only builds (C7513: each waits for the one before);
 // with continue it pipelines all builds, yet that measured faster only for the 4-bit m32 tensor-copy builds (H100,
-// session 25, 32 x 28672 x 8192: bf16 x mxfp4 66.1 -> 63.6 us, fp16 x mxfp4 78.2 -> 73.5 us) and slower or no
+// 32 x 28672 x 8192: bf16 x mxfp4 66.1 -> 63.6 us, fp16 x mxfp4 78.2 -> 73.5 us) and slower or no
 // better elsewhere (m24 / m32 gather and byte-code builds 0-4 % slower; fold-only m40 / m64 63.5 / 73.3 -> 65.4 /
 // 74.1 us, bf16 x mxfp8 m64 153 -> 160 us).  So only those builds skip.
 #define WW_TAIL_SKIP (WO_PACK4 && WO_MT == 4 && WW_TMA && !WW_FOLD_ONLY)
-#endif
 static_assert(WW_CPS % 2 == 0, "the decode alternates two register buffers by chunk parity inside a stage");
 static_assert(WW_STAGES >= 3, "a stage is released while the next one is multiplied; the producer runs one ahead");
 static_assert(WW_LAG >= 1 && WW_LAG <= WW_STAGES - 2, "the producer arrives on a stage before it waits for its slot");
@@ -156,13 +152,11 @@ __device__ __forceinline__ void ww_fence_async() { asm volatile("fence.proxy.asy
 // WW_PIN: the consumers form their shared addresses (ring, barriers, fold bits, the lane's record offsets) once and
 // keep them in registers (ww_pin), reading the records by ld_shared_* (async_sm90.cuh); otherwise ptxas forms them
 // again from the CTA's shared window (S2R SR_CgaCtaId) in every chunk.  Fold-only builds only: the m64 4-bit
-// tensor-copy loop went from 239 to 210 instructions per stage, and (H100, session 26, us, two passes each) bf16 x
+// tensor-copy loop went from 239 to 210 instructions per stage, and (H100, us, two passes each) bf16 x
 // mxfp4 64 x 28672 x 8192 73.5 -> 70.1 / 71.3, 64 x 8192 x 8192 31.8 -> 31.3, fp16 x mxfp4 64 x 28672 x 8192 83.6 ->
 // 80.2, bf16 x mxfp8 153.1 -> 146.6, bf16 x mxfp6 101.5 -> 98.4.  Under the other builds' 96-register bound it
 // spilled (4-bit m32 gather) or had ptxas serialize the wgmma (f16 x e5m2: C7519).
-#ifndef WW_PIN
 #define WW_PIN WW_FOLD_ONLY
-#endif
 __device__ __forceinline__ u32 ww_pin(u32 v) {
     asm volatile("" : "+r"(v));
     return v;
@@ -322,9 +316,7 @@ __device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, in
     return lane < WW_CPS && c0 + lane < c_end ? (u32)__ldg(ranges + c0 + lane) : (u32)(WW_SLO | WW_SHI << 8);
 }
 
-#ifndef WW_MINB
 #define WW_MINB (WO_MT <= 4 || WW_FOLD_ONLY ? 2 : 1)  // blocks per SM the registers must allow
-#endif
 extern "C" __global__ void WW_CLUSTER __launch_bounds__(WW_THREADS, WW_MINB)
 mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
             u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per,

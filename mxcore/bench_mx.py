@@ -7,7 +7,7 @@ device-quantized random normal operands, then cuBLASLt per-tensor fp8 (``torch._
 (``torch.matmul``).
 CUDA events, median of ``repeats`` launches after warm-up, 3 plans rotated (``mxcore.bench.time_callable``).  Each
 row names the path the plan took (its variant) and, for folded operands, the fraction of 128-K windows folded and
-whether every row has one factor over all of K (the fastest tier, NOTES_SM90.md), and for mxfp8 folds the entries
+whether every row has one factor over all of K (the fastest tier), and for mxfp8 folds the entries
 of lost bits the GEMM added back (A, B).
 Run: ``python -m mxcore.bench_mx --sizes 8192,4096 --dtypes mxfp4,mxfp6_e2m3,mxfp6_e3m2,mxfp8,mxfp8+mxfp4``.
 """

@@ -18,6 +18,7 @@ from mxcore.errors import UnsupportedError
 
 from .sm90 import wgmma_reason
 from .stage import is_mxfp8
+from .tables import table
 
 __all__ = ["FAMILIES", "MX_EXACT_FROM", "MX_FOLD_DEFAULT", "MX_PATHS", "exact_pays", "family_for", "mx_path"]
 
@@ -27,27 +28,14 @@ _KNOWN = ("mma_sync", "wgmma")
 MX_PATHS = ("exact", "decode")
 #: where the rule takes the exact variant for a pair with an mxfp8 operand on wgmma: (K at least, M N at least) by
 #: (operands staged per call, "mxfp8" for mxfp8 x mxfp8 or "mixed" for mxfp8 x fp4 / fp6); None: never (decode).
-#: Staged per call: how many operands the call itself quantized from float data (``mxcore.operands.made_per_call``;
-#: staged, or replayed, each call): 0 for two quantized objects of the caller (each staged once, cached on it), 1
-#: for float activations times a weight quantized once, 2 for two float operands.
-#: What each side costs beyond the GEMM: the exact path's mx_lo_fix reads and writes C (grows with M N, not K:
-#: ~0.27 ms at 8192^2) and its per-call staging (the fold, lists and transposed copies) grows with (M + N) K;
-#: decoding costs a slower kernel (the bf16 rate).  So exact pays where K is long and M N large.  Two H100s (session
-#: 16, NOTES_SM90.md "The size rule"; .notes/mx11/e2e_rule.py), end to end through matmul, exact / decode in us:
-#: from fp16 inputs mxfp8 x mxfp8 wins only at 8192^3 (1664-1699 / 1718-1826), ties at 4096 x 8192 x 16384 and
-#: loses at 7168^3 (1234-1248 / 1187-1194) and K = 4096; mxfp8 x mxfp4 wins from 7168^3 (1164-1170 / 1203-1208) and
-#: at 4096 x 8192 x 16384 (1646-1677 / 1865-1976), loses at K = 4096 (16384 x 4096 x 4096 1024-1042 / 940-986), ties
-#: at 6144^3; times a weight quantized once, mxfp8 x mxfp8 wins at 8192^3 (1406-1452 / 1612-1630) and 4096 x 8192 x
-#: 16384 (1460-1509 / 1540-1678), ties at 6144^3 and 7168^3; two quantized objects (kernel-bound: fast_pair) exact
-#: 571 / 678 at 6144^3, 1251 / 1508 at 8192^3, 1275 / 1490 at 4096 x 8192 x 16384, 804 / 780 at 16384 x 4096 x 4096,
-#: 323 / 211 at 4096^3 (bench_mx, session 15: exact ties at 5120^3)
-MX_EXACT_FROM = {(0, "mxfp8"): (6144, 4096 * 8192), (0, "mixed"): (6144, 4096 * 8192),
-                 (1, "mxfp8"): (8192, 4096 * 8192), (1, "mixed"): (7168, 4096 * 8192),
-                 (2, "mxfp8"): (8192, 8192 * 8192), (2, "mixed"): (7168, 4096 * 8192)}
-#: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding.
-#: H200, random normal data (one factor per row and column): mxfp4 1148 / 714 TFLOP/s at 8192^3 / 4096^3 against
-#: decode's 849 / 676 (NOTES_SM90.md): exact.  A pair with an mxfp8 operand follows :data:`MX_EXACT_FROM`
-MX_FOLD_DEFAULT = True
+#: Staged per call: how many operands the call itself quantized from float data (``mxcore.operands.made_per_call``):
+#: 0 for two quantized objects of the caller, 1 for float activations times a weight quantized once, 2 for two float
+#: operands.  Values and the figures that chose them: tuning/dense.json, mx_exact_from.
+MX_EXACT_FROM = {(int(per_call), pair): tuple(bound)
+                 for per_call, pairs in table("dense")["mx_exact_from"]["value"].items() for pair, bound in pairs.items()}
+#: the rule's choice for pairs of MXFP4 / MXFP6 operands on wgmma: the exact variant (folded into e4m3) or decoding
+#: (tuning/dense.json, mx_fold_default).  A pair with an mxfp8 operand follows :data:`MX_EXACT_FROM`
+MX_FOLD_DEFAULT = bool(table("dense")["mx_fold_default"]["value"])
 
 
 def family_for(arch: str, mdt=None, shape=None, option: str | None = None) -> str:

@@ -39,6 +39,7 @@ from mxcore.errors import UnsupportedError
 from .device import address_of, unowned_view
 from .plan import CudaPlan, RawLaunch, scale_args
 from .stage import _SPECIAL, FP8_SHORT, LO_CAP
+from .tables import table
 from .variants import ELEMENTS
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
@@ -83,22 +84,14 @@ def _transposed_elements(cp, d):
     return f.lo_elt
 
 
-#: block tiles: name -> (BN, stages, cluster size along M).  128x256 (cluster of 2) is the 16-bit/tf32/fast-fp8
-#: default; promoted fp8 keeps two accumulators (main + per-128-K scratch), so its N is 192 (NOTES_SM90.md).
-SM90_TILES = {
-    "128x256c2": (256, 4, 2),
-    "128x256": (256, 4, 1),
-    "128x192": (192, 5, 1),
-    "128x192c2": (192, 5, 2),
-    "128x128": (128, 6, 1),
-    "128x64": (64, 8, 1),  # swapped small-M problems (decode): 128 rows of the weight x up to 64 rows of M
-}
-MX_TILE = "128x192"  # exact MX fp8: main + one scratch accumulator of 64 x 192 per consumer (NOTES_SM90.md)
-MX_PINGPONG = False  # exact MX fp8: consumers promote in turns (NOTES_SM90.md)
-MX_DUAL = False  # exact MX fp8: two scratch accumulators per consumer (fits 128-column tiles; NOTES_SM90.md)
-SWAP_MAX_M = 64  # M at or below which the operands are swapped (C^T = B^T A^T) so that N fills the 128-row side
-MIN_SPLIT_STAGES = 8  # ring stages (K blocks) per split at least: shorter splits cost more in partials than they save
-MAX_SPLITS = 16
+_T = table("dense")
+#: block tiles: name -> (BN, stages, cluster size along M) (tuning/dense.json, sm90_tiles)
+SM90_TILES = {name: tuple(v) for name, v in _T["sm90_tiles"]["value"].items()}
+#: exact MX fp8: the tile, and the consumers' promotion in turns / with two scratch accumulators (benchmark options)
+MX_TILE, MX_PINGPONG, MX_DUAL = _T["mx_exact"]["tile"], _T["mx_exact"]["pingpong"], _T["mx_exact"]["dual"]
+SWAP_MAX_M = _T["sm90_swap_max_m"]["value"]  # M at or below which A and B are swapped (C^T = B^T A^T)
+#: the last wave's K splits: at least this many ring stages per split, at most this many splits (split_tail)
+MIN_SPLIT_STAGES, MAX_SPLITS = _T["sm90_split"]["min_stages"], _T["sm90_split"]["max_splits"]
 
 
 @dataclass(frozen=True)
@@ -212,7 +205,7 @@ class Sm90Variant:
 
 def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote: bool = True,
                 tile: str | None = None, tma_store: int = 0, swap: bool = False, mx: bool = False) -> Sm90Variant:
-    """The default variant of an element pair (measured on an H200: NOTES_SM90.md).  ``tma_store``: the output's
+    """The default variant of an element pair (tuning/dense.json, sm90_tiles).  ``tma_store``: the output's
     element bytes when its row pitch is a multiple of 16 bytes and its base 16-byte aligned (TMA), else 0.
     ``swap``: the operands are swapped (small M; the element names and majorness are the swapped ones).
     ``mx``: exact MX fp8 (block scales in the kernel; never swapped)."""
@@ -220,9 +213,9 @@ def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote:
         return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or MX_TILE, True, tma_store, mx=True,
                            pingpong=MX_PINGPONG, dual=MX_DUAL)
     if swap:
-        return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or "128x64", promote, 0, True)
+        return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or _T["sm90_tiles"]["swapped"], promote, 0, True)
     if tile is None:
-        tile = "128x192" if (elem in _FP8 and promote) else "128x256c2"
+        tile = _T["sm90_tiles"]["default_fp8_promoted" if (elem in _FP8 and promote) else "default_16bit"]
     return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile, promote, tma_store)
 
 
@@ -265,8 +258,9 @@ def wgmma_reason(arch: str, mdt=None, shape=None, sms: int = 132) -> str | None:
         batch, m, n, _k = shape
         if batch and batch > 1:
             return "batched problems run on mma.sync (the wgmma kernel has no batch dimension yet)"
-        if -(-m // BM) * -(-n // 256) < sms // 2:
-            return f"{m}x{n} has fewer than {sms // 2} 128x256 tiles: mma.sync with split K fills the GPU better"
+        least = int(sms * _T["wgmma_min_tiles_per_sm"]["value"])
+        if -(-m // BM) * -(-n // 256) < least:
+            return f"{m}x{n} has fewer than {least} 128x256 tiles: mma.sync with split K fills the GPU better"
     return None
 
 

@@ -326,7 +326,7 @@ class ColumnProgram:
 
 COMM_SMS = 24          # SMs NCCL's all-gather kernel held here (2 x H200, NCCL defaults; README "More than one GPU")
 GATHER_BYTES_S = 200e9  # its bus bandwidth measured beside the GEMM (bench_distributed: 180-215 GB/s)
-GEMM_FLOPS_S = {"fp8": 1.3e15, "16-bit": 0.785e15}  # the wgmma GEMMs' rates by staged element (NOTES_SM90.md)
+GEMM_FLOPS_S = {"fp8": 1.3e15, "16-bit": 0.785e15}  # the wgmma GEMMs' rates by staged element (benchmarks/results/dense-gemm-h200.json, fp8-gemm-h200.json)
 HELD = 2 / 3  # the part of the gather's time a GEMM on every SM loses to it (calibrated on the three cases below)
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from mxcore.errors import UnsupportedError
 
+from .tables import table
+
 __all__ = ["ELEMENTS", "FRAGMENT_FORMULAS", "TILES", "Element", "Tile", "Variant", "all_variants", "ceiling_element",
            "choose_tile", "element_tiles", "eval_formula", "gemm_options", "native_fp8", "sm_of"]
 
@@ -107,9 +109,7 @@ class Tile:
         return 32 * self.warps_m * self.warps_n
 
 
-# 128x128 with 4 warps of 64x64 runs two blocks per SM and was the best or near-best tile of the H100 sweeps at
-# 4096^3 and 8192^3 for every element and majorness; fp8 converted to f16 reads 128-byte K rows (128 fp8,
-# 3 stages: +7 % at 8192^3 over 64-byte rows).  Other tiles and pipelines measured no better: NOTES_CUDA.md.
+# the tiles the kernel is built in; which one a problem takes: choose_tile (tuning/dense.json, mma_sync_tiles)
 TILES = {
     "128x128": Tile("128x128", 128, 128, 64, 2, 2, 4),
     "128x128k128s3": Tile("128x128k128s3", 128, 128, 128, 2, 2, 3),
@@ -225,7 +225,7 @@ def all_variants(arch: str) -> list[Variant]:
 def choose_tile(m: int, n: int, sms: int = 132, elem: str = "f16", batch: int = 1) -> str:
     """The tile for ``batch`` m x n outputs: 32x64 for skinny M, else the largest of ``element_tiles`` whose grid
     still has a block per SM, else 64x64."""
-    if m <= 32:
+    if m <= table("dense")["mma_sync_tiles"]["skinny_m"]:
         return "32x64"
     for name in element_tiles(elem)[:-2]:
         t = TILES[name]

@@ -43,15 +43,14 @@ kernel form ("gemv", "gemv-pdl", "ring", "wg", "wg-tma"; the M tile and the rest
 from __future__ import annotations
 
 import functools
-import json
 import weakref
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
 from mxcore.errors import UnsupportedError
 
+from .tables import table
 from .variants import sm_of
 from .wonly_records import GROUP, chunk_k, formula_options, record_bytes, record_groups
 
@@ -67,14 +66,8 @@ KERNEL_FORMS = {"gemv": ("gemv", False, False), "gemv-pdl": ("gemv", True, False
                 "wg": ("wg", True, False), "wg-tma": ("wg", True, True)}
 
 
-def _load_tuning() -> dict:
-    """The tuning table (``tuning/wonly.json``): every number :func:`choose` and the variants read."""
-    with open(Path(__file__).with_name("tuning") / "wonly.json") as f:
-        return json.load(f)
-
-
-#: the weight-only tuning table (read-only by convention: change the JSON file, with the figures that justify it)
-TUNING = _load_tuning()
+#: the weight-only tuning table (tables.py; change the JSON file, with the figures that justify it)
+TUNING = table("wonly")
 _T = TUNING
 INF = float("inf")
 
