@@ -341,10 +341,9 @@ class _Call:
 def _prebuilt(cp, ordinal: int, src: str, opts):
     """The codec module as a prebuilt cubin (``cuda/prebuilt.py``: the package data or the ``--prebuild`` cache),
     or None."""
-    from .cuda.device import device_info
-    from .cuda.prebuilt import load_module, note
+    from .cuda.prebuilt import device_arch, load_module, note
 
-    arch = device_info(cp, ordinal).arch
+    arch = device_arch(cp, ordinal)
     mod = load_module(cp, src, opts, arch, "codec.cu")
     if mod is None:
         note("compiled", "codec.cu", "*", arch)

@@ -24,7 +24,8 @@ import numpy as np
 _DELEGATED = {
     "formats": ("mxcore.formats", "print format properties and code tables: formats [NAME] [--table]"),
     "layout": ("mxcore.layouts", "show an instruction's fragment layout: layout NAME --operand A [--out f.svg]"),
-    "bench": ("mxcore.bench", "benchmark against the vendor library: bench [--backend cuda] [--dtype ...]"),
+    "bench": ("mxcore.bench", "benchmark against the vendor library: bench [--backend cuda] [--dtype ...]; "
+                              "bench --first-call: import + first matmul, empty caches"),
     "selftest": ("mxcore.selftest", "check this GPU: layout probes, GEMM matrix, compiler output: selftest [--out F]"),
 }
 

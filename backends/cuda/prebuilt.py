@@ -40,8 +40,8 @@ from mxcore.errors import KernelCompileError
 from mxcore.kernels import DiskCache, cache_key
 
 __all__ = ["ENV", "EVENTS", "PACKAGE_COMMAND", "RECIPE", "LoadedKernel", "LoadedModule", "build_key", "cubin_sm",
-           "enabled", "load_kernel", "load_module", "lookup_archs", "nvrtc_options", "package", "package_dir",
-           "prebuild", "write_package"]
+           "device_arch", "enabled", "load_kernel", "load_module", "lookup_archs", "nvrtc_options", "package",
+           "package_dir", "prebuild", "write_package"]
 
 #: bump when what a build's cubin is compiled from changes beyond its source, options and arch (nvrtc_options)
 RECIPE = 1
@@ -144,9 +144,19 @@ def package() -> Package:
     return _package_at(str(package_dir()))
 
 
-def find(source_text: str, options, device_arch: str) -> tuple[bytes, str] | None:
+def device_arch(cp, ordinal: int) -> str | None:
+    """``sm_XY`` of device ``ordinal``, or None when it cannot be asked (then nothing prebuilt is looked up)."""
+    try:
+        from .device import device_info
+
+        return device_info(cp, ordinal).arch
+    except Exception:  # noqa: BLE001 (a CuPy without device properties: the kernel is compiled, as before)
+        return None
+
+
+def find(source_text: str, options, device_arch: str | None) -> tuple[bytes, str] | None:
     """(cubin, "package" | "cache") of a build for a device of ``device_arch``, or None (compile it)."""
-    if not enabled():
+    if not enabled() or not device_arch:
         return None
     pkg = package()
     for arch in lookup_archs(options, device_arch):
@@ -248,7 +258,7 @@ class LoadedKernel:
 _LOADED: dict = {}  # (source text, options, device arch) -> LoadedModule: a module's entries share one load
 
 
-def _load(cp, source_text: str, options, device_arch: str) -> LoadedModule | None:
+def _load(cp, source_text: str, options, device_arch: str | None) -> LoadedModule | None:
     key = (source_text, tuple(options), device_arch)
     mod = _LOADED.get(key)
     if mod is not None and enabled():
@@ -264,7 +274,7 @@ def _load(cp, source_text: str, options, device_arch: str) -> LoadedModule | Non
     return mod
 
 
-def load_kernel(cp, source_text: str, name: str, options, device_arch: str, file: str = ""):
+def load_kernel(cp, source_text: str, name: str, options, device_arch: str | None, file: str = ""):
     """Kernel ``name`` of a prebuilt build (a :class:`LoadedKernel` on the current device), or None: compile it."""
     mod = _load(cp, source_text, options, device_arch)
     if mod is not None:
@@ -278,7 +288,7 @@ def load_kernel(cp, source_text: str, name: str, options, device_arch: str, file
     return None
 
 
-def load_module(cp, source_text: str, options, device_arch: str, file: str = ""):
+def load_module(cp, source_text: str, options, device_arch: str | None, file: str = ""):
     """A prebuilt module (a :class:`LoadedModule`, ``get_function`` as a RawModule's), or None: compile it."""
     mod = _load(cp, source_text, options, device_arch)
     if mod is not None:
@@ -286,9 +296,9 @@ def load_module(cp, source_text: str, options, device_arch: str, file: str = "")
     return mod
 
 
-def note(where: str, file: str, name: str, arch: str) -> None:
+def note(where: str, file: str, name: str, arch: str | None) -> None:
     """Record where a kernel of this process came from (:data:`EVENTS`)."""
-    EVENTS.append((where, file, name, arch))
+    EVENTS.append((where, file, name, arch or "?"))
 
 
 # ------------------------------------------------------------------------------------------------------------
