@@ -314,7 +314,9 @@ class _Call:
                 if mod is None:
                     vendor = "amd" if getattr(self.cp.cuda.runtime, "is_hip", False) else "nvidia"
                     src, opts = compile_inputs(spec, vendor)
-                    mod = self.cp.RawModule(code=src, options=opts)
+                    mod = _prebuilt(self.cp, self.ordinal, src, opts) if vendor == "nvidia" else None
+                    if mod is None:
+                        mod = self.cp.RawModule(code=src, options=opts)
                     _MODULES[key] = mod
         return mod
 
@@ -334,6 +336,18 @@ class _Call:
 
     def sm_count(self) -> int:
         return _sm_count(self.cp, self.ordinal)
+
+
+def _prebuilt(cp, ordinal: int, src: str, opts):
+    """The codec module as a prebuilt cubin (``cuda/prebuilt.py``: the package data or the ``--prebuild`` cache),
+    or None."""
+    from .cuda.prebuilt import device_arch, load_module, note
+
+    arch = device_arch(cp, ordinal)
+    mod = load_module(cp, src, opts, arch, "codec.cu")
+    if mod is None:
+        note("compiled", "codec.cu", "*", arch)
+    return mod
 
 
 _SMS: dict = {}

@@ -2,7 +2,7 @@
 // [ceil(K/32), N], any strides) -> the packed fragment records gemm_wonly.cu and gemm_wonly_gemv.cu stream (the layout is described
 // in wonly_common.cuh; records in groups of `group` tiles).  One thread per (record, lane): the lane's 16 fragment bytes, and lanes < 16 * BPC one scale byte each.
 // Codes past K or N are 0 (+0 in every MX element format); scales of padding rows / blocks are 127 (2^0).
-// Runs once per weight (the backend caches the records on the MXTensor).  -D: the fragment formulas WO_A_ROW,
+// Runs once per weight (the backend caches the records on the MXTensor), followed by mx_wonly_ranges.  -D: the fragment formulas WO_A_ROW,
 // WO_A_K, WO_C_ROW, WO_KPHYS and the 4-bit placement WO4_T, WO4_POS (see wonly_common.cuh).
 
 #include "mx_common.cuh"
@@ -42,6 +42,29 @@ extern "C" __global__ void mx_wonly_pack(const u8* __restrict__ codes, i64 cs_k,
             const int n = tile * 16 + WO_C_ROW(4 * g, 2 * h), kb = chunk * bpc + blk;
             dst[512 + lane] = (n < N && kb < nblocks) ? scales[(i64)kb * ss_k + (i64)n * ss_n] : (u8)127;
         }
+    }
+}
+
+// The scale-code range of each record group's chunk, written after the records ([group][chunk]: the least and the
+// greatest scale byte of its `group` records, pad rows' 127 included), and the least and greatest of all of them in
+// span ({255 - least, greatest}, zeroed before: atomicMax on both).  One thread per (group, chunk); records are
+// [group][chunk][tile], rec_bytes each, their scale bytes from byte 512 on.
+extern "C" __global__ void mx_wonly_ranges(const u8* __restrict__ recs, int groups, int nchunks, int group,
+                                           int rec_bytes, u8* __restrict__ ranges, u32* __restrict__ span) {
+    const i64 items = (i64)groups * nchunks;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += (i64)gridDim.x * blockDim.x) {
+        const u8* rec = recs + i * group * rec_bytes;
+        u32 lo = 255u, hi = 0u;
+        for (int t = 0; t < group; ++t)
+            for (int b = 512; b < rec_bytes; ++b) {
+                const u32 v = rec[(i64)t * rec_bytes + b];
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+            }
+        ranges[2 * i] = (u8)lo;
+        ranges[2 * i + 1] = (u8)hi;
+        atomicMax(span, 255u - lo);
+        atomicMax(span + 1, hi);
     }
 }
 

@@ -24,7 +24,8 @@ import numpy as np
 _DELEGATED = {
     "formats": ("mxcore.formats", "print format properties and code tables: formats [NAME] [--table]"),
     "layout": ("mxcore.layouts", "show an instruction's fragment layout: layout NAME --operand A [--out f.svg]"),
-    "bench": ("mxcore.bench", "benchmark against the vendor library: bench [--backend cuda] [--dtype ...]"),
+    "bench": ("mxcore.bench", "benchmark against the vendor library: bench [--backend cuda] [--dtype ...]; "
+                              "bench --first-call: import + first matmul, empty caches"),
     "selftest": ("mxcore.selftest", "check this GPU: layout probes, GEMM matrix, compiler output: selftest [--out F]"),
 }
 
@@ -89,6 +90,10 @@ def _cmd_demo(argv) -> int:
 
 
 def _cmd_kernels(argv) -> int:
+    if "--prebuild" in argv:  # the default kernels compiled ahead of a first call (backends/cuda/prebuilt.py)
+        from .backends.cuda.prebuilt import cli
+
+        return cli(argv)
     p = argparse.ArgumentParser(prog="mxcore kernels",
                                 description="compile every kernel variant for an arch (no GPU needed) and write a manifest")
     p.add_argument("--vendor", required=True, choices=["nvidia", "amd"])
@@ -126,7 +131,8 @@ def _cmd_kernels(argv) -> int:
 _LOCAL = {
     "info": (_cmd_info, "backends, devices, archs and versions"),
     "demo": (_cmd_demo, "run matmul for every supported dtype on 512x512x512 and print error and time"),
-    "kernels": (_cmd_kernels, "compile every kernel variant offline: kernels --vendor V --arch A --emit DIR"),
+    "kernels": (_cmd_kernels, "compile every kernel variant offline: kernels --vendor V --arch A --emit DIR; "
+                              "kernels --prebuild [--arch A] [--jobs N]: the default kernels into the cache"),
 }
 
 
@@ -307,6 +313,10 @@ def _run(cmd: str, rest: list) -> int:
     with _one_line_usage_errors():
         if cmd in _LOCAL:
             return int(_LOCAL[cmd][0](rest) or 0)
+        if cmd == "bench" and "--first-call" in rest:  # fresh processes, empty caches (backends/cuda/first_call.py)
+            from .backends.cuda.first_call import cli
+
+            return int(cli(rest) or 0)
         module = importlib.import_module(_DELEGATED[cmd][0])
         return int(module._cli(rest) or 0)
 

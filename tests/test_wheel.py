@@ -72,6 +72,25 @@ def test_wheel_holds_every_source_file(wheel_venv):
 
 
 @pytest.mark.slow
+def test_wheel_holds_the_prebuilt_kernels(wheel_venv, tmp_path):
+    """The package data of backends/cuda/prebuilt.py (manifest and every cubin it names) is in the wheel, the
+    installed package reads it back, and the wheel stays small."""
+    import json
+
+    wheel, py = wheel_venv
+    names = set(zipfile.ZipFile(wheel).namelist())
+    manifest = json.loads((ROOT / "mxcore" / "prebuilt" / "manifest.json").read_text())
+    want = {"mxcore/prebuilt/manifest.json"} | {f"mxcore/prebuilt/{m['blob']}" for m in manifest["modules"].values()}
+    assert len(want) > 100 and not sorted(want - names), sorted(want - names)[:5]
+    size = wheel.stat().st_size
+    assert size < 25 * 2**20, f"the wheel is {size / 2**20:.1f} MiB"
+    check = ("from mxcore.backends.cuda import prebuilt; p = prebuilt.package(); "
+             "print(len(p.modules), all(p.blob(k)[:4] == b'\\x7fELF' for k in p.modules), p.folder)")
+    count, ok, folder = _run([py, "-c", check], cwd=tmp_path).split()
+    assert int(count) == len(manifest["modules"]) and ok == "True" and str(py.parents[1]) in folder
+
+
+@pytest.mark.slow
 def test_installed_wheel_runs_from_elsewhere(wheel_venv, tmp_path):
     _, py = wheel_venv
     site, backends, kcuda, khip, n = _run([py, "-c", WHERE], cwd=tmp_path).split()

@@ -1,5 +1,6 @@
-"""Kernel sources and compiled kernels: NVRTC through CuPy's ``RawKernel`` (CuPy caches the binaries on disk,
-keyed on the source text and options), one in-memory handle cache per (device, kernel).
+"""Kernel sources and compiled kernels, one in-memory handle cache per (device, kernel): a prebuilt cubin where the
+package data or the ``--prebuild`` cache holds one (``prebuilt.py``), else NVRTC through CuPy's ``RawKernel`` (CuPy
+caches the binaries on disk, keyed on the source text and options).
 
 Sources (``kernels_cuda/``, read through :func:`mxcore.kernels.kernel_source`, which inlines local headers):
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["CEILING_FILE", "DIAG_FILE", "GEMM_FILE", "PREP_FILE", "PREP_KERNELS", "KernelCache", "source"]
+__all__ = ["CEILING_FILE", "DIAG_FILE", "GEMM_FILE", "PREP_FILE", "PREP_KERNELS", "KernelCache", "kernel", "source"]
 
 GEMM_FILE, DIAG_FILE, PREP_FILE, CEILING_FILE = "gemm.cu", "gemm_diag.cu", "gemm_prep.cu", "gemm_ceiling.cu"
 PREP_KERNELS = ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce", "mx_decode_codes", "mx_transpose_bytes")
@@ -27,11 +28,26 @@ def source(filename: str) -> str:
     return kernel_source("nvidia", filename)
 
 
+def kernel(cp, ordinal: int, filename: str, name: str, options: tuple):
+    """Kernel ``name`` of ``filename`` built with ``options`` for device ``ordinal`` (the current device): a prebuilt
+    cubin (``prebuilt.load_kernel``), else a ``cupy.RawKernel`` that NVRTC compiles on first use."""
+    from .prebuilt import device_arch, load_kernel, note
+
+    text = source(filename)
+    arch = device_arch(cp, ordinal)
+    k = load_kernel(cp, text, name, options, arch, filename)
+    if k is None:
+        k = cp.RawKernel(text, name, options=options)
+        note("compiled", filename, name, arch)
+    return k
+
+
 class KernelCache:
-    """Compiled kernel handles per (device ordinal, key, what compiles it: file, entry, options).  ``get`` compiles on
-    first use (on the current device, which the caller has selected) and raises the kernel's dynamic shared memory
-    limit when it needs more than the 48 KB default.  The options are part of the key, so a rule that changes a
-    variant's build (a module constant read by its options) never gets a stale kernel."""
+    """Compiled kernel handles per (device ordinal, key, what compiles it: file, entry, options).  ``get`` loads a
+    prebuilt cubin or compiles on first use (on the current device, which the caller has selected) and raises the
+    kernel's dynamic shared memory limit when it needs more than the 48 KB default.  The options are part of the
+    key, so a rule that changes a variant's build (a module constant read by its options) never gets a stale
+    kernel."""
 
     def __init__(self):
         self._kernels: dict = {}
@@ -40,7 +56,7 @@ class KernelCache:
         full = (ordinal, key, filename, name, tuple(options))
         k = self._kernels.get(full)
         if k is None:
-            k = cp.RawKernel(source(filename), name, options=full[-1])
+            k = kernel(cp, ordinal, filename, name, full[-1])
             if smem > 48 * 1024:
                 k.max_dynamic_shared_size_bytes = smem
             self._kernels[full] = k

@@ -109,13 +109,15 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         kern(grid, (256,), (codes, np.int64(c0), np.int64(c1), scales, np.int64(s0), np.int64(s1), np.int32(k),
                             np.int32(n), np.int32(int(formats.get(element).bits == 4)), np.int32(nchunks),
                             np.int32(GROUP), np.int64(total), out))
-        scales_of = out[:body].reshape(groups, nchunks, GROUP, rec)[..., 512:]  # each record's scale bytes
-        ranges = out[body:].reshape(groups, nchunks, 2)
-        ranges[..., 0] = scales_of.min(axis=(2, 3))
-        ranges[..., 1] = scales_of.max(axis=(2, 3))
+        span_d = cp.zeros(2, dtype=cp.uint32)  # {255 - least, greatest} of every chunk's range (mx_wonly_ranges)
+        items = groups * nchunks
+        ranges = stager.kernels.get(cp, stager.ordinal, ("wonly", "ranges"), PACK_FILE, "mx_wonly_ranges",
+                                    ("-std=c++17", *formula_options()))
+        ranges((max(1, min(-(-items // 256), 16 * stager.sms)),), (256,), (
+            out, np.int32(groups), np.int32(nchunks), np.int32(GROUP), np.int32(rec), out[body:], span_d))
         records_written(stager.kernels, cp, stager.ordinal)
-        lo, hi = cp.stack((ranges[..., 0].min(), ranges[..., 1].max())).get()  # one synchronization
-        span = (int(lo), int(hi))
+        least, hi = span_d.get()  # one synchronization
+        span = (255 - int(least), int(hi))
     else:
         span = (127, 127)
     return DevOperand(out, n, True, element, 0, k, span=span)
