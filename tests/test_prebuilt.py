@@ -140,7 +140,7 @@ def test_weight_only_and_exact_mx_builds():
 
     # bf16 x mxfp4 at M = 1 on an H100: the small-M kernel the rules name, packing and the codec for e2m1
     builds = db.problem_builds("sm_90", 132, ("bf16", "mxfp4"), (1, 4096, 4096))
-    kind = wonly.sm90_small("bf16", 4096, 132, 1, "e2m1", lambda a, e: True)
+    kind = wonly.choose(wonly.WonlyProblem(1, 4096, 4096, "bf16", "e2m1", "sm_90", 132, True)).variant.kernel
     files = {wonly.KERNELS[kind][0], "wonly_pack.cu", "codec.cu", "gemm_prep.cu"}
     assert files <= {b.file for b in builds}
     pack = {"mx_wonly_pack", "mx_wonly_ranges", "mx_wonly_fence"}
@@ -269,7 +269,7 @@ def test_mirrored_gemm_choices_match_the_plans(monkeypatch, arch, sms):
 
 @pytest.mark.parametrize("arch, sms", [("sm_90", 132), ("sm_90", 114), ("sm_80", 108)])
 def test_mirrored_weight_only_choices_match_the_plan(arch, sms):
-    """default_builds._wonly mirrors WonlyPlan.__init__: the real plan binds the mirrored build for every
+    """default_builds._wonly asks wonly.choose as WonlyPlan.__init__ does: the real plan binds that build for every
     probe shape, activation type, element and weight whose scales fold or not."""
     from types import SimpleNamespace as NS
 
@@ -287,7 +287,7 @@ def test_mirrored_weight_only_choices_match_the_plan(arch, sms):
                     dw = DevOperand(_Buf(), n, True, element, 0, k, span=(127, 127) if folds else (0, 255))
                     WonlyPlan(NS(kernels=rec), _PlanCupy(), dev, NS(ptr=0), da, dw, _Buf((0, n)), m, n, "float32",
                               None, None)  # an empty output: no launch is packed
-                    b = db._wonly(arch, sms, act, element, m, n, folds)
+                    b = db._wonly(arch, sms, act, element, m, n, k, folds)
                     real = {(f, o) for f, o, _ in rec.asked}
                     assert real == {(b.file, b.options)}, (arch, element, act, folds, (m, n, k))
                     assert {name for *_, name in rec.asked} == set(b.entries)

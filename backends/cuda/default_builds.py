@@ -4,15 +4,14 @@ A *build* is one compile of one source: (source file, options as the backend pas
 arch compiled for) plus the entry points the backend takes from it.  :func:`default_builds` walks a grid of
 problems (:data:`SHAPES` x :data:`DTYPES`) for a device description (:data:`TARGETS`: arch and SM counts, no GPU)
 through the same rules a plan applies — ``families.family_for`` / ``mx_path``, ``variants.choose_tile``,
-``sm90.choose_sm90``, ``wonly.wonly_path`` / ``small_kernel`` / ``sm90_small`` / ``wg_tma`` / ``wg_pair`` — with
+``sm90.choose_sm90``, ``wonly.wonly_path`` / ``wonly.choose`` — with
 the operand forms a call can stage (16-bit operands read in place or rounded into K-major copies, fp8 / MX codes as
 quantization writes them, MX per-call counts 0-2, weights whose scales fold or not, fp32 or 16-bit outputs), and
 adds the staging, codec and weight-packing modules those paths launch.  What the plans decide on a GPU that this
 walk cannot see (a caller's unusual strides or alignment, options such as ``tile=``) compiles at run time as before.
 
-Where a rule lives inside a plan class rather than in a function (CudaPlan._bind's variant, Sm90Plan._bind's swap,
-WonlyPlan.__init__'s kernel and tile choice), the few lines are mirrored here (:func:`_mma_sync`, :func:`_wgmma`,
-:func:`_wonly`); tests/test_prebuilt.py builds the real plans on a fake device and checks that they ask for exactly
+Where a rule lives inside a plan class rather than in a function (CudaPlan._bind's variant, Sm90Plan._bind's swap),
+the few lines are mirrored here (:func:`_mma_sync`, :func:`_wgmma`); tests/test_prebuilt.py builds the real plans on a fake device and checks that they ask for exactly
 the mirrored builds, and ``python -m mxcore bench --first-call`` on a GPU names every kernel still compiled at run
 time.
 """
@@ -179,34 +178,11 @@ _FP8_SHORT = ("e4m3", "e5m2")
 _SIXTEEN = ((True, True), (True, False))  # 16-bit operands: K-major copies or read in place (B N-major)
 
 
-def _wonly(arch: str, sms: int, act: str, element: str, m: int, n: int, folds: bool) -> Build:
-    """WonlyPlan.__init__: the registers path's kernel, tile, tensor-copy activations and clusters."""
+def _wonly(arch: str, sms: int, act: str, element: str, m: int, n: int, k: int, folds: bool) -> Build:
+    """The registers path's build (wonly.choose: kernel, tile, tensor-copy activations, clusters)."""
     from . import wonly as rules
-    from .variants import sm_of
-    from .wonly_records import GROUP, record_groups
 
-    def fold(_act, _el):
-        return folds
-
-    if rules.small_kernel(arch, act, m, n, sms, element, fold):
-        kernel = rules.sm90_small(act, n, sms, m, element, fold) if sm_of(arch) == 90 else "gemv"
-        mts = {"tma": rules.TMA_MT, "wg": rules.WG_MT}.get(kernel, rules.GEMV_MT)
-        mt = next((x for x in mts if 8 * x >= m), mts[-1])
-        if kernel == "wg" and m > 8 * mt and folds:
-            mt = next((x for x in rules.WG_FOLD_MT if 8 * x >= m), rules.WG_FOLD_MT[-1])
-            v = rules.WonlyVariant.wg(element, act, mt, rules.SM90_PDL, fold_only=True)
-        else:
-            v = rules.WonlyVariant.small(element, act, mt, arch, kernel)
-    else:
-        mt = next((x for x in rules.MT_CHOICES if 8 * x >= m), rules.MT_CHOICES[-1])
-        v = rules.WonlyVariant(element, act, mt)
-    groups = record_groups(n)
-    blocks = -(-groups * GROUP // v.tiles) * -(-m // (8 * v.mt))
-    if rules.wg_tma(v, blocks, sms):
-        v = replace(v, tma_x=True)
-    pair = rules.wg_pair(v, groups)
-    if pair:
-        v = replace(v, pair=pair)
+    v = rules.choose(rules.WonlyProblem(m, n, k, act, element, arch, sms, folds), "registers").variant
     entries = (v.entry, "mx_wonly_xperm") if v.tma_x else (v.entry,)
     return _build(v.file, v.options(), v.arch or arch, *entries)
 
@@ -247,8 +223,8 @@ def problem_builds(arch: str, sms: int, dtype, shape) -> list[Build]:
     element = _dt.MX_ELEMENT[mdt.b.name]
     out += codec_builds(arch, (mdt.b.element,))
     for folds in (False, True):
-        if rules.wonly_path(mdt, m, None, arch, n, sms, lambda _a, _e: folds) == "registers":
-            out += [_pack(arch), _wonly(arch, sms, act, element, m, n, folds)]
+        if rules.wonly_path(rules.WonlyProblem(m, n, k, act, element, arch, sms, folds)) == "registers":
+            out += [_pack(arch), _wonly(arch, sms, act, element, m, n, k, folds)]
         else:  # staged: the weight decoded to bf16 (N-major), the bf16 GEMM
             out += _gemm(arch, sms, mdt, ("bf16", "bf16"), _SIXTEEN, shape)
     return out
