@@ -103,11 +103,22 @@ __all__ = [
 ]
 
 
+def _refuse_masked(x) -> None:
+    """A numpy masked array is refused: converting it (numpy.asarray) would drop the mask and use the masked entries
+    as values."""
+    if isinstance(x, np.ma.MaskedArray):
+        from .errors import InputTypeError
+
+        raise InputTypeError("a numpy masked array, whose mask mxcore.formats would ignore; pass plain data: "
+                             "x.filled(value) to choose what masked entries become, or x.compressed()")
+
+
 def _device(x):
     """The device codec module when ``x`` is a GPU array (CuPy, torch CUDA, DLPack on a GPU), else None.
-    Imports nothing for host data."""
+    Imports nothing for host data; refuses masked arrays."""
     from ._device_arrays import device_kind
 
+    _refuse_masked(x)
     if device_kind(x) is None:
         return None
     from .backends import codec
@@ -136,6 +147,7 @@ def round_to(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: 
     """Quantize-dequantize ``x`` to ``fmt`` (any format here, fp16 / bf16 / tf32 / fp32 included) with one
     exact rounding from the input value; returns float64 (host arrays).  Same rules as :func:`encode`;
     ``nan="propagate"`` also returns NaN for NaN inputs in formats without NaN."""
+    _refuse_masked(x)
     return _host.round_to(x, fmt, rounding=rounding, overflow=overflow, nan=nan, rng=rng)
 
 

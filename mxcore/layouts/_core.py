@@ -243,6 +243,9 @@ class InstructionLayout:
         return " ".join(parts)
 
     def operand(self, role: str) -> OperandLayout:
+        if not isinstance(role, str):
+            raise LayoutError(f"{self.name}: an operand is named by a string (a, b, c, d"
+                              f"{', scale_a, scale_b' if self.scaled else ''}), not {type(role).__name__} {role!r}")
         key = role.strip().lower().replace("-", "_")
         key = {"d": "c", "sa": "scale_a", "sb": "scale_b", "ascale": "scale_a", "bscale": "scale_b"}.get(key, key)
         op = getattr(self, key, None) if key in ("a", "b", "c", "scale_a", "scale_b") else None
