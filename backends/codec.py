@@ -13,7 +13,7 @@ DLPack producers on a GPU; results are bit-identical to the numpy path (``tests/
 * **MX kernels.**  :func:`_mx_launch` runs the lane-pair quantizer (two lanes per block of 32, 16-byte loads and
   stores) on float32/float16/bfloat16 data with contiguous, aligned blocks along the last axis, and the generic
   one (one thread per block, any layout) on everything else; ``$MXCORE_MX_KERNEL`` / ``kernel=`` force either
-  (``python -m mxcore.bench_quant`` times both).
+  (``python -m mxcore.tools.bench_quant`` times both).
 * **Synchronisation.**  None, except where the host path raises on data: NaN in a format without NaN under
   ``nan="raise"``, and integer codes too wide for the format (decode, packing) read one device counter.
   ``quantize_tensor`` keeps the scale on the device (one amax reduction, then the encode pass reads it).
@@ -275,7 +275,7 @@ def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
 def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int = 32, rceil: bool = False,
                             kernel: str | None = None):
     """A zero-argument callable that launches only the MX quantization kernel on ``x`` (outputs allocated once),
-    on the current stream: what ``mxcore.bench_quant`` times as the kernel's own bandwidth.  ``kernel``: as in
+    on the current stream: what ``mxcore.tools.bench_quant`` times as the kernel's own bandwidth.  ``kernel``: as in
     :func:`_mx_launch` (``"fast"`` / ``"generic"`` to time one of the two)."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)

@@ -163,7 +163,7 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
            "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
     row.update({f"loop_{name}_tflops": flops / t / 1e12 for name, t in loops.items()})
     if wonly:
-        from . import formats
+        from .. import formats
 
         wbytes = n * k * formats.get(mdt.b.element).bits / 8 + n * -(-k // 32)  # packed codes + E8M0 scales
         row.update(path="registers" if "registers" in variant else "staged", weight_bytes=wbytes,
@@ -184,14 +184,14 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
 
 
 def _dt_wonly() -> str:
-    from .dtypes import WONLY_KIND
+    from ..dtypes import WONLY_KIND
 
     return WONLY_KIND
 
 
 def _weight(be, w, fmt: str):
     """A host float weight as a device MXTensor (blocks along K), quantized once where the backend's operands live."""
-    from . import mx
+    from .. import mx
 
     dev = be.bench_operands(w, w[:1], "fp32")[0]
     return mx.quantize_mx(dev, fmt, axis=0)
@@ -283,16 +283,16 @@ def _table(rows) -> str:
 
 
 def _cli(argv) -> int:
-    if "--decode" in argv:  # the decode step of a named decoder shape: mxcore.bench_decode
-        from mxcore.bench_decode import main as decode
+    if "--decode" in argv:  # the decode step of a named decoder shape: mxcore.tools.bench_decode
+        from mxcore.tools.bench_decode import main as decode
 
         i = argv.index("--decode")
         return decode(["--model", argv[i + 1] if i + 1 < len(argv) else ""] + argv[:i] + argv[i + 2:])
-    if "--end-to-end" in argv:  # what a user calls, beside the kernel and the vendor pipeline: mxcore.bench_e2e
-        from mxcore.bench_e2e import cli
+    if "--end-to-end" in argv:  # what a user calls, beside the kernel and the vendor pipeline: mxcore.tools.bench_e2e
+        from mxcore.tools.bench_e2e import cli
 
         return cli([x for x in argv if x != "--end-to-end"])
-    from mxcore.cli import CLIError, command_line_spelling, parse_shapes, parse_sizes, positive_int
+    from mxcore.tools.cli import CLIError, command_line_spelling, parse_shapes, parse_sizes, positive_int
 
     p = argparse.ArgumentParser(prog="mxcore bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="cuda", help="cuda, hip, reference, or auto (the first usable backend)")
@@ -310,9 +310,9 @@ def _cli(argv) -> int:
     p.add_argument("--b-colmajor", action="store_true", help="B column-major (K contiguous) instead of row-major")
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
     p.add_argument("--end-to-end", action="store_true", help="time mxcore.matmul as a user calls it (quantization, "
-                   "staging, output) beside the kernel and the vendor pipeline: mxcore.bench_e2e's options apply")
+                   "staging, output) beside the kernel and the vendor pipeline: mxcore.tools.bench_e2e's options apply")
     p.add_argument("--decode", metavar="MODEL", default=None, help="the decode step of a decoder's linear layers "
-                   "(llama3-8b, llama3.2-3b): mxcore.bench_decode's options apply")
+                   "(llama3-8b, llama3.2-3b): mxcore.tools.bench_decode's options apply")
     p.add_argument("--wonly-path", default=None, help="force the weight-only path of A:B pairs (cuda: registers | "
                    "staged)")
     p.add_argument("--loop-ceilings", action="store_true",
