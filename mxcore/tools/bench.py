@@ -39,6 +39,8 @@ import time
 
 import numpy as np
 
+from .timing import time_back_to_back, time_callable
+
 __all__ = ["LLM_SHAPES", "run", "time_callable"]
 
 LLM_SHAPES = [(16, 8192, 8192), (8192, 1024, 8192), (8192, 8192, 1024), (4096, 14336, 4096)]
@@ -48,23 +50,6 @@ DEFAULT_SIZES = {"gpu": (2048, 4096, 8192), "cpu": (256, 512)}
 DEFAULT_REPEATS = {"gpu": 20, "cpu": 3}
 CPU_SLOW_SIZE = 1024  # above this, a CPU case takes minutes: say so before starting
 _DTYPE_ALIASES = {"fp8": "e4m3fn", "mxfp8": "mxfp8_e4m3", "mxfp6": "mxfp6_e2m3"}
-
-
-def time_callable(measure, fn, repeats: int, warmup: int = 3) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` timed calls after ``warmup`` untimed ones.  ``measure(fn)``
-    (a backend's ``timer()``) runs ``fn`` between two device events and returns the elapsed seconds."""
-    for _ in range(warmup):
-        measure(fn)
-    return float(np.median([measure(fn) for _ in range(max(1, repeats))]))
-
-
-def time_back_to_back(measure, fn, repeats: int, calls: int = 20, warmup: int = 2) -> float:
-    """Median seconds per call of ``calls`` back-to-back ``fn()`` between two device events (``repeats`` times):
-    the device time of kernels shorter than their host launch cost (a single call between events would time the
-    host), as long as one launch's host work is shorter than its kernel."""
-    for _ in range(warmup):
-        measure(fn)
-    return float(np.median([measure(lambda: [fn() for _ in range(calls)]) / calls for _ in range(max(1, repeats))]))
 
 
 def _host_inputs(rng, m: int, n: int, k: int, b_colmajor: bool):

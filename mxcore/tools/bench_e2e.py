@@ -132,7 +132,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
     import mxcore
     from mxcore import dtypes as _dt
     from mxcore.backends import select
-    from mxcore.tools.bench import time_callable
+    from mxcore.tools.timing import time_callable
     from mxcore.errors import UnsupportedError
     from mxcore.operands import quantize_on_device
 
