@@ -97,7 +97,7 @@ def _cmd_kernels(argv) -> int:
     p.add_argument("--emit", required=True, metavar="DIR", help="folder for binaries and manifest.json")
     args = p.parse_args(argv)
     from ..backends import KernelRecord, get
-    from ..dtypes import check_arch
+    from ..layouts import check_arch
 
     arch = check_arch(args.arch, args.vendor)
     backend = get("cuda" if args.vendor == "nvidia" else "hip")
