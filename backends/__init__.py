@@ -1,4 +1,4 @@
-"""Backend registry (imported as ``mxcore.backends``).
+"""Backend registry (imported as ``mxcore.backends``): the one module of this package that the core imports.
 
 Each backend module defines one class with ``name``, a side-effect-free ``is_available()``
 that returns ``None`` when usable or a reason string (it imports CuPy / hip-python inside a
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from ..errors import BackendUnavailableError, UnknownNameError
 from ._contract import Backend, KernelRecord, Plan, Target
 
-__all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "get", "names", "select"]
+__all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "device_codec", "get", "names",
+           "select"]
 
 # name -> module (relative to this package) and class; order is the auto-selection order
 _REGISTRY = {
@@ -65,6 +66,12 @@ def get(name: str):
         module = importlib.import_module(f"{__name__}.{module_name}")
         _INSTANCES[key] = getattr(module, cls_name)()
     return _INSTANCES[key]
+
+
+def device_codec():
+    """The device codecs (``mxcore.backends.codec``: encode, decode and MX / per-tensor quantization of GPU
+    arrays), imported on first use: ``mxcore.formats`` and ``mxcore.mx`` hand device arrays to it."""
+    return importlib.import_module(f"{__name__}.codec")
 
 
 def available() -> list[BackendStatus]:

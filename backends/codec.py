@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._codec_host import _nan_error, _policy_checks
-from .._device_arrays import device_kind
-from .._format_specs import FormatSpec
+from ..arrays import device_kind
 from ..errors import FormatError, InputTypeError, ShapeError, UnsupportedError
+from ..formats import FormatSpec, nan_error, policy_checks
 from .codec_runtime import (FAST_SUFFIXES, INPUT_SUFFIXES, THREADS, Recording, Replay, _i64, _NULL, _on, _run,
                             _SIGNED_OF, compile_inputs, entry_points, format_defines, recording)
 
@@ -62,7 +61,7 @@ __all__ = [
 # ---- codecs -------------------------------------------------------------------------------------------------------
 def encode(x, spec: FormatSpec, *, rounding="rne", overflow="saturate", nan="raise", rng=None):
     """Device :func:`mxcore.formats.encode` (same arguments); codes of ``spec.code_dtype``, same kind as ``x``."""
-    _policy_checks(rounding, overflow, nan)
+    policy_checks(rounding, overflow, nan)
     if rounding == "stochastic":
         raise UnsupportedError("rounding='stochastic' runs on the host only; pass host data "
                                "(mxcore.arrays.to_numpy(x)) or use rounding='rne' / 'rtz' on the device")
@@ -76,7 +75,7 @@ def encode(x, spec: FormatSpec, *, rounding="rne", overflow="saturate", nan="rai
         if count is not None and nan == "raise":
             bad = int(count.get()[0])  # the one synchronisation: the host raises on NaN here too
             if bad:
-                raise _nan_error(spec, bad)
+                raise nan_error(spec, bad)
         return result
 
 
@@ -408,7 +407,7 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
         if count is not None:
             bad = int(count.get()[0])
             if bad:
-                raise _nan_error(spec, bad)
+                raise nan_error(spec, bad)
         if order == "F":  # the logical [R, C] array over column-major bytes
             if not transposed:  # one recorded copy into [C, R] bytes
                 fbuf, codes_r = call.empty((cols, rows), "uint8")
