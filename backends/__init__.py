@@ -19,7 +19,7 @@ from ..errors import BackendUnavailableError, UnknownNameError
 from ._contract import Backend, KernelRecord, Plan, Target
 
 __all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "device_codec", "get", "names",
-           "select"]
+           "select", "tensor_parallel"]
 
 # name -> module (relative to this package) and class; order is the auto-selection order
 _REGISTRY = {
@@ -28,6 +28,8 @@ _REGISTRY = {
     "reference": ("reference", "ReferenceBackend"),
 }
 _ALIASES = {"nvidia": "cuda", "amd": "hip", "rocm": "hip", "numpy": "reference", "cpu": "reference"}
+# name -> the module (relative to this package) of the backend's column-parallel program for mxcore.distributed
+_TENSOR_PARALLEL = {"cuda": "cuda.tp"}
 _INSTANCES: dict = {}
 
 
@@ -72,6 +74,14 @@ def device_codec():
     """The device codecs (``mxcore.backends.codec``: encode, decode and MX / per-tensor quantization of GPU
     arrays), imported on first use: ``mxcore.formats`` and ``mxcore.mx`` hand device arrays to it."""
     return importlib.import_module(f"{__name__}.codec")
+
+
+def tensor_parallel(name: str):
+    """The module that runs ``mxcore.distributed.matmul(layout="column")`` as one replayed per-call program on
+    backend ``name`` (``lookup`` / ``keep``, see ``backends/cuda/tp.py``), or None where the backend has none and
+    the generic path runs."""
+    module = _TENSOR_PARALLEL.get(_canonical(name))
+    return None if module is None else importlib.import_module(f"{__name__}.{module}")
 
 
 def available() -> list[BackendStatus]:
