@@ -103,8 +103,7 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
         if hot is not None:
             return hot
     if _needs_grad(a, b):  # torch inputs that require grad: the differentiable op (never a silent grad drop)
-        from .torch import matmul as differentiable
-
+        differentiable = _differentiable_matmul()
         if len(_shape(b)) != 2:
             raise UnsupportedError("matmul differentiates a @ b with b of shape (K, N) (or a quantized weight); "
                                    "for batched b, detach the inputs or loop over the batch")
@@ -176,6 +175,14 @@ def _needs_grad(a, b) -> bool:
     import torch
 
     return torch.is_grad_enabled()
+
+
+def _differentiable_matmul():
+    """``mxcore.torch.matmul``.  The torch integration is a layer above the core that imports the API; the core
+    loads it by name on first need, as ``mxcore.__getattr__`` does, and never imports it."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.torch").matmul
 
 
 def _signature(x):
