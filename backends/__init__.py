@@ -14,12 +14,13 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..errors import BackendUnavailableError, UnknownNameError
 from ._contract import Backend, KernelRecord, Plan, Target
 
-__all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "device_codec", "get", "names",
-           "select", "tensor_parallel"]
+__all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "device_codec", "get", "loaded",
+           "names", "select", "tensor_parallel"]
 
 # name -> module (relative to this package) and class; order is the auto-selection order
 _REGISTRY = {
@@ -31,6 +32,7 @@ _ALIASES = {"nvidia": "cuda", "amd": "hip", "rocm": "hip", "numpy": "reference",
 # name -> the module (relative to this package) of the backend's column-parallel program for mxcore.distributed
 _TENSOR_PARALLEL = {"cuda": "cuda.tp"}
 _INSTANCES: dict = {}
+_LOADED = MappingProxyType(_INSTANCES)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,13 @@ def get(name: str):
         module = importlib.import_module(f"{__name__}.{module_name}")
         _INSTANCES[key] = getattr(module, cls_name)()
     return _INSTANCES[key]
+
+
+def loaded() -> MappingProxyType:
+    """The backend objects made so far (by :func:`get` or :func:`select`), by canonical name, as a read-only live
+    view: the ones whose caches ``mxcore.cache_info`` / ``clear_cache`` / ``set_cache_limit`` reach.  Loads
+    nothing."""
+    return _LOADED
 
 
 def device_codec():

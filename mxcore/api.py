@@ -254,7 +254,7 @@ def cache_info() -> dict:
     CUDA graphs keep)."""
     from . import backends
 
-    return {name: be.cache_info() for name, be in list(backends._INSTANCES.items()) if hasattr(be, "cache_info")}
+    return {name: be.cache_info() for name, be in list(backends.loaded().items()) if hasattr(be, "cache_info")}
 
 
 def clear_cache(obj=None) -> None:
@@ -264,7 +264,7 @@ def clear_cache(obj=None) -> None:
     from . import backends
 
     _HOT.clear()
-    for be in list(backends._INSTANCES.values()):
+    for be in list(backends.loaded().values()):
         if hasattr(be, "clear_cache"):
             be.clear_cache(obj)
 
@@ -278,7 +278,7 @@ def set_cache_limit(nbytes: int) -> None:
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
         raise UnsupportedError(f"set_cache_limit takes a non-negative number of bytes, not {nbytes!r}")
     _CACHE_LIMIT = int(nbytes)
-    for be in list(backends._INSTANCES.values()):
+    for be in list(backends.loaded().values()):
         if hasattr(be, "set_cache_limit"):
             be.set_cache_limit(int(nbytes))
 
@@ -298,7 +298,7 @@ def _resolved(backend, dtype, out_dtype):
         hit, env = None, None
     if hit is not None:
         be, by_arch = hit
-        if backends._INSTANCES.get(be.name) is be and be.is_available() is None:  # the registry's, usable
+        if backends.loaded().get(be.name) is be and be.is_available() is None:  # the registry's, usable
             got = by_arch.get(be.target().arch)
             if got is not None:
                 return (be,) + got
