@@ -1,4 +1,4 @@
-"""Backend registry (imported as ``mxcore.backends``).
+"""Backend registry (imported as ``mxcore.backends``): the one module of this package that the core imports.
 
 Each backend module defines one class with ``name``, a side-effect-free ``is_available()``
 that returns ``None`` when usable or a reason string (it imports CuPy / hip-python inside a
@@ -14,11 +14,13 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..errors import BackendUnavailableError, UnknownNameError
 from ._contract import Backend, KernelRecord, Plan, Target
 
-__all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "get", "names", "select"]
+__all__ = ["Backend", "BackendStatus", "KernelRecord", "Plan", "Target", "available", "device_codec", "get", "loaded",
+           "names", "select", "tensor_parallel"]
 
 # name -> module (relative to this package) and class; order is the auto-selection order
 _REGISTRY = {
@@ -27,7 +29,10 @@ _REGISTRY = {
     "reference": ("reference", "ReferenceBackend"),
 }
 _ALIASES = {"nvidia": "cuda", "amd": "hip", "rocm": "hip", "numpy": "reference", "cpu": "reference"}
+# name -> the module (relative to this package) of the backend's column-parallel program for mxcore.distributed
+_TENSOR_PARALLEL = {"cuda": "cuda.tp"}
 _INSTANCES: dict = {}
+_LOADED = MappingProxyType(_INSTANCES)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,27 @@ def get(name: str):
         module = importlib.import_module(f"{__name__}.{module_name}")
         _INSTANCES[key] = getattr(module, cls_name)()
     return _INSTANCES[key]
+
+
+def loaded() -> MappingProxyType:
+    """The backend objects made so far (by :func:`get` or :func:`select`), by canonical name, as a read-only live
+    view: the ones whose caches ``mxcore.cache_info`` / ``clear_cache`` / ``set_cache_limit`` reach.  Loads
+    nothing."""
+    return _LOADED
+
+
+def device_codec():
+    """The device codecs (``mxcore.backends.codec``: encode, decode and MX / per-tensor quantization of GPU
+    arrays), imported on first use: ``mxcore.formats`` and ``mxcore.mx`` hand device arrays to it."""
+    return importlib.import_module(f"{__name__}.codec")
+
+
+def tensor_parallel(name: str):
+    """The module that runs ``mxcore.distributed.matmul(layout="column")`` as one replayed per-call program on
+    backend ``name`` (``lookup`` / ``keep``, see ``backends/cuda/tp.py``), or None where the backend has none and
+    the generic path runs."""
+    module = _TENSOR_PARALLEL.get(_canonical(name))
+    return None if module is None else importlib.import_module(f"{__name__}.{module}")
 
 
 def available() -> list[BackendStatus]:

@@ -1,8 +1,8 @@
 """The one contract every backend implements (``cuda``, ``hip``, ``reference``), and the parts they share.
 
-``mxcore.api``, ``mxcore.bench``, ``mxcore.selftest`` and the tests use a backend only through this contract:
-no ``hasattr`` probing.  A backend subclasses :class:`Backend` (which supplies the optional hooks' defaults)
-and its plans subclass :class:`Plan`.
+``mxcore.api``, ``mxcore.tools.bench``, ``mxcore.tools.selftest`` and the tests use a backend only through this
+contract: no ``hasattr`` probing.  A backend subclasses :class:`Backend` (which supplies the optional hooks'
+defaults) and its plans subclass :class:`Plan`.
 
 Division of labour:
 

@@ -13,7 +13,7 @@ DLPack producers on a GPU; results are bit-identical to the numpy path (``tests/
 * **MX kernels.**  :func:`_mx_launch` runs the lane-pair quantizer (two lanes per block of 32, 16-byte loads and
   stores) on float32/float16/bfloat16 data with contiguous, aligned blocks along the last axis, and the generic
   one (one thread per block, any layout) on everything else; ``$MXCORE_MX_KERNEL`` / ``kernel=`` force either
-  (``python -m mxcore.bench_quant`` times both).
+  (``python -m mxcore.tools.bench_quant`` times both).
 * **Synchronisation.**  None, except where the host path raises on data: NaN in a format without NaN under
   ``nan="raise"``, and integer codes too wide for the format (decode, packing) read one device counter.
   ``quantize_tensor`` keeps the scale on the device (one amax reduction, then the encode pass reads it).
@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._codec_host import _nan_error, _policy_checks
-from .._device_arrays import device_kind
-from .._format_specs import FormatSpec
+from ..arrays import device_kind
 from ..errors import FormatError, InputTypeError, ShapeError, UnsupportedError
+from ..formats import FormatSpec, nan_error, policy_checks
 from .codec_runtime import (FAST_SUFFIXES, INPUT_SUFFIXES, THREADS, Recording, Replay, _i64, _NULL, _on, _run,
                             _SIGNED_OF, compile_inputs, entry_points, format_defines, recording)
 
@@ -62,7 +61,7 @@ __all__ = [
 # ---- codecs -------------------------------------------------------------------------------------------------------
 def encode(x, spec: FormatSpec, *, rounding="rne", overflow="saturate", nan="raise", rng=None):
     """Device :func:`mxcore.formats.encode` (same arguments); codes of ``spec.code_dtype``, same kind as ``x``."""
-    _policy_checks(rounding, overflow, nan)
+    policy_checks(rounding, overflow, nan)
     if rounding == "stochastic":
         raise UnsupportedError("rounding='stochastic' runs on the host only; pass host data "
                                "(mxcore.arrays.to_numpy(x)) or use rounding='rne' / 'rtz' on the device")
@@ -76,7 +75,7 @@ def encode(x, spec: FormatSpec, *, rounding="rne", overflow="saturate", nan="rai
         if count is not None and nan == "raise":
             bad = int(count.get()[0])  # the one synchronisation: the host raises on NaN here too
             if bad:
-                raise _nan_error(spec, bad)
+                raise nan_error(spec, bad)
         return result
 
 
@@ -275,7 +274,7 @@ def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
 def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int = 32, rceil: bool = False,
                             kernel: str | None = None):
     """A zero-argument callable that launches only the MX quantization kernel on ``x`` (outputs allocated once),
-    on the current stream: what ``mxcore.bench_quant`` times as the kernel's own bandwidth.  ``kernel``: as in
+    on the current stream: what ``mxcore.tools.bench_quant`` times as the kernel's own bandwidth.  ``kernel``: as in
     :func:`_mx_launch` (``"fast"`` / ``"generic"`` to time one of the two)."""
     with _on(x) as call:
         xb, suf = call.float_bits(x)
@@ -408,7 +407,7 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
         if count is not None:
             bad = int(count.get()[0])
             if bad:
-                raise _nan_error(spec, bad)
+                raise nan_error(spec, bad)
         if order == "F":  # the logical [R, C] array over column-major bytes
             if not transposed:  # one recorded copy into [C, R] bytes
                 fbuf, codes_r = call.empty((cols, rows), "uint8")

@@ -19,9 +19,9 @@ import threading
 
 import numpy as np
 
-from .._device_arrays import device_kind
-from .._format_specs import _SPECIALS, FormatSpec
+from ..arrays import device_kind
 from ..errors import InputTypeError, UnsupportedError
+from ..formats import SPECIALS, FormatSpec
 from ..kernels import kernel_source
 
 __all__ = ["FAST_SUFFIXES", "INPUT_SUFFIXES", "THREADS", "Recording", "Replay", "compile_inputs", "entry_points",
@@ -44,7 +44,7 @@ def format_defines(spec: FormatSpec) -> tuple[str, ...]:
     maxsig = (1 << m) | (spec.max_magcode & ((1 << m) - 1))  # max normal = maxsig * 2^(emax - m)
     vals = {
         "BITS": spec.bits, "EBITS": spec.ebits, "MBITS": m, "BIAS": spec.bias, "EMIN": spec.emin, "EMAX": spec.emax,
-        "SIGNED": int(spec.signed), "SUBNORMALS": int(spec.subnormals), "SPECIALS": _SPECIALS.index(spec.specials),
+        "SIGNED": int(spec.signed), "SUBNORMALS": int(spec.subnormals), "SPECIALS": SPECIALS.index(spec.specials),
         "HAS_INF": int(spec.has_inf), "HAS_NAN": int(spec.has_nan), "NAN_CODE": f"{spec.nan_code or 0}u",
         "INF_CODE": f"{spec.inf_codes[0] if spec.inf_codes else 0}u", "MAX_MAGCODE": f"{spec.max_magcode}u",
         "MAXSIG": f"{maxsig}ull", "CODE_T": _CODE_T[spec.code_dtype.itemsize],
@@ -239,9 +239,9 @@ class _Call:
         if self.kind == "torch":
             import torch
 
-            from .cuda.device import _torch_view
+            from .cuda.device import torch_view
 
-            view = _torch_view(self.cp, x)  # from the tensor's address: no DLPack capsule, no stream query
+            view = torch_view(self.cp, x)  # from the tensor's address: no DLPack capsule, no stream query
             if view is not None:
                 return view
             t = x.detach()
@@ -276,10 +276,10 @@ class _Call:
         import torch
 
         store = _SIGNED_OF.get(dtype, dtype)
-        from .cuda.device import _torch_view
+        from .cuda.device import torch_view
 
         t = torch.empty(tuple(shape), dtype=getattr(torch, store), device=self.torch_device)
-        view = _torch_view(cp, t)
+        view = torch_view(cp, t)
         view = (view if view is not None else cp.from_dlpack(t)).view(dtype)
         if store != dtype:
             try:

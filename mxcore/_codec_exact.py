@@ -92,13 +92,13 @@ def _round_magnitude(spec: FormatSpec, a: np.ndarray, rounding: str, rng):
     return r, shift, magcode, magcode > spec.max_magcode
 
 
-def _policy_checks(rounding, overflow, nan, nan_choices=_NAN_POLICIES):
+def policy_checks(rounding, overflow, nan, nan_choices=_NAN_POLICIES):
     _check_choice("rounding", rounding, ROUNDINGS)
     _check_choice("overflow", overflow, _OVERFLOWS)
     _check_choice("nan", nan, nan_choices)
 
 
-def _nan_error(spec: FormatSpec, count: int) -> FormatError:
+def nan_error(spec: FormatSpec, count: int) -> FormatError:
     return FormatError(f"{count} NaN value(s) cannot be encoded in {spec.name}, which has no NaN; "
                        f"remove them, or pass nan='zero' to encode NaN as +0")
 
@@ -113,7 +113,7 @@ def encode(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: st
     ``nan``: for formats without NaN, ``"raise"`` (FormatError) | ``"zero"`` (+0).  See the module doc.
     """
     spec = get(fmt)
-    _policy_checks(rounding, overflow, nan)
+    policy_checks(rounding, overflow, nan)
     x64 = _as_float64(x)
     gen = _rng(rng) if rounding == "stochastic" else None
     a = np.where(np.isfinite(x64), np.abs(x64), 0.0)
@@ -156,7 +156,7 @@ def _encode_finish(spec: FormatSpec, x64, magcode, over, rounding, overflow, nan
             else:
                 code = np.where(isnan, nan_code, code)
         elif nan == "raise":
-            raise _nan_error(spec, int(isnan.sum()))
+            raise nan_error(spec, int(isnan.sum()))
         else:
             code = np.where(isnan, 0, code)
     return np.asarray(code).astype(spec.code_dtype)
@@ -168,7 +168,7 @@ def round_to(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: 
     exact rounding from the input value; returns float64.  Same rules as :func:`encode`;
     ``nan="propagate"`` also returns NaN for NaN inputs in formats without NaN."""
     spec = get(fmt)
-    _policy_checks(rounding, overflow, nan, _NAN_POLICIES + ("propagate",))
+    policy_checks(rounding, overflow, nan, _NAN_POLICIES + ("propagate",))
     x64 = _as_float64(x)
     gen = _rng(rng) if rounding == "stochastic" else None
     a = np.where(np.isfinite(x64), np.abs(x64), 0.0)
@@ -195,7 +195,7 @@ def _round_to_finish(spec: FormatSpec, x64, mag, over, rounding, overflow, nan) 
         out = np.where(neg | (x64 == 0), np.nan, mag)
     if isnan.any():
         if not spec.has_nan and nan == "raise":
-            raise _nan_error(spec, int(isnan.sum()))
+            raise nan_error(spec, int(isnan.sum()))
         if not spec.has_nan and nan == "zero":
             fill = 0.0
         else:  # keep the NaN's sign where the format's NaN codes have one (as decode(encode(x)) does)

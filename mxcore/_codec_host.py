@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _codec_exact as _exact
-from ._codec_exact import _as_exact_float, _nan_error, _policy_checks, _rng, _table  # noqa: F401  (re-exported)
+from ._codec_exact import _as_exact_float, _rng, _table, nan_error, policy_checks  # noqa: F401  (re-exported)
 from ._format_specs import FORMATS, FormatSpec, get
 from .errors import FormatError, InputTypeError, ShapeError
 
@@ -167,7 +167,7 @@ def encode(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: st
     ``nan``: for formats without NaN, ``"raise"`` (FormatError) | ``"zero"`` (+0).  See the module doc.
     """
     spec = get(fmt)
-    _policy_checks(rounding, overflow, nan)
+    policy_checks(rounding, overflow, nan)
     xa = _as_exact_float(x)
     if not _fast(spec):
         return _exact.encode(xa, spec, rounding=rounding, overflow=overflow, nan=nan, rng=rng)
@@ -191,7 +191,7 @@ def round_to(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: 
     exact rounding from the input value; returns float64.  Same rules as :func:`encode`;
     ``nan="propagate"`` also returns NaN for NaN inputs in formats without NaN."""
     spec = get(fmt)
-    _policy_checks(rounding, overflow, nan, _exact._NAN_POLICIES + ("propagate",))
+    policy_checks(rounding, overflow, nan, _exact._NAN_POLICIES + ("propagate",))
     xa = _as_exact_float(x)
     if not _fast(spec):
         return _exact.round_to(xa, spec, rounding=rounding, overflow=overflow, nan=nan, rng=rng)

@@ -24,7 +24,7 @@ _NAN_POLICIES = ("raise", "zero")
 #   "fn":   only the all-ones magnitude is NaN (both signs); no inf          (e4m3fn, e8m0)
 #   "fnuz": the negative-zero code (sign bit alone) is the only NaN; no inf, no -0
 #   "none": every code is a finite number                                   (e2m1, e2m3, e3m2)
-_SPECIALS = ("ieee", "fn", "fnuz", "none")
+SPECIALS = ("ieee", "fn", "fnuz", "none")
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class FormatSpec:
     max_magcode: int = field(init=False)
 
     def __post_init__(self):
-        if self.specials not in _SPECIALS:
-            raise FormatError(f"format {self.name}: specials={self.specials!r}; use one of {_SPECIALS}")
+        if self.specials not in SPECIALS:
+            raise FormatError(f"format {self.name}: specials={self.specials!r}; use one of {SPECIALS}")
         put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
         bits = int(self.signed) + self.ebits + self.mbits
         put("bits", bits)

@@ -103,8 +103,7 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
         if hot is not None:
             return hot
     if _needs_grad(a, b):  # torch inputs that require grad: the differentiable op (never a silent grad drop)
-        from .torch import matmul as differentiable
-
+        differentiable = _differentiable_matmul()
         if len(_shape(b)) != 2:
             raise UnsupportedError("matmul differentiates a @ b with b of shape (K, N) (or a quantized weight); "
                                    "for batched b, detach the inputs or loop over the batch")
@@ -178,6 +177,14 @@ def _needs_grad(a, b) -> bool:
     return torch.is_grad_enabled()
 
 
+def _differentiable_matmul():
+    """``mxcore.torch.matmul``.  The torch integration is a layer above the core that imports the API; the core
+    loads it by name on first need, as ``mxcore.__getattr__`` does, and never imports it."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.torch").matmul
+
+
 def _signature(x):
     """What the checks and the dtype inference read of an operand besides its shape: its array type and dtype (an
     MXTensor / ScaledTensor: its type and format)."""
@@ -247,7 +254,7 @@ def cache_info() -> dict:
     CUDA graphs keep)."""
     from . import backends
 
-    return {name: be.cache_info() for name, be in list(backends._INSTANCES.items()) if hasattr(be, "cache_info")}
+    return {name: be.cache_info() for name, be in list(backends.loaded().items()) if hasattr(be, "cache_info")}
 
 
 def clear_cache(obj=None) -> None:
@@ -257,7 +264,7 @@ def clear_cache(obj=None) -> None:
     from . import backends
 
     _HOT.clear()
-    for be in list(backends._INSTANCES.values()):
+    for be in list(backends.loaded().values()):
         if hasattr(be, "clear_cache"):
             be.clear_cache(obj)
 
@@ -271,7 +278,7 @@ def set_cache_limit(nbytes: int) -> None:
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
         raise UnsupportedError(f"set_cache_limit takes a non-negative number of bytes, not {nbytes!r}")
     _CACHE_LIMIT = int(nbytes)
-    for be in list(backends._INSTANCES.values()):
+    for be in list(backends.loaded().values()):
         if hasattr(be, "set_cache_limit"):
             be.set_cache_limit(int(nbytes))
 
@@ -291,7 +298,7 @@ def _resolved(backend, dtype, out_dtype):
         hit, env = None, None
     if hit is not None:
         be, by_arch = hit
-        if backends._INSTANCES.get(be.name) is be and be.is_available() is None:  # the registry's, usable
+        if backends.loaded().get(be.name) is be and be.is_available() is None:  # the registry's, usable
             got = by_arch.get(be.target().arch)
             if got is not None:
                 return (be,) + got

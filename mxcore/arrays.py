@@ -1,13 +1,24 @@
-"""Which array library an input comes from, and moving results back to it.
+"""Which array library an input comes from, whether it lives on a GPU, and moving results back to it.
 
 mxcore never imports CuPy or torch here: it looks at the object's type module.
+
+``device_kind(x)``: ``"cupy"`` (a CuPy array), ``"torch"`` (a torch tensor on a CUDA/ROCm device),
+``"dlpack"`` (another object whose ``__dlpack_device__`` is a CUDA, CUDA-managed or ROCm device), or
+``None`` for host data (numpy, lists, torch CPU tensors, scalars).  The device codecs
+(``mxcore.backends.codec``) return results as the same kind of array as their input (a DLPack
+producer gets CuPy arrays back).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["array_kind", "to_numpy", "like_input"]
+from .errors import InputTypeError
+
+__all__ = ["DLPACK_GPU_TYPES", "array_kind", "check_unmasked", "device_kind", "to_numpy", "like_input"]
+
+# DLPack device types: 2 kDLCUDA, 13 kDLCUDAManaged, 10 kDLROCM
+DLPACK_GPU_TYPES = frozenset({2, 10, 13})
 
 
 def array_kind(x) -> str:
@@ -22,6 +33,31 @@ def array_kind(x) -> str:
     if mod.startswith("mxcore"):
         return "mx"
     return "other"
+
+
+def device_kind(x) -> str | None:
+    mod = type(x).__module__ or ""
+    if mod.startswith("cupy"):
+        return "cupy" if hasattr(x, "data") and hasattr(x, "device") else None
+    if mod.startswith("torch"):
+        dev = getattr(x, "device", None)
+        return "torch" if getattr(dev, "type", "cpu") == "cuda" else None
+    probe = getattr(x, "__dlpack_device__", None)
+    if probe is None or mod.startswith("numpy"):
+        return None
+    try:
+        dev_type = int(probe()[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return "dlpack" if dev_type in DLPACK_GPU_TYPES else None
+
+
+def check_unmasked(x, what: str) -> None:
+    """Refuse a numpy masked array: every conversion mxcore makes (``numpy.asarray``) drops the mask, so its
+    masked entries would be used as values."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise InputTypeError(f"{what} is a numpy masked array, whose mask mxcore would ignore; pass plain data: "
+                             "x.filled(0.0) (or the fill value you mean) or x.data")
 
 
 def to_numpy(x) -> np.ndarray:

@@ -54,8 +54,8 @@ from . import dtypes as _dt
 from . import errors as _errors
 from . import formats as _f
 from .dtypes import MX_BLOCK
-from ._dist_comm import _Comm, _check_table, _describe, _wait
-from ._dist_comm import splits as _splits
+from .dist_comm import _Comm, _check_table, _describe, pack_codes, unpack_codes, wait
+from .dist_comm import splits as _splits
 from .errors import BackendUnavailableError, InputTypeError, MXCoreError, ShapeError, UnsupportedError
 
 __all__ = ["LAYOUTS", "REDUCES", "REDUCE_DTYPES", "matmul"]
@@ -156,21 +156,6 @@ def _host(torch, t):
     return _np_of(t) if t.device.type == "cpu" else t
 
 
-def _pack(torch, codes, bits: int):
-    """Element codes packed along the last axis for the wire (fp4 2/byte, fp6 4 per 3 bytes), as a uint8 tensor."""
-    if bits == 8:
-        return codes if not isinstance(codes, np.ndarray) else torch.from_numpy(codes)
-    packed = _f.pack_fp4(codes) if bits == 4 else _f.pack_fp6(codes)
-    return torch.from_numpy(np.ascontiguousarray(packed)) if isinstance(packed, np.ndarray) else packed
-
-
-def _unpack(torch, packed, bits: int, count: int):
-    p = _host(torch, packed)
-    if bits == 8:
-        return p
-    return _f.unpack_fp4(p, count) if bits == 4 else _f.unpack_fp6(p, count)
-
-
 def _to_torch_like(torch, result, device):
     from .arrays import like_input
 
@@ -190,14 +175,14 @@ def _prepare_a_column(torch, a, od, scale_rounding, amax):
         q = a if isinstance(a, mx.MXTensor) else mx.quantize_mx(_host(torch, a), od.name, axis=-1,
                                                                   scale_rounding=scale_rounding)
         bits, k = _f.get(q.element).bits, q.shape[1]
-        codes = _pack(torch, q.codes, bits)
+        codes = pack_codes(torch, q.codes, bits)
         scales = q.scales if not isinstance(q.scales, np.ndarray) else torch.from_numpy(q.scales)
         width = codes.shape[1]
         wire = torch.cat([codes, scales], dim=1).contiguous()
 
         def rebuild(g):
-            return mx.MXTensor(_unpack(torch, g[:, :width].contiguous(), bits, k), _host(torch, g[:, width:].contiguous()),
-                               q.fmt, 1, MX_BLOCK)
+            return mx.MXTensor(unpack_codes(torch, g[:, :width].contiguous(), bits, k),
+                               _host(torch, g[:, width:].contiguous()), q.fmt, 1, MX_BLOCK)
         return wire, rebuild
     if od.kind == "fp8":
         st = _quantize_global(torch, a, od.element, amax)
@@ -274,7 +259,7 @@ def matmul(a_local, b_local, dtype=None, *, group=None, layout: str = "column", 
     (M / world, N) (reduce_scatter).
     """
     from . import api
-    from .backends import select
+    from .backends import select, tensor_parallel
     from .operands import infer_dtype
 
     torch, dist = _torch()
@@ -303,10 +288,10 @@ def matmul(a_local, b_local, dtype=None, *, group=None, layout: str = "column", 
         dev = torch.device("cuda", torch.cuda.current_device()) if "gloo" not in pg_backend else torch.device("cpu")
     comm = _Comm(torch, dist, group, world, rank, pg_backend, dev, timeout)
     prog, tp = False, None
-    if err is None and layout == "column" and be.name == "cuda":  # the replayed per-call program (backends/cuda/tp.py)
-        from .backends.cuda import tp
-
-        prog = tp.lookup(torch, comm, a, b, mdt, out, scale_rounding, chunks)
+    if err is None and layout == "column":  # the backend's replayed per-call program (CUDA: backends/cuda/tp.py)
+        tp = tensor_parallel(be.name)
+        if tp is not None:
+            prog = tp.lookup(torch, comm, a, b, mdt, out, scale_rounding, chunks)
     if check_call:
         pending = comm.check_start(_describe(layout, mdt, out, chunks, reduce, reduce_dtype, backend, scale_rounding,
                                              a, b, err))
@@ -368,7 +353,7 @@ def _column(torch, comm, a, bq, mdt, pair, call, scale_rounding, amax, chunks):
         gathered, work = pending
         if i + 1 < len(parts):  # the next chunk travels while this one is multiplied
             pending = comm.all_gather_async(wire[parts[i + 1][0]:parts[i + 1][1]].contiguous())
-        _wait(work, comm.data_timeout, "all-gather", comm.world)
+        wait(work, comm.data_timeout, "all-gather", comm.world)
         res = _to_torch_like(torch, api.matmul(rebuild(gathered), bq, pair, **call), device)
         if len(parts) == 1:  # one chunk: the gathered rows are already in rank order
             return res
@@ -406,7 +391,7 @@ def _row(torch, comm, api, a, bq, mdt, pair, call, scale_rounding, amax, chunks,
         partial = _to_torch_like(torch, api.matmul(rows_of(aq, s, e), bq, pair, **call), device).contiguous()
         inflight.append((s, e) + comm.reduce_async(partial, reduce))  # reduced while the next chunk computes
     for s, e, reduced, work in inflight:
-        _wait(work, comm.data_timeout, reduce.replace("_", "-"), world)
+        wait(work, comm.data_timeout, reduce.replace("_", "-"), world)
         if result is None:
             result = torch.empty((per, reduced.shape[1]), dtype=getattr(torch, out), device=reduced.device)
         result[s:e] = _round_to(torch, reduced, out)

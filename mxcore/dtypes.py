@@ -32,8 +32,9 @@ Where each fact comes from:
   :data:`FNUZ_ARCHS` the archs that read fp8 bytes as FNUZ.
 * Bit widths come from the :class:`~mxcore.formats.FormatSpec` (:func:`bits`, :func:`storage_bits`).
 * :data:`F8F6F4_CODES`: the CDNA4 f8f6f4 MFMA format codes (``cbsz`` for A, ``blgp`` for B).
-* What an arch's matrix instruction reads for a dtype (:func:`instruction_element`: e.g. tf32 on gfx950, which
-  has no xf32 MFMA, runs as tf32-rounded values through the fp32 MFMA) is derived from the layout records.
+
+Which archs mxcore runs on (:func:`mxcore.layouts.check_arch`) and what an arch's matrix instruction reads for a
+dtype (:func:`mxcore.layouts.instruction_element`) are derived from the layout records, which sit above this table.
 """
 
 from __future__ import annotations
@@ -58,11 +59,9 @@ __all__ = [
     "bits",
     "canonical_operand",
     "canonical_out_dtype",
-    "check_arch",
     "dtype_name",
     "element_format",
     "holds_codes",
-    "instruction_element",
     "known_names",
     "layout_arch",
     "resolve",
@@ -155,35 +154,6 @@ def layout_arch(arch: str | None) -> str | None:
 
 def _norm_arch(arch) -> str | None:
     return None if arch is None else str(arch).strip().lower()
-
-
-def check_arch(arch, vendor: str | None = None) -> str:
-    """``arch`` normalised (lower case) when some matrix instruction of the layout records runs on it (and it
-    belongs to ``vendor`` when given), else UnsupportedError naming what mxcore needs: NVIDIA sm_80 or newer
-    (the oldest mma.sync record), AMD CDNA3 (gfx940-gfx942) or CDNA4 (gfx950)."""
-    import re
-
-    from . import layouts
-    from .errors import LayoutError
-
-    key = _norm_arch(arch) or ""
-    nv_archs = sorted({a for r in layouts.records("nvidia") for a in r.archs}, key=lambda a: (len(a), a))
-    nv = sorted(int(a[3:].rstrip("af")) for a in nv_archs)
-    amd = sorted({a for r in layouts.records("amd") for a in r.archs} | FNUZ_ARCHS)
-    kind = "nvidia" if key.startswith("sm_") else "amd" if key.startswith("gfx") else None
-    if vendor is not None and kind is not None and kind != vendor:
-        raise UnsupportedError(f"arch {arch!r} is an {kind} arch, not {vendor}; "
-                               + (f"use sm_{nv[0]} or newer" if vendor == "nvidia" else f"use one of {', '.join(amd)}"))
-    m = re.fullmatch(r"sm_(\d+)[af]?", key)
-    if m and int(m.group(1)) < nv[0]:
-        raise UnsupportedError(f"arch {arch!r}: mxcore needs sm_{nv[0]} or newer on NVIDIA (its mma.sync records "
-                               "and kernels start there)")
-    try:
-        layouts.names(arch=key)
-    except (UnknownNameError, LayoutError):
-        raise UnsupportedError(f"unknown arch {arch!r}; mxcore runs on NVIDIA sm_{nv[0]} or newer (records for "
-                               f"{', '.join(nv_archs)}) and AMD {', '.join(amd)}") from None
-    return key
 
 
 def dtype_name(obj) -> str:
@@ -333,31 +303,6 @@ def resolve_name(name, arch: str | None = None) -> str:
     if isinstance(name, str) and "," in name:
         return resolve(tuple(p for p in name.split(",")), arch).name
     return resolve(name, arch).name
-
-
-def _is_subset(small, big) -> bool:
-    """Every value of format ``small`` is a value of ``big`` (same exponent range, at least as many mantissa bits)."""
-    return (small.ebits == big.ebits and small.bias == big.bias and small.mbits <= big.mbits
-            and small.signed == big.signed and small.has_inf == big.has_inf)
-
-
-def instruction_element(name, arch: str) -> str | None:
-    """The element format that a matrix instruction of ``arch`` reads for operand dtype ``name``: the dtype's own
-    element when some instruction reads it, else, for the float dtypes, the narrowest format an instruction
-    reads that holds every value exactly (tf32 on gfx950, which has no xf32 MFMA: ``"fp32"``); None when none does
-    (a backend may still emulate it, as the CUDA backend's 3xTF32 split does for fp32).  Derived from the
-    layout records (block-scaled instructions for the MX dtypes, unscaled ones otherwise)."""
-    from . import formats, layouts
-
-    d = DTYPES[canonical_operand(name, arch)]
-    read = layouts.element_formats(layout_arch(arch), scaled=d.kind == "mx")
-    if d.element in read:
-        return d.element
-    if d.kind != "float":  # codes travel as bytes: no wider instruction format stands in for them
-        return None
-    mine = formats.FORMATS[d.element]
-    wider = [f for f in read if f in formats.FORMATS and _is_subset(mine, formats.FORMATS[f])]
-    return min(wider, key=lambda f: formats.FORMATS[f].bits) if wider else None
 
 
 # output dtypes: canonical name -> element format of mxcore.formats used for the final rounding

@@ -27,7 +27,7 @@ Hopper ``wgmma.mma_async`` (a :class:`~mxcore.layouts.WgmmaLayout`): ``execute(r
 follows the instruction's operand list — ``a`` is A's registers (128 lanes) or a 64-bit matrix descriptor, ``b``
 always a descriptor; both descriptors address ``smem`` (a uint8 array: shared memory from the swizzle pattern's
 repeat boundary on, byte 0 at address 0).  ``smem_read`` / ``smem_write`` move an operand tile through a
-descriptor's canonical layout and swizzle (PTX ISA 9.7.15.5.1.2; :mod:`mxcore.layouts._smem`); ``trans_a`` /
+descriptor's canonical layout and swizzle (PTX ISA 9.7.15.5.1.2; :mod:`mxcore.layouts.hopper`); ``trans_a`` /
 ``trans_b`` are imm-trans-a/b (M/N-major, 16-bit formats), ``scale_d=False`` drops C, ``imm_scale_a/b`` = -1
 negate A / B.  The arithmetic is the one above: exact products, one rounding of the exact sum.
 """
@@ -294,7 +294,7 @@ def smem_read(layout, role: str, smem, desc: int, *, transpose: bool = False) ->
     """The A (64 x K) or B (K x N) tile that wgmma reads from ``smem`` through descriptor ``desc`` (M/N-major when
     ``transpose``): element codes (uint8) for fp8, values (float64) for fp16 / bf16 / tf32 (tf32 as its fp32 word,
     rounded to tf32 once as for registers)."""
-    from .layouts import _smem
+    from .layouts.hopper import descriptor_fields
 
     rec = _wgmma_record(layout, "emulate.smem_read")
     key = _smem_role(role)
@@ -302,7 +302,7 @@ def smem_read(layout, role: str, smem, desc: int, *, transpose: bool = False) ->
     if not _is_descriptor(desc):
         raise InputTypeError(f"emulate.smem_read: desc is a 64-bit matrix descriptor (an int), got {type(desc).__name__}")
     lay = rec.smem(key, "MN" if transpose else "K", desc=int(desc))
-    start = _smem.descriptor_fields(desc)["start"]
+    start = descriptor_fields(desc)["start"]
     addr = lay.addresses(start)
     nbytes = lay.bits // 8
     if int(addr.max()) + nbytes > buf.size:

@@ -83,7 +83,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _codec_host as _host
-from ._format_specs import FORMATS, ROUNDINGS, FormatSpec, exact_shifts, get, names
+from ._codec_host import nan_error, policy_checks  # noqa: F401  (the argument checks the device codecs share)
+from ._format_specs import FORMATS, ROUNDINGS, SPECIALS, FormatSpec, exact_shifts, get, names  # noqa: F401
 from ._formats_text import _cli  # noqa: F401  (python -m mxcore formats)
 
 __all__ = [
@@ -116,14 +117,14 @@ def _refuse_masked(x) -> None:
 def _device(x):
     """The device codec module when ``x`` is a GPU array (CuPy, torch CUDA, DLPack on a GPU), else None.
     Imports nothing for host data; refuses masked arrays."""
-    from ._device_arrays import device_kind
+    from .arrays import device_kind
 
     _refuse_masked(x)
     if device_kind(x) is None:
         return None
-    from .backends import codec
+    from .backends import device_codec
 
-    return codec
+    return device_codec()
 
 
 def encode(x, fmt, *, rounding: str = "rne", overflow: str = "saturate", nan: str = "raise",

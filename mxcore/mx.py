@@ -52,7 +52,7 @@ import numpy as np
 from . import _codec_exact as _exact
 from . import _codec_host as _host
 from . import formats as _f
-from ._device_arrays import device_kind
+from .arrays import device_kind
 from .dtypes import MX_BLOCK, MX_ELEMENT, canonical_operand
 from .errors import FormatError, InputTypeError, ShapeError, UnknownNameError, UnsupportedError
 
@@ -86,9 +86,9 @@ def mx_element(fmt: str) -> tuple[str, _f.FormatSpec]:
 
 
 def _codec():
-    from .backends import codec
+    from .backends import device_codec
 
-    return codec
+    return device_codec()
 
 
 def _dtype_name(a) -> str:
@@ -371,7 +371,7 @@ def _check_axis(axis) -> None:
 
 
 def _check_values(x, what: str) -> None:
-    from .operands import check_unmasked
+    from .arrays import check_unmasked
 
     check_unmasked(x, what)
 
@@ -404,7 +404,7 @@ def _host_amax(amax) -> float:
 
 def _check_device_amax(amax) -> None:
     """A device ``amax`` is one element on a GPU; its value is not read (that would synchronise)."""
-    from ._device_arrays import device_kind as _kind
+    from .arrays import device_kind as _kind
 
     if amax is None:
         return

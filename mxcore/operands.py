@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes as _dt
+from .arrays import check_unmasked
 from .errors import InputTypeError, MXCoreError, UnsupportedError
 
 __all__ = ["Operand", "infer_dtype", "prepare", "prepare_one", "check_real_input", "check_unmasked", "round_values",
@@ -84,14 +85,6 @@ def _dtype_name(x) -> str:
         except TypeError:
             pass
         return name
-
-
-def check_unmasked(x, what: str) -> None:
-    """Refuse a numpy masked array: every conversion mxcore makes (``numpy.asarray``) drops the mask, so its
-    masked entries would be used as values."""
-    if isinstance(x, np.ma.MaskedArray):
-        raise InputTypeError(f"{what} is a numpy masked array, whose mask mxcore would ignore; pass plain data: "
-                             "x.filled(0.0) (or the fill value you mean) or x.data")
 
 
 def check_real_input(x, role: str) -> None:

@@ -93,13 +93,13 @@ def _plant_wrong_layout() -> None:
 def main(argv) -> int:
     from standin_hip import scenario
 
-    import mxcore.cli
+    import mxcore.tools.cli
 
     arch = os.environ.get("MXSTANDIN_ARCH", "gfx950").split(":")[0]
     dev = attach(os.environ["MXSTANDIN_LIB_DIR"], arch)
     if os.environ.get("MXSELFTEST_PLANT") == "layout":
         _plant_wrong_layout()
-    rc = mxcore.cli.main(["selftest", *argv])
+    rc = mxcore.tools.cli.main(["selftest", *argv])
     del dev
     if scenario.ERRORS:
         print("stand-in launch hook errors:\n" + "\n".join(scenario.ERRORS), file=sys.stderr)

@@ -29,8 +29,9 @@ def test_info():
 
 def test_info_returns_and_does_not_print(capsys):
     import mxcore
+    from mxcore.tools import info
 
-    report = mxcore.info()
+    report = info()
     assert capsys.readouterr().out == ""  # the library returns; the CLI prints
     from mxcore.backends import names
 
@@ -107,7 +108,7 @@ def test_errors_use_command_line_spelling():
 
 
 def test_command_line_spelling():
-    from mxcore.cli import command_line_spelling
+    from mxcore.tools.cli import command_line_spelling
 
     assert command_line_spelling("pass backend='auto' or dtype=\"fp16\"") == "pass --backend auto or --dtype fp16"
     assert command_line_spelling("out_dtype='float16'") == "--out-dtype float16"
@@ -146,7 +147,7 @@ def test_version():
     for args in (["--version"], ["-V"]):
         out = run(*args).stdout.strip()
         assert out.startswith("mxcore ") and out.split()[1][:1].isdigit(), out
-    from mxcore.cli import main
+    from mxcore.tools.cli import main
 
     assert main(["--version"]) == 0
     assert mxcore.__version__ in run("--version").stdout or "dev" not in mxcore.__version__
@@ -192,7 +193,7 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize("argv", BAD_OPTIONS, ids=lambda a: " ".join(a) or "''")
 def test_bad_options_give_one_line_and_status_2(argv, capsys):
-    from mxcore.cli import main
+    from mxcore.tools.cli import main
 
     assert main(argv) == 2
     cap = capsys.readouterr()
@@ -212,7 +213,7 @@ def test_bad_options_in_a_subprocess(argv):
 
 @pytest.mark.parametrize("cmd,opt", [("selftest", "--out"), ("layout", "--out"), ("bench", "--json")])
 def test_unwritable_outputs_are_refused_before_running(tmp_path, cmd, opt):
-    from mxcore.cli import main
+    from mxcore.tools.cli import main
 
     pre = ["m16n8k16.f16"] if cmd == "layout" else (["--backend", "reference", "--sizes", "8"] if cmd == "bench"
                                                      else [])
@@ -241,7 +242,7 @@ def test_missing_optional_modules(tmp_path):
 
 
 def test_unexpected_failures_are_one_line_with_status_1(monkeypatch, capsys):
-    from mxcore import cli
+    from mxcore.tools import cli
 
     def broken(argv):
         raise ZeroDivisionError("a bug")
@@ -269,7 +270,7 @@ def test_bench_on_the_cpu_picks_small_sizes_and_prints_its_table(tmp_path):
 
 
 def test_bench_warns_when_a_cpu_size_takes_minutes(monkeypatch, capsys):
-    from mxcore import bench
+    from mxcore.tools import bench
 
     seen = {}
     monkeypatch.setattr(bench, "run", lambda name, dtypes, shapes, **kw: seen.update(shapes=shapes, **kw) or [])
@@ -279,7 +280,7 @@ def test_bench_warns_when_a_cpu_size_takes_minutes(monkeypatch, capsys):
 
 
 def test_parse_helpers():
-    from mxcore.cli import CLIError, parse_shapes, parse_sizes
+    from mxcore.tools.cli import CLIError, parse_shapes, parse_sizes
 
     assert parse_sizes("256, 512,") == [256, 512]
     assert parse_shapes("16x32x64,llm", words=("llm",)) == [(16, 32, 64), "llm"]

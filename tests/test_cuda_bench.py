@@ -1,4 +1,4 @@
-"""mxcore.bench's loop on a fake backend that implements the backend contract (no GPU): timing through
+"""mxcore.tools.bench's loop on a fake backend that implements the backend contract (no GPU): timing through
 backend.timer(), tiles through plan(tile=...), plans closed after every case, one ceiling measurement per
 backend ceiling_key, the vendor baseline, loop diagnostics through Plan.diagnostics and the printed table."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mxcore import bench
+from mxcore.tools import bench
 from mxcore.backends import Backend, Plan, Target
 
 

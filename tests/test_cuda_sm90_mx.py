@@ -392,8 +392,9 @@ def test_fold_tiers(backend, rng, dtype, k):
 
 
 def test_bench_mx_reports_paths(backend):
-    """``python -m mxcore.bench_mx`` runs both paths and names the one each plan took (a smoke run, not a timing)."""
-    from mxcore.bench_mx import bench_mx
+    """``python -m mxcore.tools.bench_mx`` runs both paths and names the one each plan took (a smoke run, not a
+    timing)."""
+    from mxcore.tools.bench_mx import bench_mx
 
     rows = bench_mx(sizes=(1024,), dtypes=("mxfp4", "mxfp8+mxfp4"), repeats=2, out=lambda *_: None)
     assert [(r["dtype"], r["path"]) for r in rows] == [("mxfp4", "exact"), ("mxfp4", "decode"),

@@ -130,7 +130,7 @@ def _worker(rank, world, port, outdir, cases):
         stats = {}
         got = mxd.matmul(al, torch.from_numpy(bl.copy()), dt, layout=layout, backend="reference", stats=stats, **kw)
         res[name] = ("ok", mxcore.to_host(got), stats)
-    from mxcore import bench_distributed
+    from mxcore.tools import bench_distributed
 
     res["bench"] = bench_distributed.main(["--device", "cpu", "--check", "--shape", "6x6x192",
                                            "--dtypes", "fp8,mxfp4", "--chunks", "2", "--iters", "1", "--warmup", "0",
@@ -474,7 +474,7 @@ def test_two_gpus_nccl():
     # a small problem (one chunk), then one on the wgmma kernels in two row chunks per rank block
     for shape, chunks in (("512x1024x512", "1"), ("2048x2048x1024", "2")):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-               "mxcore.bench_distributed", "--check", "--shape", shape, "--chunks", chunks]
+               "mxcore.tools.bench_distributed", "--check", "--shape", shape, "--chunks", chunks]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "check: all layouts match" in proc.stdout, proc.stdout
@@ -482,8 +482,9 @@ def test_two_gpus_nccl():
             assert f"check {dt} column : bit-exact on 3 calls (paths: recorded, replay, replay)" in proc.stdout, \
                 proc.stdout
     # each rank's shards of two weights quantized once (MXTensor / ScaledTensor), used in turn: one program
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "mxcore.bench_distributed",
-           "--check", "--shape", "2048x2048x1024", "--weights", "quantized", "--iters", "2"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+           "mxcore.tools.bench_distributed", "--check", "--shape", "2048x2048x1024", "--weights", "quantized",
+           "--iters", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for dt in ("fp8", "mxfp8", "mxfp4"):

@@ -80,15 +80,15 @@ def test_bench_names_follow_the_arch(arch):
 def test_what_the_instruction_reads(arch):
     """tf32 on gfx950 (no xf32 MFMA) runs as tf32-rounded values through the fp32 MFMA; elsewhere as itself."""
     tf32 = "fp32" if arch == "gfx950" else "tf32"
-    assert dtypes.instruction_element("tf32", arch) == tf32
-    assert dtypes.instruction_element("fp16", arch) == "fp16"
+    assert layouts.instruction_element("tf32", arch) == tf32
+    assert layouts.instruction_element("fp16", arch) == "fp16"
     fp8 = "e4m3fnuz" if arch in CDNA3 else "e4m3fn"
-    assert dtypes.instruction_element("fp8", arch) == (None if arch == "sm_80" else fp8)
-    assert dtypes.instruction_element("fp32", arch) == (None if arch.startswith("sm_") else "fp32")
-    assert dtypes.instruction_element("mxfp4", arch) == ("e2m1" if arch == "gfx950" else None)
-    assert dtypes.instruction_element("mxfp4", "sm_120a") == "e2m1"
+    assert layouts.instruction_element("fp8", arch) == (None if arch == "sm_80" else fp8)
+    assert layouts.instruction_element("fp32", arch) == (None if arch.startswith("sm_") else "fp32")
+    assert layouts.instruction_element("mxfp4", arch) == ("e2m1" if arch == "gfx950" else None)
+    assert layouts.instruction_element("mxfp4", "sm_120a") == "e2m1"
     other = "e4m3fn" if arch in CDNA3 else "e4m3fnuz"
-    assert dtypes.instruction_element(other, arch) is None
+    assert layouts.instruction_element(other, arch) is None
 
 
 def test_every_instruction_format_is_a_known_element():

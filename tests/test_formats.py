@@ -493,7 +493,7 @@ class _FakeGpuArray:
 
 
 def test_device_kind_without_gpu_libraries():
-    from mxcore._device_arrays import device_kind
+    from mxcore.arrays import device_kind
 
     assert device_kind(np.ones(3)) is None and device_kind([1.0]) is None and device_kind(1.0) is None
     assert device_kind(_FakeGpuArray()) == "dlpack" and device_kind(_FakeGpuArray(dev_type=10)) == "dlpack"

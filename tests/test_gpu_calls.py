@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mxcore
-from mxcore.bench_decode import graphed
+from mxcore.tools.bench_decode import graphed
 
 pytestmark = pytest.mark.nvidia_gpu
 

@@ -366,7 +366,7 @@ def test_host_quantize_takes_every_float_layout_and_dtype_alike():
 
 
 def test_bench_host_rows_and_cli(capsys):
-    from mxcore import bench_quant
+    from mxcore.tools import bench_quant
 
     rows = bench_quant.bench_host(64, 64, formats=("mxfp4",), repeats=1)
     names = [r["what"] for r in rows]

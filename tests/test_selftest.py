@@ -19,7 +19,7 @@ from conftest import require_tool
 from mxcore.backends import hip_tools
 from standin_hip import standin
 
-from mxcore import selftest
+from mxcore.tools import selftest
 
 HELPER = standin.TESTS / "_standin.py"
 SMALL = "1x1x1,17x33x65"

@@ -238,8 +238,8 @@ def test_a_callers_mxtensor_is_reused():
     q = mxcore.quantize_mx(w, "mxfp8", axis=0)
     a = torch.randn(4, 64)
     mxcore.torch.matmul(a, q, backend="reference")
-    codes = ops._as_torch(q.codes).t()
-    assert ops.weight_operand(codes, ops._as_torch(q.scales).t(), q.fmt) is q
+    codes = ops.as_torch(q.codes).t()
+    assert ops.weight_operand(codes, ops.as_torch(q.scales).t(), q.fmt) is q
 
 
 def test_import_mxcore_without_torch():

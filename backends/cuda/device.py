@@ -17,7 +17,7 @@ from mxcore.errors import UnsupportedError
 
 __all__ = ["DeviceInfo", "address_of", "as_cupy", "capture_graph", "capturing", "device_bytes", "device_info",
            "ensure_context", "external_stream", "graph_kept_bytes", "keep_for_graph", "ordinal_of", "refuse_capture",
-           "release_destroyed_graphs", "resolve_ordinal", "stream_for", "torch_stream", "unowned_view"]
+           "release_destroyed_graphs", "resolve_ordinal", "stream_for", "torch_stream", "torch_view", "unowned_view"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class _StreamHandle:
 _TORCH_AS: dict = {}  # torch dtype -> the CuPy dtype of its bits (bf16 -> uint16, fp8 -> uint8), None: DLPack
 
 
-def _torch_view(cp, t):
+def torch_view(cp, t):
     """A CuPy array over torch CUDA tensor ``t``'s memory (same shape and strides; ``t`` kept alive as the owner),
     built from its address: no DLPack capsule and no stream query (the caller runs on the tensor's stream).
     None for dtypes without a CuPy twin and for empty tensors (DLPack handles them)."""
@@ -169,7 +169,7 @@ def as_cupy(cp, x):
     if kind == "cupy":
         return x
     if kind == "torch" and x.device.type == "cuda":
-        view = _torch_view(cp, x)
+        view = torch_view(cp, x)
         if view is not None:
             return view
         import torch

@@ -10,11 +10,13 @@ so its dynamic shared memory is padded to run as many blocks per SM as the GEMM 
 from __future__ import annotations
 
 from .compile import DIAG_FILE
-from .emit import DIAG_NAMES
 from .plan import OUT_KIND
 from .variants import TILES, gemm_options
 
-__all__ = ["launch_diagnostic"]
+__all__ = ["DIAG_NAMES", "launch_diagnostic"]
+
+#: the diagnostics of gemm_diag.cu by name: the value of its MX_DIAG define
+DIAG_NAMES = {"smem": 1, "mma": 2, "feed": 3}
 
 _SMEM: dict = {}
 

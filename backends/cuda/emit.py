@@ -12,7 +12,6 @@ from .variants import ELEMENTS, Variant, all_variants, gemm_options, sm_of
 __all__ = ["compile_all", "compile_jobs", "emit_kernels"]
 
 _DTYPE_OF_ELEM = {"f16": "fp16", "bf16": "bf16 (and MX decoded)", "tf32": "tf32, fp32 (3xTF32)"}
-DIAG_NAMES = {"smem": 1, "mma": 2, "feed": 3}
 
 
 def _dtype_label(v: Variant) -> str:

@@ -28,7 +28,7 @@ the whole K, so the result is one-GPU ``mxcore.matmul(A, B)[:, this rank's colum
 from __future__ import annotations
 
 from mxcore import formats as _f
-from mxcore._dist_comm import _wait, splits
+from mxcore.dist_comm import pack_codes, splits, unpack_codes, wait
 from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
@@ -207,20 +207,17 @@ class ColumnProgram:
 
     def _quantize_mx(self, a, b):
         from mxcore import mx
-        from mxcore.distributed import _pack
 
         mdt, rounding = self.mdt, self.scale_rounding
         qa = mx.quantize_mx(a, mdt.a.name, axis=-1, scale_rounding=rounding)
         qb = b if self.stationary else mx.quantize_mx(b, mdt.b.name, axis=0, scale_rounding=rounding)
-        return qa, qb, [_pack(self.torch, qa.codes, _f.get(qa.element).bits), qa.scales]
+        return qa, qb, [pack_codes(self.torch, qa.codes, _f.get(qa.element).bits), qa.scales]
 
     def _received_codes(self, c):
         """Chunk ``c``'s gathered A codes, unpacked where they travelled packed: (world, rows, K) uint8."""
-        from mxcore.distributed import _unpack
-
         g = self.gathered[c][0]
         bits = _f.get(self.qa.element).bits if self.mdt.kind == "mx" else 8
-        return _unpack(self.torch, g.reshape(-1, g.shape[-1]), bits, self.k).reshape(self.world, -1, self.k)
+        return unpack_codes(self.torch, g.reshape(-1, g.shape[-1]), bits, self.k).reshape(self.world, -1, self.k)
 
     def _operand(self, k: int, c: int, codes):
         """A's rows of rank block ``k``, chunk ``c``, as the quantized object the GEMM takes."""
@@ -321,7 +318,7 @@ class ColumnProgram:
                 for (s, e), bufs in zip(self.parts, self.gathered)]
 
     def _wait(self, work) -> None:
-        _wait(work, None, "all-gather", self.world)
+        wait(work, None, "all-gather", self.world)
 
 
 COMM_SMS = 24          # SMs NCCL's all-gather kernel held here (2 x H200, NCCL defaults; README "More than one GPU")

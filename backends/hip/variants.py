@@ -202,7 +202,7 @@ def kernel_specs(arch: str) -> tuple:
     stand_in = {}
     for d in _dt.DTYPES.values():
         if d.kind == "float":
-            via = _dt.instruction_element(d.name, arch)
+            via = layouts.instruction_element(d.name, arch)
             if via is not None and via != d.element:
                 stand_in.setdefault(via, []).append(d.name)
     specs = []

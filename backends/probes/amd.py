@@ -10,7 +10,7 @@ import numpy as np
 from mxcore import dtypes as _dt
 from mxcore.errors import LayoutError, UnsupportedError
 
-from . import ProbeKernel, probe_entry
+from .common import ProbeKernel, probe_entry
 from .registers import d_values, scale_words, words
 
 __all__ = ["DEVICE", "expected_mfma", "handles", "parse_mfma", "probe_kernel", "run", "run_hip"]

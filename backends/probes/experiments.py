@@ -8,7 +8,7 @@ import numpy as np
 from mxcore import dtypes as _dt
 from mxcore.errors import UnsupportedError
 
-from . import family
+from .common import family
 from .registers import slots
 
 __all__ = ["arange_probe", "error_bound", "exact_grid", "exact_values", "random_values", "reference_d",

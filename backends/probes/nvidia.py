@@ -13,7 +13,7 @@ from mxcore.errors import BackendUnavailableError, LayoutError, UnsupportedError
 from mxcore.layouts import LdMatrixLayout
 from mxcore.layouts.nvidia import PTX_TYPE
 
-from . import ProbeKernel, probe_entry
+from .common import ProbeKernel, probe_entry
 from .registers import d_values, scale_words, words
 
 __all__ = ["DEVICE", "expected_sass", "handles", "ldmatrix_count", "ldmatrix_expected", "ldmatrix_probe_kernel",

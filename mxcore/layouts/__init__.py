@@ -18,14 +18,15 @@ from __future__ import annotations
 import re
 
 from .. import dtypes as _dt
-from ..errors import InputTypeError, LayoutError, UnknownNameError
+from ..errors import InputTypeError, LayoutError, UnknownNameError, UnsupportedError
 from . import cdna3, cdna4, hopper, nvidia
 from ._core import InstructionLayout, LdMatrixLayout, OperandLayout
 from ._smem import SmemLayout, SwizzleAtom
 from .hopper import WgmmaLayout
 
-__all__ = ["names", "get", "render", "records", "element_formats", "InstructionLayout", "OperandLayout",
-           "LdMatrixLayout", "WgmmaLayout", "SmemLayout", "SwizzleAtom", "MATRIX_TYPES"]
+__all__ = ["names", "get", "render", "records", "element_formats", "instruction_element", "check_arch",
+           "InstructionLayout", "OperandLayout", "LdMatrixLayout", "WgmmaLayout", "SmemLayout", "SwizzleAtom",
+           "MATRIX_TYPES"]
 
 #: the record types of matrix instructions (mma.sync / MFMA, and Hopper wgmma with its shared-memory operands)
 MATRIX_TYPES = (InstructionLayout, WgmmaLayout)
@@ -179,6 +180,55 @@ def element_formats(arch: str, *, scaled: bool = False) -> frozenset:
         if bool(rec.scaled) == scaled:
             fmts |= {rec.a_format, rec.b_format}
     return frozenset(fmts)
+
+
+def instruction_element(name, arch: str) -> str | None:
+    """The element format that a matrix instruction of ``arch`` reads for operand dtype ``name``: the dtype's own
+    element when some instruction reads it, else, for the float dtypes, the narrowest format an instruction
+    reads that holds every value exactly (tf32 on gfx950, which has no xf32 MFMA: ``"fp32"``); None when none does
+    (a backend may still emulate it, as the CUDA backend's 3xTF32 split does for fp32).  Derived from the
+    layout records (block-scaled instructions for the MX dtypes, unscaled ones otherwise)."""
+    from .. import formats
+
+    d = _dt.DTYPES[_dt.canonical_operand(name, arch)]
+    read = element_formats(_dt.layout_arch(arch), scaled=d.kind == "mx")
+    if d.element in read:
+        return d.element
+    if d.kind != "float":  # codes travel as bytes: no wider instruction format stands in for them
+        return None
+    mine = formats.FORMATS[d.element]
+    wider = [f for f in read if f in formats.FORMATS and _is_subset(mine, formats.FORMATS[f])]
+    return min(wider, key=lambda f: formats.FORMATS[f].bits) if wider else None
+
+
+def _is_subset(small, big) -> bool:
+    """Every value of format ``small`` is a value of ``big`` (same exponent range, at least as many mantissa bits)."""
+    return (small.ebits == big.ebits and small.bias == big.bias and small.mbits <= big.mbits
+            and small.signed == big.signed and small.has_inf == big.has_inf)
+
+
+def check_arch(arch, vendor: str | None = None) -> str:
+    """``arch`` normalised (lower case) when some matrix instruction of the layout records runs on it (and it
+    belongs to ``vendor`` when given), else UnsupportedError naming what mxcore needs: NVIDIA sm_80 or newer
+    (the oldest mma.sync record), AMD CDNA3 (gfx940-gfx942) or CDNA4 (gfx950)."""
+    key = "" if arch is None else str(arch).strip().lower()
+    nv_archs = sorted({a for r in records("nvidia") for a in r.archs}, key=lambda a: (len(a), a))
+    nv = sorted(int(a[3:].rstrip("af")) for a in nv_archs)
+    amd = sorted({a for r in records("amd") for a in r.archs} | _dt.FNUZ_ARCHS)
+    kind = "nvidia" if key.startswith("sm_") else "amd" if key.startswith("gfx") else None
+    if vendor is not None and kind is not None and kind != vendor:
+        raise UnsupportedError(f"arch {arch!r} is an {kind} arch, not {vendor}; "
+                               + (f"use sm_{nv[0]} or newer" if vendor == "nvidia" else f"use one of {', '.join(amd)}"))
+    m = re.fullmatch(r"sm_(\d+)[af]?", key)
+    if m and int(m.group(1)) < nv[0]:
+        raise UnsupportedError(f"arch {arch!r}: mxcore needs sm_{nv[0]} or newer on NVIDIA (its mma.sync records "
+                               "and kernels start there)")
+    try:
+        names(arch=key)
+    except (UnknownNameError, LayoutError):
+        raise UnsupportedError(f"unknown arch {arch!r}; mxcore runs on NVIDIA sm_{nv[0]} or newer (records for "
+                               f"{', '.join(nv_archs)}) and AMD {', '.join(amd)}") from None
+    return key
 
 
 def get(name: str, *, a_format: str | None = None, b_format: str | None = None,

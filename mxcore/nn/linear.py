@@ -204,9 +204,9 @@ class Linear(torch.nn.Module):
     def _eager(self, x):
         cfg = self.config
         if cfg.is_mx:
-            return _ops._linear_mx_impl(x, self.weight_codes, self.weight_scales, cfg.weight, cfg.act or "",
+            return _ops.linear_mx_impl(x, self.weight_codes, self.weight_scales, cfg.weight, cfg.act or "",
                                         cfg.scale_rounding, cfg.backend)
-        return _ops._linear_fp8_impl(x, self.weight_codes, self.weight_scale_exp, cfg.weight, cfg.act or "",
+        return _ops.linear_fp8_impl(x, self.weight_codes, self.weight_scale_exp, cfg.weight, cfg.act or "",
                                      cfg.backend)
 
     def extra_repr(self) -> str:
@@ -236,7 +236,7 @@ class Linear(torch.nn.Module):
         if not isinstance(weight, mx.MXTensor) or weight.ndim != 2 or weight.axis != 1:
             raise UnsupportedError("from_quantized takes a 2-D MXTensor [out, in] blocked along its last axis "
                                    f"(MXTensor.from_blocks makes one); got {weight!r}")
-        codes, scales = _ops._as_torch(weight.codes), _ops._as_torch(weight.scales)
+        codes, scales = _ops.as_torch(weight.codes), _ops.as_torch(weight.scales)
         out_f, in_f = weight.shape
         cfg = MXConfig(weight.fmt, act=act, scale_rounding=scale_rounding, backend=backend)
         new = cls.__new__(cls)

@@ -242,7 +242,8 @@ def _refuse_weight_grad(dtype: str, grad_dtype: str) -> None:
             "(b.requires_grad_(False))")
 
 
-def _linear_mx_impl(x, codes, scales, fmt, act, scale_rounding, backend):
+def linear_mx_impl(x, codes, scales, fmt, act, scale_rounding, backend):
+    """The eager body of ``torch.ops.mxcore.linear_mx`` (also what ``mxcore.nn.Linear`` runs outside tracing)."""
     w = weight_operand(codes, scales, fmt)
     k = codes.shape[1]
     y = _api.matmul(_as_2d(x, k), w, (act or fmt, fmt), out_dtype=_out_name(x), backend=backend,
@@ -250,7 +251,8 @@ def _linear_mx_impl(x, codes, scales, fmt, act, scale_rounding, backend):
     return y.reshape(tuple(x.shape[:-1]) + (codes.shape[0],))
 
 
-def _linear_fp8_impl(x, codes, scale_exp, fmt, act, backend):
+def linear_fp8_impl(x, codes, scale_exp, fmt, act, backend):
+    """The eager body of ``torch.ops.mxcore.linear_fp8`` (also what ``mxcore.nn.Linear`` runs outside tracing)."""
     w = weight_operand(codes, scale_exp, fmt)
     k = codes.shape[1]
     y = _api.matmul(_as_2d(x, k), w, (act or fmt, fmt), out_dtype=_out_name(x), backend=backend)
@@ -261,7 +263,7 @@ def _linear_fp8_impl(x, codes, scale_exp, fmt, act, backend):
                          schema="(Tensor x, Tensor codes, Tensor scales, str fmt, str act, str scale_rounding, "
                                 "str backend, str grad_dtype) -> Tensor")
 def _linear_mx(x, codes, scales, fmt, act, scale_rounding, backend, grad_dtype):
-    return _linear_mx_impl(x, codes, scales, fmt, act, scale_rounding, backend)
+    return linear_mx_impl(x, codes, scales, fmt, act, scale_rounding, backend)
 
 
 @_linear_mx.register_fake
@@ -274,7 +276,7 @@ def _linear_mx_fake(x, codes, scales, fmt, act, scale_rounding, backend, grad_dt
                          schema="(Tensor x, Tensor codes, Tensor scale_exp, str fmt, str act, str backend, "
                                 "str grad_dtype) -> Tensor")
 def _linear_fp8(x, codes, scale_exp, fmt, act, backend, grad_dtype):
-    return _linear_fp8_impl(x, codes, scale_exp, fmt, act, backend)
+    return linear_fp8_impl(x, codes, scale_exp, fmt, act, backend)
 
 
 @_linear_fp8.register_fake
@@ -410,12 +412,12 @@ def matmul(a, b, dtype=None, *, out_dtype=None, scale_rounding: str = "floor", b
         if dtype is not None:
             p = pair(_dtype_string(dtype))
             act = p[0] if isinstance(p, tuple) else ""
-        codes = _as_torch(b.codes).t()
+        codes = as_torch(b.codes).t()
         if isinstance(b, mx.MXTensor):
             if b.axis != 0 or b.ndim != 2:
                 raise UnsupportedError(f"a quantized b must be a 2-D weight [K, N] blocked along K (axis 0); got "
                                        f"shape {b.shape} blocked along axis {b.axis}")
-            scales = _as_torch(b.scales).t()
+            scales = as_torch(b.scales).t()
             _adopt(b, codes, scales)
             y = torch.ops.mxcore.linear_mx(a, codes, scales, b.fmt, act, scale_rounding, backend, gd)
         else:
@@ -442,7 +444,7 @@ def matmul(a, b, dtype=None, *, out_dtype=None, scale_rounding: str = "floor", b
     return y.reshape(tuple(a.shape[:-1]) + (b.shape[1],))
 
 
-def _as_torch(x):
+def as_torch(x):
     """A torch view of a quantized operand's host (numpy) array, sharing its memory (the same pointer every call)."""
     if isinstance(x, torch.Tensor):
         return x

@@ -257,11 +257,11 @@ def scenario_split(out: dict) -> None:
 
 def scenario_absent_or_failed(out: dict) -> None:
     """Availability under MXSTANDIN_FAIL / device count / arch settings changed between fresh backends."""
-    import mxcore
     from mxcore.backends.hip import HipBackend
+    from mxcore.tools import info
 
     os.environ["MXSTANDIN_FAIL"] = "hipGetDevicePropertiesR0600"
-    out["info"] = str(mxcore.info())  # what `python -m mxcore info` prints
+    out["info"] = str(info())  # what `python -m mxcore info` prints
     cases = {}
     for label, env in (("props_fail", {"MXSTANDIN_FAIL": "hipGetDevicePropertiesR0600"}),
                        ("get_device_fail", {"MXSTANDIN_FAIL": "hipGetDevice"}),

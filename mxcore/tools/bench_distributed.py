@@ -2,7 +2,7 @@
 
 Launch one process per GPU::
 
-    torchrun --nproc-per-node 2 -m mxcore.bench_distributed --shape 8192x16384x8192 --dtypes fp8,mxfp8,mxfp4
+    torchrun --nproc-per-node 2 -m mxcore.tools.bench_distributed --shape 8192x16384x8192 --dtypes fp8,mxfp8,mxfp4
 
 (``python -m torch.distributed.run`` is the same launcher.)  The global problem is A (M × K) @ B (K × N) from bf16
 data; column-parallel gives each rank M/world rows of A and N/world columns of B (``--layout row``: K/world).
@@ -33,7 +33,7 @@ __all__ = ["main", "run"]
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m mxcore.bench_distributed",
+    p = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m mxcore.tools.bench_distributed",
                                 description="Tensor-parallel mxcore.matmul vs bf16 all-gather + torch.matmul.")
     # one MxNxK option: torchrun's own parser reads a "--m..." prefix as ambiguous with its --master-*/--module
     p.add_argument("--shape", default="8192x16384x8192", help="global M x N x K (default 8192x16384x8192)")
@@ -259,7 +259,7 @@ def _table(rows) -> str:
 
 
 def main(argv=None) -> list[dict]:
-    """Entry point (``python -m mxcore.bench_distributed`` under torchrun); returns all ranks' rows on rank 0."""
+    """Entry point (``python -m mxcore.tools.bench_distributed`` under torchrun); returns all ranks' rows on rank 0."""
     import torch
     import torch.distributed as dist
 

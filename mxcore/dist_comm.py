@@ -1,15 +1,19 @@
 """The collectives of :mod:`mxcore.distributed` on one ``torch.distributed`` group (:class:`_Comm`, with byte
 accounting), the call check every rank runs before the large collectives (:func:`_describe`, :class:`_Comm`'s
-``check_start`` / ``check_finish``, :func:`_check_table`), waiting with a timeout (:func:`_wait`) and the row
-chunks (:func:`splits`).  Used by :mod:`mxcore.distributed` and the CUDA column program
-(:mod:`mxcore.backends.cuda.tp`)."""
+``check_start`` / ``check_finish``, :func:`_check_table`), waiting with a timeout (:func:`wait`), the row
+chunks (:func:`splits`) and the wire form of element codes (:func:`pack_codes`, :func:`unpack_codes`).  Used by
+:mod:`mxcore.distributed` and the CUDA column program (:mod:`mxcore.backends.cuda.tp`)."""
 
 from __future__ import annotations
 
 import datetime
 import json
 
+import numpy as np
+
 from . import errors as _errors
+from . import formats as _f
+from .arrays import to_numpy
 from .dtypes import MX_BLOCK
 from .errors import DeviceError, InputTypeError, MXCoreError, ShapeError, UnsupportedError
 
@@ -36,7 +40,7 @@ def _describe(layout, mdt, out_dtype, chunks, reduce, reduce_dtype, backend, sca
     return text.encode()
 
 
-def _wait(work, timeout, what: str, world: int):
+def wait(work, timeout, what: str, world: int):
     """Wait for ``work``: with ``timeout`` (seconds) the host blocks until it completes or the time is up; with None
     (NCCL data collectives) the current CUDA stream waits for it and the host goes on (the overlap)."""
     try:
@@ -149,7 +153,7 @@ class _Comm:
         rows, work = pending
         if work is None:
             return rows
-        _wait(work, self.timeout, "shape check", self.world)
+        wait(work, self.timeout, "shape check", self.world)
         self.stats["check_bytes"] += _CHECK_BYTES
         raw = self.torch.stack(rows).numpy()
         return [json.loads(bytes(row).rstrip(b"\0").decode()) for row in raw]
@@ -158,7 +162,7 @@ class _Comm:
         torch = self.torch
         buf = buf.to(self.device)
         out = torch.empty(self.world * _CHECK_BYTES, dtype=torch.uint8, device=self.device)
-        _wait(self._gather(out, buf, group=self.group, async_op=True), self.timeout, "shape check", self.world)
+        wait(self._gather(out, buf, group=self.group, async_op=True), self.timeout, "shape check", self.world)
         self.stats["check_bytes"] += _CHECK_BYTES
         raw = out.cpu().numpy().reshape(self.world, _CHECK_BYTES)
         return [json.loads(bytes(row).rstrip(b"\0").decode()) for row in raw]
@@ -213,3 +217,20 @@ def splits(n: int, chunks: int) -> list[tuple[int, int]]:
     chunks = max(1, min(chunks, n)) if n else 1
     edges = [n * i // chunks for i in range(chunks + 1)]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def pack_codes(torch, codes, bits: int):
+    """Element codes packed along the last axis for the wire (fp4 2/byte, fp6 4 per 3 bytes), as a uint8 tensor."""
+    if bits == 8:
+        return codes if not isinstance(codes, np.ndarray) else torch.from_numpy(codes)
+    packed = _f.pack_fp4(codes) if bits == 4 else _f.pack_fp6(codes)
+    return torch.from_numpy(np.ascontiguousarray(packed)) if isinstance(packed, np.ndarray) else packed
+
+
+def unpack_codes(torch, packed, bits: int, count: int):
+    """The ``count`` element codes per row of a :func:`pack_codes` tensor: numpy for a CPU tensor (the reference
+    path takes numpy), on its GPU otherwise."""
+    p = to_numpy(packed) if packed.device.type == "cpu" else packed
+    if bits == 8:
+        return p
+    return _f.unpack_fp4(p, count) if bits == 4 else _f.unpack_fp6(p, count)

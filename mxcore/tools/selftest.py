@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import dtypes as _dt
+from .. import dtypes as _dt
 
 __all__ = ["MAJORS", "SHAPES", "Case", "Report", "main", "run"]
 
@@ -148,8 +148,8 @@ class _CudaDriver(_Driver):
                 "device": cp.cuda.runtime.getDeviceProperties(dev.id)["name"].decode(), "arch": self.arch}
 
     def probe_records(self, dtypes) -> list:
-        from . import layouts
-        from .backends.cuda.variants import ELEMENTS, sm_of
+        from .. import layouts
+        from ..backends.cuda.variants import ELEMENTS, sm_of
 
         sm, names = sm_of(self.arch), []
         for el in ELEMENTS.values():
@@ -158,13 +158,13 @@ class _CudaDriver(_Driver):
         return [layouts.get(n) for n in names] + [layouts.get(n) for n in layouts.names("nvidia", kind="ldmatrix")]
 
     def extra_probes(self) -> list:
-        from .backends.cuda.sm90 import wgmma_reason
+        from ..backends.cuda.sm90 import wgmma_reason
 
         if wgmma_reason(self.arch) is not None:
             return []
         t0 = time.perf_counter()
-        from .backends.probes import wgmma
-        from .layouts import hopper
+        from ..backends.probes import wgmma
+        from ..layouts import hopper
 
         try:
             got = wgmma.run_probes(self.cp)
@@ -195,10 +195,10 @@ class _CudaDriver(_Driver):
     def compare(self, keys) -> list:
         from concurrent.futures import ThreadPoolExecutor
 
-        from .backends import nvrtc_tools
-        from .backends.cuda.compile import GEMM_FILE, source
-        from .backends.cuda.sm90 import SM90_FILE, SM90_KERNEL, Sm90Variant
-        from .backends.cuda.variants import gemm_options
+        from ..backends import nvrtc_tools
+        from ..backends.cuda.compile import GEMM_FILE, source
+        from ..backends.cuda.sm90 import SM90_FILE, SM90_KERNEL, Sm90Variant
+        from ..backends.cuda.variants import gemm_options
 
         jobs = []
         for v in keys:
@@ -240,7 +240,7 @@ class _HipDriver(_Driver):
     device = "hip"
 
     def versions(self) -> dict:
-        from .backends.hip.runtime import hip_python_version, rocm_version_text
+        from ..backends.hip.runtime import hip_python_version, rocm_version_text
 
         rt = self.be.runtime()
         return {"hip_python": hip_python_version(), "rocm": rocm_version_text(rt.runtime_version),
@@ -248,7 +248,7 @@ class _HipDriver(_Driver):
                 "device": rt.device().name, "arch": rt.device().arch_full}
 
     def probe_records(self, dtypes) -> list:
-        from .backends.hip import kernel_specs
+        from ..backends.hip import kernel_specs
 
         out, seen = [], set()
         for spec in kernel_specs(self.arch):
@@ -270,9 +270,9 @@ class _HipDriver(_Driver):
             return np.asarray(p.result(), np.float64), p.spec
 
     def compare(self, keys) -> list:
-        from .backends import hip_tools
-        from .backends.hip.cache import offline_compile
-        from .backends.hip.variants import compile_inputs
+        from ..backends import hip_tools
+        from ..backends.hip.cache import offline_compile
+        from ..backends.hip.variants import compile_inputs
 
         rt, rows = self.be.runtime(), []
         clang = hip_tools.have_clang()
@@ -311,7 +311,7 @@ def _compare_row(variant: str, run_compiler: str, run: dict, offline_compiler: s
 
 # ---- the checks ---------------------------------------------------------------------------------------------------
 def _probe_case(rec, device: str, rng) -> Case:
-    from .backends import probes
+    from ..backends import probes
 
     t0 = time.perf_counter()
     name = getattr(rec, "name", str(rec))
@@ -353,8 +353,8 @@ def _probe_case(rec, device: str, rng) -> Case:
 
 
 def _gemm_cases(driver, dtype, shapes, rng, used: dict) -> list:
-    from .operands import prepare
-    from .reference import reference_matmul
+    from ..operands import prepare
+    from ..reference import reference_matmul
 
     label, arch = _label(dtype), driver.arch
     mdt = _dt.resolve(dtype, arch)
@@ -399,7 +399,7 @@ def _dtype_rows(supported: list) -> list:
 
 
 def _versions(driver) -> dict:
-    from . import __version__
+    from .. import __version__
 
     out = {"mxcore": __version__, "python": platform.python_version(), "numpy": np.__version__,
            "platform": platform.platform()}
@@ -412,7 +412,7 @@ def _versions(driver) -> dict:
 
 def select_backend(name: str):
     """(backend, None) or (None, why not): ``auto`` takes the first usable GPU backend; ``reference`` is refused."""
-    from .backends import get, names
+    from ..backends import get, names
 
     if name in ("auto", None):
         reasons = []
@@ -433,7 +433,7 @@ def select_backend(name: str):
 
 def run(backend, *, dtypes=None, shapes=SHAPES, seed: int = 20261123, log=print) -> Report:
     """Run the three stages on ``backend`` (a usable GPU backend object) and return the :class:`Report`."""
-    from .errors import UnsupportedError
+    from ..errors import UnsupportedError
 
     drivers = {"cuda": _CudaDriver, "hip": _HipDriver}
     if backend.name not in drivers:

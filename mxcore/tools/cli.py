@@ -24,9 +24,10 @@ import numpy as np
 _DELEGATED = {
     "formats": ("mxcore.formats", "print format properties and code tables: formats [NAME] [--table]"),
     "layout": ("mxcore.layouts", "show an instruction's fragment layout: layout NAME --operand A [--out f.svg]"),
-    "bench": ("mxcore.bench", "benchmark against the vendor library: bench [--backend cuda] [--dtype ...]; "
-                              "bench --first-call: import + first matmul, empty caches"),
-    "selftest": ("mxcore.selftest", "check this GPU: layout probes, GEMM matrix, compiler output: selftest [--out F]"),
+    "bench": ("mxcore.tools.bench", "benchmark against the vendor library: bench [--backend cuda] [--dtype ...]; "
+                                    "bench --first-call: import + first matmul, empty caches"),
+    "selftest": ("mxcore.tools.selftest",
+                 "check this GPU: layout probes, GEMM matrix, compiler output: selftest [--out F]"),
 }
 
 DEMO_DTYPES = ["fp32", "tf32", "fp16", "bf16", "fp8", "e5m2", "e4m3fnuz", "e5m2fnuz",
@@ -35,9 +36,9 @@ DEMO_DTYPES = ["fp32", "tf32", "fp16", "bf16", "fp8", "e5m2", "e4m3fnuz", "e5m2f
 
 def _cmd_info(argv) -> int:
     argparse.ArgumentParser(prog="mxcore info", description="backends, devices, archs and versions").parse_args(argv)
-    import mxcore
+    from ._info import info
 
-    print(mxcore.info())
+    print(info())
     return 0
 
 
@@ -51,9 +52,9 @@ def _cmd_demo(argv) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--size", type=positive_int, default=512, help="M = N = K (default 512)")
     args = p.parse_args(argv)
-    from . import dtypes, matmul
-    from .backends import select
-    from .errors import MXCoreError
+    from .. import dtypes, matmul
+    from ..backends import select
+    from ..errors import MXCoreError
 
     be = select(args.backend)
     arch = be.target().arch
@@ -100,13 +101,13 @@ def _cmd_kernels(argv) -> int:
     p.add_argument("--arch", required=True, help="sm_80, sm_89, sm_90 (nvidia) or gfx942, gfx950 (amd)")
     p.add_argument("--emit", required=True, metavar="DIR", help="folder for binaries and manifest.json")
     args = p.parse_args(argv)
-    from .backends import KernelRecord, get
-    from .dtypes import check_arch
+    from ..backends import KernelRecord, get
+    from ..layouts import check_arch
 
     arch = check_arch(args.arch, args.vendor)
     backend = get("cuda" if args.vendor == "nvidia" else "hip")
     if not backend.supported_dtypes(arch):
-        from .support import TARGETS
+        from ..support import TARGETS
 
         have = ", ".join(a for _, name, a in TARGETS if name == backend.name)
         raise CLIError(f"the {backend.name} backend has no kernels for {arch}; the support matrix lists {have}")
@@ -276,7 +277,7 @@ def _version() -> str:
     try:
         return metadata.version("mxcore")
     except metadata.PackageNotFoundError:
-        from . import __version__
+        from .. import __version__
 
         return __version__
 
@@ -334,7 +335,7 @@ def main(argv=None) -> int:
         print(f"mxcore: error: unknown command {cmd!r}; commands: {', '.join({**_LOCAL, **_DELEGATED})} "
               "('python -m mxcore --help' says what each does)", file=sys.stderr)
         return 2
-    from .errors import KernelCompileError, MXCoreError
+    from ..errors import KernelCompileError, MXCoreError
 
     def fail(line: str, status: int = 2) -> int:
         print(f"mxcore {cmd}: error: {' '.join(line.split())}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``mxcore.info()``: backends, devices, archs and versions in one report (returned; ``python -m mxcore info``
+"""``mxcore.tools.info()``: backends, devices, archs and versions in one report (returned; ``python -m mxcore info``
 prints it)."""
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ class Info:
 
 def info() -> Info:
     """The report on versions and backends (print it, or read its fields)."""
-    from . import __version__
-    from .backends import available
+    from .. import __version__
+    from ..backends import available
 
     return Info(__version__, sys.version.split()[0], platform.platform(), {p: _version(p) for p in PACKAGES},
                 tuple(available()))

@@ -1,6 +1,6 @@
 """The real-workload benchmark: one decode step through the linear layers of a decoder, and host time per call.
 
-``python -m mxcore.bench_decode --model llama3-8b`` (also ``python -m mxcore bench --decode llama3-8b``): every
+``python -m mxcore.tools.bench_decode --model llama3-8b`` (also ``python -m mxcore bench --decode llama3-8b``): every
 linear layer of the named decoder shape (per layer q, k, v, o, gate, up, down), one decode step at M tokens, with
 the weights in bf16 | fp8 | mxfp8 | mxfp4 through ``mxcore.matmul`` — eager, and captured in a CUDA graph by the
 documented torch recipe (warm-up on a side stream, then ``torch.cuda.graph``) — against ``torch.matmul`` on the
@@ -256,7 +256,7 @@ def host_per_call(reps: int = 2000, log=print) -> list:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mxcore.bench_decode", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m mxcore.tools.bench_decode", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
     ap.add_argument("--tokens", default="1,16", help="comma-separated M values (default 1,16)")
     ap.add_argument("--weights", default=",".join(WEIGHTS), help=f"comma-separated subset of {','.join(WEIGHTS)}")
@@ -278,7 +278,7 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             raise ImportError("torch has no CUDA device here")
     except ImportError as exc:
-        print(f"mxcore.bench_decode: needs torch with a CUDA GPU ({exc})")
+        print(f"mxcore.tools.bench_decode: needs torch with a CUDA GPU ({exc})")
         return 2
     result = decode_step(args.model, tokens, weights, args.reps, per_shape=args.per_shape)
     if args.host:

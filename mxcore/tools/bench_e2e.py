@@ -132,7 +132,7 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
     import mxcore
     from mxcore import dtypes as _dt
     from mxcore.backends import select
-    from mxcore.bench import time_callable
+    from mxcore.tools.timing import time_callable
     from mxcore.errors import UnsupportedError
     from mxcore.operands import quantize_on_device
 
@@ -223,7 +223,7 @@ def table(rows) -> str:
 
 
 def cli(argv) -> int:
-    from mxcore.cli import CLIError, parse_shapes, parse_sizes, positive_int
+    from mxcore.tools.cli import CLIError, parse_shapes, parse_sizes, positive_int
 
     p = argparse.ArgumentParser(prog="mxcore bench --end-to-end", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="cuda")

@@ -39,6 +39,8 @@ import time
 
 import numpy as np
 
+from .timing import time_back_to_back, time_callable
+
 __all__ = ["LLM_SHAPES", "run", "time_callable"]
 
 LLM_SHAPES = [(16, 8192, 8192), (8192, 1024, 8192), (8192, 8192, 1024), (4096, 14336, 4096)]
@@ -48,23 +50,6 @@ DEFAULT_SIZES = {"gpu": (2048, 4096, 8192), "cpu": (256, 512)}
 DEFAULT_REPEATS = {"gpu": 20, "cpu": 3}
 CPU_SLOW_SIZE = 1024  # above this, a CPU case takes minutes: say so before starting
 _DTYPE_ALIASES = {"fp8": "e4m3fn", "mxfp8": "mxfp8_e4m3", "mxfp6": "mxfp6_e2m3"}
-
-
-def time_callable(measure, fn, repeats: int, warmup: int = 3) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` timed calls after ``warmup`` untimed ones.  ``measure(fn)``
-    (a backend's ``timer()``) runs ``fn`` between two device events and returns the elapsed seconds."""
-    for _ in range(warmup):
-        measure(fn)
-    return float(np.median([measure(fn) for _ in range(max(1, repeats))]))
-
-
-def time_back_to_back(measure, fn, repeats: int, calls: int = 20, warmup: int = 2) -> float:
-    """Median seconds per call of ``calls`` back-to-back ``fn()`` between two device events (``repeats`` times):
-    the device time of kernels shorter than their host launch cost (a single call between events would time the
-    host), as long as one launch's host work is shorter than its kernel."""
-    for _ in range(warmup):
-        measure(fn)
-    return float(np.median([measure(lambda: [fn() for _ in range(calls)]) / calls for _ in range(max(1, repeats))]))
 
 
 def _host_inputs(rng, m: int, n: int, k: int, b_colmajor: bool):
@@ -163,7 +148,7 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
            "mxcore_with_prep_tflops": flops / (t_gemm + t_prep) / 1e12}
     row.update({f"loop_{name}_tflops": flops / t / 1e12 for name, t in loops.items()})
     if wonly:
-        from . import formats
+        from .. import formats
 
         wbytes = n * k * formats.get(mdt.b.element).bits / 8 + n * -(-k // 32)  # packed codes + E8M0 scales
         row.update(path="registers" if "registers" in variant else "staged", weight_bytes=wbytes,
@@ -184,14 +169,14 @@ def _case(be, measure, rng, dtype, m, n, k, mdt, repeats, sets, b_colmajor, base
 
 
 def _dt_wonly() -> str:
-    from .dtypes import WONLY_KIND
+    from ..dtypes import WONLY_KIND
 
     return WONLY_KIND
 
 
 def _weight(be, w, fmt: str):
     """A host float weight as a device MXTensor (blocks along K), quantized once where the backend's operands live."""
-    from . import mx
+    from .. import mx
 
     dev = be.bench_operands(w, w[:1], "fp32")[0]
     return mx.quantize_mx(dev, fmt, axis=0)
@@ -283,16 +268,16 @@ def _table(rows) -> str:
 
 
 def _cli(argv) -> int:
-    if "--decode" in argv:  # the decode step of a named decoder shape: mxcore.bench_decode
-        from mxcore.bench_decode import main as decode
+    if "--decode" in argv:  # the decode step of a named decoder shape: mxcore.tools.bench_decode
+        from mxcore.tools.bench_decode import main as decode
 
         i = argv.index("--decode")
         return decode(["--model", argv[i + 1] if i + 1 < len(argv) else ""] + argv[:i] + argv[i + 2:])
-    if "--end-to-end" in argv:  # what a user calls, beside the kernel and the vendor pipeline: mxcore.bench_e2e
-        from mxcore.bench_e2e import cli
+    if "--end-to-end" in argv:  # what a user calls, beside the kernel and the vendor pipeline: mxcore.tools.bench_e2e
+        from mxcore.tools.bench_e2e import cli
 
         return cli([x for x in argv if x != "--end-to-end"])
-    from mxcore.cli import CLIError, command_line_spelling, parse_shapes, parse_sizes, positive_int
+    from mxcore.tools.cli import CLIError, command_line_spelling, parse_shapes, parse_sizes, positive_int
 
     p = argparse.ArgumentParser(prog="mxcore bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="cuda", help="cuda, hip, reference, or auto (the first usable backend)")
@@ -310,9 +295,9 @@ def _cli(argv) -> int:
     p.add_argument("--b-colmajor", action="store_true", help="B column-major (K contiguous) instead of row-major")
     p.add_argument("--no-baseline", action="store_true", help="skip the vendor library")
     p.add_argument("--end-to-end", action="store_true", help="time mxcore.matmul as a user calls it (quantization, "
-                   "staging, output) beside the kernel and the vendor pipeline: mxcore.bench_e2e's options apply")
+                   "staging, output) beside the kernel and the vendor pipeline: mxcore.tools.bench_e2e's options apply")
     p.add_argument("--decode", metavar="MODEL", default=None, help="the decode step of a decoder's linear layers "
-                   "(llama3-8b, llama3.2-3b): mxcore.bench_decode's options apply")
+                   "(llama3-8b, llama3.2-3b): mxcore.tools.bench_decode's options apply")
     p.add_argument("--wonly-path", default=None, help="force the weight-only path of A:B pairs (cuda: registers | "
                    "staged)")
     p.add_argument("--loop-ceilings", action="store_true",

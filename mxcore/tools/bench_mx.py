@@ -5,11 +5,11 @@ For each MX dtype (pair) and square size, on the wgmma family (sm_90): the exact
 mxfp8 per 32-K block, its codes as they are) and the bf16-decode path (``mx_path="decode"``) on the same
 device-quantized random normal operands, then cuBLASLt per-tensor fp8 (``torch._scaled_mm``) and cuBLAS bf16
 (``torch.matmul``).
-CUDA events, median of ``repeats`` launches after warm-up, 3 plans rotated (``mxcore.bench.time_callable``).  Each
+CUDA events, median of ``repeats`` launches after warm-up, 3 plans rotated (``mxcore.tools.timing.time_callable``).  Each
 row names the path the plan took (its variant) and, for folded operands, the fraction of 128-K windows folded and
 whether every row has one factor over all of K (the fastest tier), and for mxfp8 folds the entries
 of lost bits the GEMM added back (A, B).
-Run: ``python -m mxcore.bench_mx --sizes 8192,4096 --dtypes mxfp4,mxfp6_e2m3,mxfp6_e3m2,mxfp8,mxfp8+mxfp4``.
+Run: ``python -m mxcore.tools.bench_mx --sizes 8192,4096 --dtypes mxfp4,mxfp6_e2m3,mxfp6_e3m2,mxfp8,mxfp8+mxfp4``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def bench_mx(sizes=(8192, 4096), dtypes=("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "m
     from mxcore import dtypes as _dt
     from mxcore.backends import get
     from mxcore.backends.cuda import stage
-    from mxcore.bench import time_callable
+    from mxcore.tools.timing import time_callable
 
     be = get("cuda")
     measure = be.timer()
@@ -98,7 +98,7 @@ def bench_mx(sizes=(8192, 4096), dtypes=("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "m
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m mxcore.bench_mx", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m mxcore.tools.bench_mx", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="8192,4096")
     ap.add_argument("--dtypes", default="mxfp4,mxfp6_e2m3,mxfp6_e3m2,mxfp8",
                     help="MX dtypes, or A+B pairs such as mxfp8+mxfp4")

@@ -9,10 +9,10 @@ the bandwidth a memory-bound kernel can reach on this GPU.  Per format: each MX 
 (outputs allocated once): ``fast`` (``mx_quantize_mx_fast_*``, what ``quantize_mx`` launches for this input)
 and ``generic`` (one thread per block, the kernel for other layouts), then one whole ``quantize_mx`` call
 (events around it: the host's launch work shows as idle GPU time) and the mean of 20 back-to-back calls.
-Run: ``python -m mxcore.bench_quant`` (``--generic-calls`` also times the calls with
+Run: ``python -m mxcore.tools.bench_quant`` (``--generic-calls`` also times the calls with
 ``MXCORE_MX_KERNEL=generic``).
 
-``bench_host()`` (``python -m mxcore.bench_quant --host``, no GPU) times the host ``quantize_mx`` (each MX
+``bench_host()`` (``python -m mxcore.tools.bench_quant --host``, no GPU) times the host ``quantize_mx`` (each MX
 format, both scale roundings), ``quantize_tensor`` (fp8) and ``dequantize`` of an ``M x N`` (4096 x 4096)
 float32 array, median of ``repeats`` after one warm-up call, against ``x.astype(ml_dtypes.float8_e4m3fn)`` in
 the same run (and the casts to fp6 / fp4).  GB/s counts the float32 array (4 bytes per element) for every row,
@@ -52,7 +52,7 @@ def bench_quantize(m: int = 8192, n: int = 8192, formats=("mxfp8", "mxfp4"), *, 
     axis (-1: rows of A, the lane-pair kernel; 0: columns of B, the column kernel)."""
     import torch
 
-    from .mx import mx_element, quantize_mx
+    from ..mx import mx_element, quantize_mx
 
     torch.manual_seed(0)
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
@@ -61,7 +61,7 @@ def bench_quantize(m: int = 8192, n: int = 8192, formats=("mxfp8", "mxfp4"), *, 
     copy_bytes = 2 * x.numel() * x.element_size()
     copy_gbs = copy_bytes / copy_ms / 1e6
     rows = [{"what": "device copy (bf16)", "ms": copy_ms, "GB/s": copy_gbs, "of copy": 1.0}]
-    from .backends import codec
+    from ..backends import codec
 
     moved = x.numel() * x.element_size() + x.numel() + x.numel() // 32
     for fmt in formats:
@@ -113,7 +113,7 @@ def bench_host(m: int = 4096, n: int = 4096, formats=("mxfp8", "mxfp6", "mxfp4")
     import ml_dtypes
     import numpy as np
 
-    from .mx import dequantize, quantize_mx, quantize_tensor
+    from ..mx import dequantize, quantize_mx, quantize_tensor
 
     x = np.random.default_rng(0).standard_normal((m, n), dtype=np.float32)
     casts = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
@@ -141,7 +141,7 @@ def bench_host(m: int = 4096, n: int = 4096, formats=("mxfp8", "mxfp6", "mxfp4")
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m mxcore.bench_quant", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m mxcore.tools.bench_quant", description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, nargs=2, default=None, metavar=("M", "N"),
                     help="array shape (default: 8192 8192 on the GPU, 4096 4096 with --host)")
     ap.add_argument("--formats", nargs="+", default=None,
