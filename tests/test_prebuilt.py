@@ -27,7 +27,7 @@ from conftest import require_tool
 from mxcore.backends import nvrtc_tools
 from mxcore.backends.cuda import compile as cuda_compile
 from mxcore.backends.cuda import default_builds as db
-from mxcore.backends.cuda import device, first_call, prebuilt
+from mxcore.backends.cuda import device, first_call, prebuild, prebuilt
 from mxcore.backends.cuda.compile import source
 
 FIX = f"run `{prebuilt.PACKAGE_COMMAND}` and commit mxcore/prebuilt/"
@@ -67,7 +67,7 @@ def test_package_blobs_are_cubins_for_their_arch():
     for key, m in pkg.modules.items():
         raw = lzma.decompress((pkg.folder / m["blob"]).read_bytes())
         assert hashlib.sha256(raw).hexdigest() == m["sha256"] and len(raw) == m["size"], m["blob"]
-        assert raw[:4] == b"\x7fELF" and prebuilt.cubin_sm(raw) == int(m["arch"][3:].rstrip("a")), m["blob"]
+        assert raw[:4] == b"\x7fELF" and prebuild.cubin_sm(raw) == int(m["arch"][3:].rstrip("a")), m["blob"]
         assert pkg.blob(key) == raw and m["blob"] == f"{m['arch']}/{key}.cubin.xz"
         total += (pkg.folder / m["blob"]).stat().st_size
     assert total < 25 * 2**20, f"the prebuilt data is {total / 2**20:.1f} MiB compressed: keep the wheel small"
@@ -469,12 +469,12 @@ def test_prebuild_fills_the_disk_cache(fresh, monkeypatch):
     assert _packaged(PACK_FILE, packaged.options, "sm_80")
     new = db.Build(PACK_FILE, (*packaged.options, "-DMXCORE_PREBUILD_TEST=1"), "sm_86", ("mx_wonly_pack",))
     monkeypatch.setattr(db, "default_builds", lambda target: (packaged, new) if target.arch == "sm_86" else ())
-    s = prebuilt.prebuild("sm_86", sms=84, jobs=1)
+    s = prebuild.prebuild("sm_86", sms=84, jobs=1)
     assert (s["builds"], s["compiled"], s["present"]) == (2, 1, 1) and s["bytes"] > 1000, s
     cubin, where = prebuilt.find(source(PACK_FILE), new.options, "sm_86")
-    assert where == "cache" and prebuilt.cubin_sm(cubin) == 86
+    assert where == "cache" and prebuild.cubin_sm(cubin) == 86
     assert prebuilt.find(source(PACK_FILE), packaged.options, "sm_86")[1] == "package"
-    again = prebuilt.prebuild("sm_86", sms=84, jobs=1)
+    again = prebuild.prebuild("sm_86", sms=84, jobs=1)
     assert again["compiled"] == 0 and again["present"] == 2
 
 

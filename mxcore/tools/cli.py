@@ -92,7 +92,7 @@ def _cmd_demo(argv) -> int:
 
 def _cmd_kernels(argv) -> int:
     if "--prebuild" in argv:  # the default kernels compiled ahead of a first call (backends/cuda/prebuilt.py)
-        from .backends.cuda.prebuilt import cli
+        from mxcore.backends.cuda.prebuild import cli
 
         return cli(argv)
     p = argparse.ArgumentParser(prog="mxcore kernels",
@@ -315,7 +315,7 @@ def _run(cmd: str, rest: list) -> int:
         if cmd in _LOCAL:
             return int(_LOCAL[cmd][0](rest) or 0)
         if cmd == "bench" and "--first-call" in rest:  # fresh processes, empty caches (backends/cuda/first_call.py)
-            from .backends.cuda.first_call import cli
+            from mxcore.backends.cuda.first_call import cli
 
             return int(cli(rest) or 0)
         module = importlib.import_module(_DELEGATED[cmd][0])
