@@ -161,7 +161,7 @@ class Replay:
     """Recorded device work re-run with new input addresses into the same output buffers (the outputs of the
     recorded calls), on the current device and stream: ``replay(addresses)``.  The caller owns the ordering: a
     replay overwrites what the previous one wrote (fine on one stream, where the previous consumers ran first).
-    On CUDA each launch is packed once (:class:`~mxcore.backends.cuda.plan.RawLaunch`: a replayed launch is
+    On CUDA each launch is packed once (:class:`~mxcore.backends.cuda.driver.RawLaunch`: a replayed launch is
     ``cuLaunchKernel`` with the input addresses set, not CuPy's per-argument kernel call); the step keeps its
     arguments, so the buffers they name stay alive as long as the replay."""
 
@@ -197,7 +197,7 @@ def _packed(step):
 
     if getattr(cp.cuda.runtime, "is_hip", False):
         return step
-    from .cuda.plan import RawLaunch
+    from .cuda.driver import RawLaunch
 
     _, fn, grid, (args, slots), block, smem = step
     try:

@@ -37,27 +37,9 @@ LAYERS = ("mxcore.backends", "mxcore.tools", "mxcore.torch", "mxcore.nn")
 TOOLS = ("mxcore.tools", "mxcore.__main__")
 MAX_SHOWN = 8  # new cycles listed in a failure message
 
-_PLAN, _SM90, _STAGE = "mxcore.backends.cuda.plan", "mxcore.backends.cuda.sm90", "mxcore.backends.cuda.stage"
-_DRIVER = ("RawLaunch (backends/cuda/plan.py) with sm90's _driver and _LaunchConfig in a driver module below plan, "
-           "sm90 and the codec runtime (issue 43's driver module)")
-_CONSTANTS = ("the kernel constants that stage.py and sm90.py take from each other (SM90_MX_FILE; FP8_SHORT, LO_CAP, "
-              "_SPECIAL) in a module below both")
-
-#: each remaining cycle (rotated to start at its smallest module) -> what removing it needs
-ALLOWED_CYCLES = {
-    (_PLAN, _SM90): f"needs {_DRIVER}; sm90's plan subclasses CudaPlan and launches through RawLaunch",
-    (_PLAN, _STAGE, _SM90): f"needs {_CONSTANTS}, and {_DRIVER}",
-    (_SM90, _STAGE): f"needs {_CONSTANTS}",
-    ("mxcore.backends.codec_runtime", _PLAN, _STAGE):
-        f"the codec runtime packs replayed launches with plan's RawLaunch and the staging launches through the "
-        f"codec runtime: needs {_DRIVER}",
-    ("mxcore.backends.codec_runtime", _PLAN, _SM90, _STAGE): f"the same RawLaunch import: needs {_DRIVER}",
-    ("mxcore.backends.cuda.diag", _PLAN):
-        "diag takes OUT_KIND from plan, which launches the diagnostics: needs OUT_KIND in a module below both",
-    (_STAGE, "mxcore.backends.cuda.wonly_records"):
-        "wonly_records.pack_weight builds stage's DevOperand and stage calls pack_weight: needs DevOperand in a "
-        "module below both",
-}
+#: each remaining cycle (rotated to start at its smallest module) -> what removing it needs; none remain (the driver
+#: module, backends/cuda/driver.py, and the operand module, backends/cuda/operand.py, broke the last ones)
+ALLOWED_CYCLES: dict = {}
 
 
 @dataclass(frozen=True)
@@ -261,7 +243,7 @@ def test_the_scan_sees_every_kind_of_import(scanned):
     assert ("mxcore.backends.reference", "mxcore.reference", "reference_from_operands") in found  # two dots
     assert ("mxcore.backends.cuda.tp", "mxcore.dist_comm", "wait") in found  # absolute
     assert ("mxcore.tools.selftest", "mxcore.backends.probes", None) in found  # a module by ``from X import mod``
-    assert ("mxcore.backends.cuda.plan", "mxcore.backends.cuda.sm90", "_driver") in found
+    assert ("mxcore.backends.cuda.plan", "mxcore.backends.cuda.diag", "launch_diagnostic") in found  # in a method
 
 
 def test_cycle_finder_on_a_small_graph():

@@ -386,7 +386,7 @@ def test_kernel_cache_loads_packaged_cubins_as_raw_kernels(fresh):
     assert isinstance(k, prebuilt.LoadedKernel) and k.origin == "package" and _RawKernel.made == []
     assert kc.prep(cp, 0, "mx_prep_float") is k  # the handle cache
     k((2, 3), (32, 8), (1, 2), shared_mem=64)
-    fn = getattr(k, "kernel", k)  # how plan.RawLaunch and sm90 take the CUfunction
+    fn = getattr(k, "kernel", k)  # how driver.RawLaunch and sm90 take the CUfunction
     assert fn.ptr == k.kernel.ptr and ("call", "mx_prep_float", (2, 3), (32, 8), (1, 2), 64) in fn.module.log
     k.max_dynamic_shared_size_bytes = 100_000
     assert cp.driver.attrs[(fn.ptr, 8)] == 100_000 and k.max_dynamic_shared_size_bytes == 100_000

@@ -67,7 +67,8 @@ from .device import as_cupy, device_info, refuse_capture, resolve_ordinal, strea
 from .families import family_for
 from .families import mx_path as _mx_path
 from .fastpath import _TORCH_OUT, fast_call, fast_pair, fast_quantized, fast_weight
-from .plan import STORE, BatchLoopPlan, CudaPlan
+from .operand import STORE
+from .plan import BatchLoopPlan, CudaPlan
 from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
 from .wonly import WonlyProblem, mx_weight_folds

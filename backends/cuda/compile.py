@@ -17,6 +17,7 @@ import functools
 __all__ = ["CEILING_FILE", "DIAG_FILE", "GEMM_FILE", "PREP_FILE", "PREP_KERNELS", "KernelCache", "kernel", "source"]
 
 GEMM_FILE, DIAG_FILE, PREP_FILE, CEILING_FILE = "gemm.cu", "gemm_diag.cu", "gemm_prep.cu", "gemm_ceiling.cu"
+SM90_FILE, SM90_KERNEL, SM90_MX_FILE = "gemm_sm90.cu", "mx_gemm_sm90", "gemm_sm90_mx.cu"  # the wgmma family (sm90.py)
 PREP_KERNELS = ("mx_prep_float", "mx_prep_codes", "mx_splitk_reduce", "mx_decode_codes", "mx_transpose_bytes")
 
 

@@ -197,7 +197,7 @@ def problem_builds(arch: str, sms: int, dtype, shape) -> list[Build]:
 
     from . import wonly as rules
     from .families import family_for, mx_path
-    from .stage import FP8_SHORT
+    from .operand import FP8_SHORT
 
     m, n, k = shape
     mdt = _dt.resolve(dtype, arch)

@@ -258,26 +258,17 @@ _KEEP_LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=None)
 def _graph_api():
-    """(cuStreamGetCaptureInfo_v2, cuUserObjectCreate, cuGraphRetainUserObject, the destroy callback) through
-    ctypes: CuPy wraps none of them."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    vp, u32 = ctypes.c_void_p, ctypes.c_uint
-    info = lib.cuStreamGetCaptureInfo_v2
-    info.argtypes = [vp, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(vp),
-                     ctypes.POINTER(vp), ctypes.POINTER(ctypes.c_size_t)]
-    info.restype = ctypes.c_int
-    create = lib.cuUserObjectCreate
-    create.argtypes = [ctypes.POINTER(vp), vp, vp, u32, u32]
-    create.restype = ctypes.c_int
-    retain = lib.cuGraphRetainUserObject
-    retain.argtypes = [vp, vp, u32, u32]
-    retain.restype = ctypes.c_int
+    """The driver's graph calls (driver.graph_api) and the user objects' destroy callback, which only notes the
+    token: it runs on the driver's thread, where releasing may not free device memory."""
+    from .driver import graph_api
+
+    vp = ctypes.c_void_p
 
     @ctypes.CFUNCTYPE(None, vp)
-    def destroyed(token):  # the driver's thread: only note it (releasing may free device memory)
+    def destroyed(token):
         _RELEASED.append(int(token or 0))
 
-    return info, create, retain, destroyed
+    return (*graph_api(), destroyed)
 
 
 def capture_graph(stream_h: int):

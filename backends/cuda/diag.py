@@ -10,7 +10,7 @@ so its dynamic shared memory is padded to run as many blocks per SM as the GEMM 
 from __future__ import annotations
 
 from .compile import DIAG_FILE
-from .plan import OUT_KIND
+from .operand import OUT_KIND
 from .variants import TILES, gemm_options
 
 __all__ = ["DIAG_NAMES", "launch_diagnostic"]

@@ -11,7 +11,6 @@ slices + an ordered, deterministic reduction) is used when the output tiles cann
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 
@@ -20,13 +19,12 @@ from mxcore.errors import UnsupportedError
 from .._contract import Plan
 from .compile import GEMM_FILE
 from .device import address_of
-from .stage import DevOperand
+from .driver import RawLaunch
+from .operand import OUT_KIND, DevOperand
 from .variants import TILES, Variant, choose_tile, gemm_options
 
 __all__ = ["OUT_KIND", "CudaPlan", "scale_args", "split_k"]
 
-OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
-STORE = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
 MAX_BATCH = 65535  # grid.y
 
 
@@ -228,110 +226,6 @@ class CudaPlan(Plan):
         """Drop this plan's device buffers (CuPy frees them once no other reference is left)."""
         self.da = self.db = self.out = None
         self._prep = self._like = None
-
-
-class RawLaunch:
-    """One kernel launch through ``cuLaunchKernel`` with its parameter block packed once (ctypes values); a call
-    sets the slots that change (device addresses) and launches on a raw stream handle.  What CuPy's kernel call
-    does per argument (type dispatch, packing) is done once here.
-
-    ``pdl``: launch through ``cuLaunchKernelEx`` with the programmatic-stream-serialization attribute (sm_90,
-    programmatic dependent launch): the kernel may start before its predecessor in the stream has finished, so it
-    must execute ``griddepcontrol.wait`` before reading anything a predecessor may write (only kernels built for
-    it: the weight-only kernels compiled with WO_PDL, and ``mx_lo_fix`` after the exact MX GEMM)."""
-
-    def __init__(self, kernel, grid, block, smem: int, args, pdl: bool = False):
-        import ctypes
-        import threading
-
-        self.f = getattr(kernel, "kernel", kernel).ptr  # the CUfunction (a RawKernel's: of the current device)
-        self.grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.block = tuple(block) + (1,) * (3 - len(block))
-        self.smem = int(smem)
-        self.vals = [_ctype(ctypes, a) for a in args]
-        self.params = (ctypes.c_void_p * len(self.vals))(*[ctypes.addressof(v) for v in self.vals])
-        self.pp = ctypes.addressof(self.params)
-        self.lock = threading.Lock()
-        self.ex = _PdlLaunch(self.f, self.grid, self.block, self.smem) if pdl else None
-
-    def set(self, i: int, a) -> None:
-        """Argument ``i`` becomes ``a`` (of the same C type: an address, a number, a 'V<n>' array)."""
-        import ctypes
-
-        val = _ctype(ctypes, a)
-        with self.lock:
-            ctypes.memmove(ctypes.addressof(self.vals[i]), ctypes.addressof(val), ctypes.sizeof(self.vals[i]))
-
-    def __call__(self, driver, stream: int, slots) -> None:
-        """Launch with ``slots`` = ((index, address), ...) set first, on stream handle ``stream``."""
-        g, b, vals = self.grid, self.block, self.vals
-        with self.lock:  # the parameter block is shared: set and launch atomically (cuLaunchKernel copies it)
-            for i, ptr in slots:
-                vals[i].value = ptr
-            if self.ex is not None:
-                self.ex(stream, self.pp)
-                return
-            driver.launchKernel(self.f, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.pp, 0)
-
-
-_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
-
-
-class _PdlLaunch:
-    """``cuLaunchKernelEx`` (libcuda through ctypes; CuPy does not wrap it) of one function and shape with the
-    programmatic-stream-serialization attribute set; the launch configuration is built once, the stream set per
-    call (under RawLaunch's lock)."""
-
-    def __init__(self, f: int, grid, block, smem: int):
-        import ctypes
-
-        from .sm90 import _LaunchConfig
-
-        class Attr(ctypes.Structure):  # CUlaunchAttribute: id (4 bytes, padded to 8), a 64-byte value union
-            _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
-
-        self.attr = Attr(_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (ctypes.c_int * 16)(1))  # allowed = 1
-        self.cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, None,
-                                 ctypes.cast(ctypes.pointer(self.attr), ctypes.c_void_p), 1)
-        self.cfg_p, self.f = ctypes.byref(self.cfg), ctypes.c_void_p(f)
-        self.launch = _launch_ex()
-
-    def __call__(self, stream: int, params: int) -> None:
-        self.cfg.stream = stream or None
-        err = self.launch(self.cfg_p, self.f, params, None)
-        if err != 0:
-            from mxcore.errors import DeviceError
-
-            raise DeviceError(f"cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {err}")
-
-
-@functools.lru_cache(maxsize=None)
-def _launch_ex():
-    """``cuLaunchKernelEx`` with its argument types set."""
-    import ctypes
-
-    from .sm90 import _driver
-
-    fn = _driver().cuLaunchKernelEx
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def _ctype(ctypes, a):
-    """A kernel argument as a ctypes value of its C type (device arrays and None: a 64-bit address; a size-1 numpy
-    array of a raw 'V<n>' dtype, e.g. a TMA tensor map: its n bytes by value)."""
-    if a is None:
-        return ctypes.c_uint64(0)
-    if isinstance(a, np.ndarray) and a.dtype.kind == "V":  # 64-byte aligned, as the kernel's parameter is
-        buf = (ctypes.c_uint8 * (a.nbytes + 64))()
-        val = (ctypes.c_uint8 * a.nbytes).from_buffer(buf, -ctypes.addressof(buf) % 64)  # keeps buf alive
-        ctypes.memmove(val, a.tobytes(), a.nbytes)
-        return val
-    if isinstance(a, np.generic):
-        return {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
-                np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float}[a.dtype](a.item())
-    return ctypes.c_uint64(int(a.data.ptr))
 
 
 class Relaunch:

@@ -22,13 +22,12 @@ the B tile through TMA multicast.
 * The grid is persistent (one block or cluster per SM); when the tiles leave the last wave part full, or are fewer
   than the SMs, :func:`split_tail` splits those tiles along K over the idle SMs: fp32 partials summed in split order
   inside the kernel (deterministic).  A launch is one ``cuLaunchKernel`` with its parameters packed once
-  (:class:`~.plan.RawLaunch`).
+  (:class:`~.driver.RawLaunch`).
 * :func:`wgmma_reason` is this family's part of the family rule (``families.family_for``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass
 
@@ -36,17 +35,18 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
+from . import driver
 from .device import address_of, unowned_view
-from .plan import CudaPlan, RawLaunch, scale_args
-from .stage import _SPECIAL, FP8_SHORT, LO_CAP
+from .driver import SWIZZLE_NONE, RawLaunch, tensor_map
+from .plan import CudaPlan, scale_args
+from .compile import SM90_FILE, SM90_KERNEL, SM90_MX_FILE
+from .operand import _SPECIAL, FP8_SHORT, LO_CAP, OUT_KIND
 from .tables import table
 from .variants import ELEMENTS
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
            "choose_sm90", "split_tail", "tensor_map", "wgmma_reason"]
 
-SM90_FILE, SM90_KERNEL = "gemm_sm90.cu", "mx_gemm_sm90"
-SM90_MX_FILE = "gemm_sm90_mx.cu"
 SM90_MX_KERNELS = ("mx_sm90_block_factors", "mx_sm90_fold_rows", "mx_sm90_fold",  # fp8 factors; folds
                    "mx_sm90_lo_sort",  # a lossy MXFP8 fold's lists in k order
                    "mx_lo_fix")  # and its lost bits added to the GEMM's result
@@ -57,7 +57,6 @@ STAGE_K_BYTES = 128  # K bytes per row per stage: one 128-byte swizzle row
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory per block on sm_90 (opt-in)
 _ELEM_CODE = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 3, "e5m2": 3}
 _FP8 = ("e4m3", "e5m2")
-_OUT_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
 FIX_ROWS, FIX_COLS = 32, 256  # mx_lo_fix's tile of C (its FIX_ROWS / FIX_COLS)
 _STORES = (0, 2, 4)  # direct stores, TMA store of 16-bit or fp32 outputs
 
@@ -279,53 +278,8 @@ def split_tail(tiles: int, resident: int, kblocks: int) -> tuple[int, int, int]:
     return tiles - r, -(-kblocks // per), per
 
 
-# ------------------------------------------------------------------------------------------------------------
-# driver: tensor maps and cluster occupancy (libcuda through ctypes; CuPy does not wrap either)
-# ------------------------------------------------------------------------------------------------------------
-_TMA_DTYPE = {1: 0, 2: 1, 4: 2}  # CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32: bytes are copied, not converted
-_SWIZZLE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B = 0, 3, 3
 _NO_MAP = np.zeros(1, dtype="V128")  # an unused tensor-map parameter
 _NULL = np.uint64(0)
-
-
-@functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=None)
-def _driver():
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        raise UnsupportedError(f"the wgmma family needs the CUDA driver library (libcuda.so.1): {exc}") from None
-
-
-@functools.lru_cache(maxsize=None)
-def _encode_tiled():
-    """``cuTensorMapEncodeTiled`` with its argument types set (once: a plan's rebind encodes maps per call)."""
-    fn = _driver().cuTensorMapEncodeTiled
-    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    return fn
-
-
-def tensor_map(ptr: int, esize: int, inner: int, outer: int, ld: int, box_inner: int, box_outer: int,
-               swizzle: int = _SWIZZLE_128B) -> np.ndarray:
-    """A 2-D tiled ``CUtensorMap`` (128-byte swizzle, or none: ``swizzle=0``; zeros out of bounds) as a size-1
-    'V128' numpy array, which CuPy passes by value to a ``const __grid_constant__`` kernel parameter.
-    ``inner``/``outer``: the global extents (elements; inner contiguous), ``ld``: elements between outer rows."""
-    if ptr % 16 or (ld * esize) % 16:
-        raise UnsupportedError(f"TMA needs a 16-byte aligned base and row pitch (base {ptr:#x}, pitch {ld}x{esize} B)")
-    fn = _encode_tiled()
-    raw = (ctypes.c_uint8 * 192)()
-    addr = (ctypes.addressof(raw) + 63) & ~63  # the map must be 64-byte aligned
-    err = fn(addr, _TMA_DTYPE[esize], 2, ptr, (ctypes.c_uint64 * 2)(inner, outer), (ctypes.c_uint64 * 1)(ld * esize),
-             (ctypes.c_uint32 * 2)(box_inner, box_outer), (ctypes.c_uint32 * 2)(1, 1), 0, swizzle,
-             _L2_PROMOTION_256B, 0)
-    if err != 0:
-        raise UnsupportedError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {inner}x{outer} operand "
-                               f"(pitch {ld}, box {box_inner}x{box_outer})")
-    out = np.zeros(1, dtype="V128")
-    out.view(np.uint8)[:] = np.frombuffer(ctypes.string_at(addr, 128), dtype=np.uint8)
-    return out
 
 
 def operand_map(v: Sm90Variant, op, rows: int, tile_rows: int, ptr: int | None = None) -> np.ndarray:
@@ -338,20 +292,9 @@ def operand_map(v: Sm90Variant, op, rows: int, tile_rows: int, ptr: int | None =
     return tensor_map(ptr, esize, rows, op.k, op.ld, STAGE_K_BYTES // esize, v.bk)
 
 
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
-
-
 def max_active_clusters(kernel, v: Sm90Variant) -> int:
-    """cuOccupancyMaxActiveClusters of a kernel with compile-time cluster dims (0 when the query fails)."""
-    fn = _driver().cuOccupancyMaxActiveClusters
-    fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_LaunchConfig)]
-    cfg = _LaunchConfig((ctypes.c_uint * 3)(v.cluster, 1, 1), (ctypes.c_uint * 3)(THREADS, 1, 1), v.smem_bytes,
-                        None, None, 0)
-    n = ctypes.c_int(0)
-    func = getattr(kernel, "kernel", kernel).ptr  # cupy RawKernel -> Function -> CUfunction
-    return n.value if fn(ctypes.byref(n), ctypes.c_void_p(func), ctypes.byref(cfg)) == 0 else 0
+    """cuOccupancyMaxActiveClusters of variant ``v``'s kernel (compile-time cluster dims; 0 when the query fails)."""
+    return driver.max_active_clusters(kernel, v.cluster, THREADS, v.smem_bytes)
 
 
 _CLUSTERS: dict = {}
@@ -432,7 +375,7 @@ class Sm90Plan(CudaPlan):
             ops.append((f.lo_cnt if lossy else _NULL, f.lo_ent if lossy else _NULL, _NULL if elt is None else elt,
                         np.int64(0 if elt is None else elt.shape[1]), np.int32(_fp8_fmt(d.elem))))
         fa, fb = da.mx, db.mx
-        args = (gout, np.int64(gout.shape[-1]), out, np.int64(out.shape[-1]), np.int32(_OUT_KIND[self.out_dtype]),
+        args = (gout, np.int64(gout.shape[-1]), out, np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]),
                 np.int32(self.m), np.int32(self.n), fa.info, fb.info, fa.factors, np.int64(fa.ld), fb.factors,
                 np.int64(fb.ld), np.int32(LO_CAP), *ops[0], *ops[1],
                 np.int32(fa.folded is not None and fb.folded is not None))
@@ -478,8 +421,8 @@ class Sm90Plan(CudaPlan):
                          np.int64(0))
         if v.mx:  # int32 factors: A [M][blocks_pad] in boxes {4 blocks, 128 rows}, B [blocks_pad][N16] in {BN, 4}
             fa, fb = da.mx, db.mx
-            map_sa = tensor_map(fa.factors.data.ptr, 4, fa.ld, km, fa.ld, 4, BM, swizzle=_SWIZZLE_NONE)
-            map_sb = tensor_map(fb.factors.data.ptr, 4, fb.ld, fb.blocks_pad, fb.ld, v.bn, 4, swizzle=_SWIZZLE_NONE)
+            map_sa = tensor_map(fa.factors.data.ptr, 4, fa.ld, km, fa.ld, 4, BM, swizzle=SWIZZLE_NONE)
+            map_sb = tensor_map(fb.factors.data.ptr, 4, fb.ld, fb.blocks_pad, fb.ld, v.bn, 4, swizzle=SWIZZLE_NONE)
             folded = (fa.folded, fb.folded) if fa.folded is not None and fb.folded is not None else (_NULL, _NULL)
             self._mx_args = (map_sa, map_sb, fa.info, fb.info, fa.nan, fb.nan, *folded, fa.factors, np.int64(fa.ld),
                              fb.factors, np.int64(fb.ld))
@@ -551,7 +494,7 @@ class Sm90Plan(CudaPlan):
         (km, kn), (map_c, out, pair_ok) = self._kmn, self._out_args()
         return (self._map_a, self._map_b, map_c, out, np.int32(km), np.int32(kn), np.int32(self.da.k),
                 np.int64(out.shape[-1]), *self._scale,
-                np.int32(_OUT_KIND[self.out_dtype] if out is self.out else _OUT_KIND["float32"]), pair_ok,
+                np.int32(OUT_KIND[self.out_dtype] if out is self.out else OUT_KIND["float32"]), pair_ok,
                 np.int32(self._units), np.int32(self._tail0), np.int32(self._splits), np.int32(self._per), self._ws,
                 self._counters,
                 *self._mx_args)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,77 +41,20 @@ from mxcore.errors import UnsupportedError
 
 from ..codec_runtime import launch, taint, zeros
 from .device import as_cupy, device_info, resident_blocks
+from .operand import _SPECIAL, FP8_SHORT, LO_CAP, DevOperand, MXFactors
 
 __all__ = ["DevOperand", "MXFactors", "Stager"]
 
 _SRC_KIND = {"float64": 0, "float32": 1, "float16": 2, "bf16": 3}
 _DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4, "tf32_finite": 5}
-_SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
-#: the fp8 formats' staged element names (DevOperand.elem)
-FP8_SHORT = {"e4m3fn": "e4m3", "e5m2": "e5m2"}
 MX_BLOCK_KERNEL = 32  # the decode kernels fold one scale per 32 K
 #: a lossy MXFP8 fold (gemm_sm90_mx.cu): blocks shift down by at most this many binades, and each row keeps at most
-#: LO_CAP entries of lost bits (more: the operand is folded again without loss, per-32 blocks where scales differ)
+#: LO_CAP (operand.py) entries of lost bits (more: the operand is folded again without loss, per-32 blocks where
+#: scales differ)
 LO_SHIFT = 15
-LO_CAP = 64
 #: MXFP8 on the exact wgmma variant: folded with its lost bits kept (True), or its codes as they are with per-32
 #: block factors (False: part 1's per-block promotion everywhere)
 MX8_FOLD = True
-
-
-@dataclass
-class MXFactors:
-    """An MX operand's block scales as the exact wgmma variant reads them (``gemm_sm90_mx.cu``): ``factors``
-    int32 (A: [M][blocks_pad], B: [blocks_pad][ld] with columns permuted in 16s), ``ld`` its row pitch (elements),
-    ``blocks_pad`` = K/32 rounded up to whole 128-K stages, ``info`` int32 x 8 (live code range, any NaN block,
-    for folded operands 1 when some row has no single factor over all of K, and 1 when a lossy fold's list
-    overflowed), ``nan`` uint8 per row of A / column of B (1: the row / column holds a NaN block); an MXFP8 operand
-    folded with its lost bits kept (:meth:`Stager.mx_fold`) has ``lo_cnt`` int32 per row and ``lo_ent`` int32
-    [rows][LO_CAP][2] ({k, lo bits} sorted by k), and ``lo_elt`` the folded elements transposed for ``mx_lo_fix``,
-    which the fold writes (for an MXFP4 / MXFP6 operand too when staged beside an MXFP8 one: ``mx_fold(transposed=)``;
-    else ``sm90._transposed_elements`` makes it at the first ``gemm()``)."""
-
-    factors: object
-    ld: int
-    blocks_pad: int
-    info: object
-    nan: object
-    folded: object = None  # uint8 per 128-K window (1: folded in every row; :meth:`Stager.mx_fold`), or None
-    lo_cnt: object = None  # lossy MXFP8 fold: entries per row (may exceed LO_CAP: then info[4] = 1, refolded)
-    lo_ent: object = None
-    lo_elt: object = None  # the folded elements transposed, uint8 [windows * 128][rows rounded up to 32]: mx_lo_fix
-
-    def copy(self) -> "MXFactors":
-        def cp(x):
-            return None if x is None else x.copy()
-
-        return MXFactors(self.factors.copy(), self.ld, self.blocks_pad, self.info.copy(), self.nan.copy(),
-                         cp(self.folded), cp(self.lo_cnt), cp(self.lo_ent), cp(self.lo_elt))
-
-
-@dataclass
-class DevOperand:
-    """An operand as the GEMM kernel reads it: ``buf`` (kept alive) at ``ld`` elements per row, K-major or not,
-    element ``elem`` ("f16" | "bf16" | "tf32" | "e4m3" | "e5m2"), values times 2^(exp + *exp_at), K as the kernel
-    sees it (3xTF32 triples it), batch stride in elements (0: shared by every batch element).  ``exp_at``: None,
-    or a 0-d device array the epilogue reads (int32: a per-tensor fp8 scale exponent; uint8: an MX scale
-    maximum)."""
-
-    buf: object
-    ld: int
-    kmajor: bool
-    elem: str
-    exp: int = 0
-    k: int = 0
-    bstride: int = 0
-    exp_at: object = None
-    direct: bool = False  # buf is the caller's array itself (read in place)
-    mx: MXFactors | None = None  # exact MX fp8: the block scales as the kernel reads them
-    span: tuple | None = None  # weight-only records: (least, greatest) scale code (wonly_records.pack_weight)
-
-    def copy(self) -> "DevOperand":
-        return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride,  # not the
-                          self.exp_at, mx=None if self.mx is None else self.mx.copy(), span=self.span)  # caller's array
 
 
 def _round_up(x: int, m: int) -> int:
@@ -450,7 +392,7 @@ class Stager:
         return scale_args, args, rows, rows_pad, fac
 
     def _factor_kernel(self, name: str):
-        from .sm90 import SM90_MX_FILE
+        from .compile import SM90_MX_FILE
 
         return self.kernels.get(self.cp, self.ordinal, ("sm90", name), SM90_MX_FILE, name, ("-std=c++17",))
 

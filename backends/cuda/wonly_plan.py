@@ -4,7 +4,6 @@ sized by ``wonly.py``'s functions."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 
@@ -13,8 +12,8 @@ from mxcore.errors import UnsupportedError
 from .._contract import Plan
 from . import wonly as rules
 from .device import resident_blocks
-from .plan import OUT_KIND, RawLaunch
-from .stage import DevOperand
+from .driver import RawLaunch, tensor_map
+from .operand import OUT_KIND, DevOperand
 from .variants import sm_of
 from .wonly_records import GROUP, packed_bytes, record_groups, records_written
 
@@ -108,8 +107,6 @@ class WonlyPlan(Plan):
         # the other kernels have none
         xmap = (np.zeros(1, dtype="V128"),) if v.kernel == "wg" else ()
         if v.tma_x:
-            from .sm90 import tensor_map
-
             kp = -(-a.k // 64) * 64
             self._xp = cp.empty((self.m, kp), dtype=cp.uint16)
             xmap = (tensor_map(self._xp.data.ptr, 2, kp, self.m, kp, 64, 8 * v.mt),)
