@@ -1,4 +1,4 @@
-// mxcore weight-only GEMM for the smallest M (decode; backends/cuda/wonly.py runs it for M <= GEMV_MAX_M, any M
+// mxcore weight-only GEMM for the smallest M (decode; backends/cuda/wonly/ runs it for M <= GEMV_MAX_M, any M
 // runs: grid.y covers M in steps of 8 * WO_MT): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16 activations and W an MX
 // weight, the packed fragment records of wonly_common.cuh read straight into registers.
 //

@@ -1,4 +1,4 @@
-// mxcore weight-only GEMM on wgmma (sm_90a; backends/cuda/wonly.py): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16
+// mxcore weight-only GEMM on wgmma (sm_90a; backends/cuda/wonly/): C[M,N] = X[M,K] @ W[K,N] with X fp16/bf16
 // activations and W an MX weight in the packed fragment records of wonly_common.cuh, for the M where mma.sync runs
 // out of issue slots (tens of rows).  Any M runs (grid.y covers M in steps of 8 * WO_MT).
 //
@@ -13,7 +13,7 @@
 // same in every consumer warp), each code is decoded straight to its scaled value,
 // the placed bits times 2^(target bias - element bias) * 2^(s - 127) in one exact 16-bit multiply (the range is
 // where that factor is a normal 16-bit number and every value of the format times it is representable:
-// backends/cuda/wonly.py fold_range), and the wgmma accumulate over the whole K range in fp32.  Any other chunk
+// backends/cuda/wonly/ fold_range), and the wgmma accumulate over the whole K range in fp32.  Any other chunk
 // (scale codes near 0x00 / 0xFF, NaN blocks, or fp16's narrow range) runs block by block exactly as the mma.sync
 // kernels do: the block's two wgmma into a zeroed scratch, then acc = fma(t, 2^(s - 127), acc) in fp32.
 // WW_FOLD_ONLY builds drop that path (the plan runs them only on a weight whose every scale code folds: then up to
@@ -122,7 +122,7 @@ __device__ __forceinline__ u64 ww_desc(u64 desc0, int bb, int s) {
 }
 
 // d (+)= A (registers a) * B (desc); acc = 0 overwrites d.  WW_MMA_ASM: the instruction with its operands
-// numbered (backends/cuda/wonly.py writes it for the N = 8 WO_MT of the variant: d first, then a, desc, acc)
+// numbered (backends/cuda/wonly/ writes it for the N = 8 WO_MT of the variant: d first, then a, desc, acc)
 #define WW_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define WW_D1 WW_F4(0)
 #define WW_D2 WW_D1, WW_F4(4)
@@ -599,7 +599,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                    WO_GROUP, lane, warp < 8);
 }
 
-// The permuted copy of X that a WW_TMA build loads (backends/cuda/wonly_plan.py launches it right before the product,
+// The permuted copy of X that a WW_TMA build loads (backends/cuda/wonly/plan.py launches it right before the product,
 // both under WO_PDL with programmatic dependent launch): Xp[m][k] for k < kp (a multiple of 64), X's 4-byte words in
 // the k16 order of a stage's rows (ww_kchunk: in every 32-K block word 4 t + i at 4 i + t), zeros from K on.  One
 // thread per token and 32-K block; X's base and row pitch are 16-byte aligned (the plan's activations).

@@ -3,7 +3,7 @@
 // decode, the E8M0 block factors, the fp32 operations that keep subnormals, the activation loads, the mma, the
 // output store and the programmatic-dependent-launch boundary, defined once.
 //
-// Packed weight (wonly_pack.cu writes it once per weight; backends/cuda/wonly.py caches it on the MXTensor):
+// Packed weight (wonly_pack.cu writes it once per weight; backends/cuda/wonly/ caches it on the MXTensor):
 // records [n16 tile group of 8][K chunk][tile in the group], WO_REC bytes each, chunk = WO_KC K (64 for 4-bit
 // codes, 32 for byte codes).
 //   bytes [0, 512): lane L's 16 bytes at 16 L, its A-fragment codes for the chunk's k16 steps:
@@ -16,7 +16,7 @@
 //   bytes [512, WO_REC): E8M0 scales, 2 * WO_BPC per fragment row g: byte g*2*BPC + 2*blk + h = scale of W^T row
 //     g + 8h, K block blk of the chunk (pad rows / blocks: 127)
 //   (row, k) of lane L's register j, half p: WO_A_ROW(L, j), WO_A_K(L, j, p); K inside a 32-K block permuted by
-//   WO_KPHYS (backends/cuda/wonly_records.py emits the formulas; tests/test_cuda_wonly_index.py checks them)
+//   WO_KPHYS (backends/cuda/wonly/records.py emits the formulas; tests/test_cuda_wonly_index.py checks them)
 // Decode: codes go to two 16-bit values of the activation type by bit placement (magnitude under the target
 // exponent, sign to bit 15) and one exact multiply by 2^(target bias - element bias); exact for every e2m1 / e2m3
 // / e3m2 / e4m3 / e5m2 value (all lie in f16's and bf16's range); e4m3's NaN code and e5m2's inf/NaN codes are set
@@ -35,7 +35,7 @@
 // records (into registers or a shared-memory ring); the activations, the workspace, the split-K counters and the
 // output only after it, in every thread.  Safety of the early record reads, which the code relies on: the records
 // are written only by the pack kernel (wonly_pack.cu) or by a device copy of them (a plan's clone), and
-// backends/cuda/wonly_records.py launches an empty kernel normally right after each (records_written:
+// backends/cuda/wonly/records.py launches an empty kernel normally right after each (records_written:
 // mx_wonly_fence).  A normally launched kernel starts only after everything before it in the stream completed, so
 // whenever a PDL kernel starts early (once its predecessor started; in a chain of PDL kernels, once the previous
 // one passed its own wait, since launch_dependents is issued only after the wait: the chain stays transitive; the

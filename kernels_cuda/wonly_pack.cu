@@ -68,7 +68,7 @@ extern "C" __global__ void mx_wonly_ranges(const u8* __restrict__ recs, int grou
     }
 }
 
-// Nothing: launched normally after records were written (backends/cuda/wonly_records.py records_written), so that a
+// Nothing: launched normally after records were written (backends/cuda/wonly/records.py records_written), so that a
 // weight-only kernel launched with programmatic dependent launch, which reads its records before waiting for its
 // predecessor, can never start before they are complete.
 extern "C" __global__ void mx_wonly_fence() {}

@@ -22,7 +22,7 @@ from conftest import require_tool
 
 from mxcore.backends import cuda, nvrtc_tools
 from mxcore.backends.cuda.wonly import GEMV_FILE, WG_FILE, WONLY_FILE
-from mxcore.backends.cuda.wonly_records import PACK_FILE
+from mxcore.backends.cuda.wonly.records import PACK_FILE
 from mxcore.errors import KernelCompileError
 
 ARCHS = ["sm_80", "sm_89", "sm_90"]

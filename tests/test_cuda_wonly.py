@@ -1,4 +1,4 @@
-"""Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly.py) and
+"""Weight-only MX on an NVIDIA GPU: fp16/bf16 activations x MX weights on both paths (backends/cuda/wonly/) and
 every kernel of the registers path (direct loads, "gemv", with and without programmatic dependent launch on sm_90;
 cp.async ring, "ring"; sm_90a's wgmma kernel, "wg", also with its activations by tensor copy, "wg-tma"; each forced
 at every M through the backend's ``config=`` option), against the float64 reference.
@@ -164,7 +164,7 @@ def test_packed_scale_ranges(cuda_backend, rng, fmt):
     """After the records, pack_weight stores each record group's chunk's least and greatest scale code (pad rows and
     blocks: 127), which the wgmma kernel's fold test reads: against the MXTensor's own scales (every code, 0xFF
     included), on a weight whose N and K leave pad rows and blocks."""
-    from mxcore.backends.cuda import wonly_records as wr
+    from mxcore.backends.cuda.wonly import records as wr
 
     kw = _force_kernel("wg")
     m, n, k = 8, 300, 520
@@ -195,7 +195,7 @@ def test_wg_fold_only_never_wrong(cuda_backend, rng, act, kernel):
     every row, and the other columns keep their exact values."""
     import cupy as cp
 
-    from mxcore.backends.cuda import wonly_records as wr
+    from mxcore.backends.cuda.wonly import records as wr
 
     kw = _force_kernel(kernel)
     m, n, k, fmt = 40, 384, 520, "mxfp4"

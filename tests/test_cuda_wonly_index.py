@@ -1,6 +1,6 @@
 """The weight-only kernel's index arithmetic and decode, checked on the CPU (no GPU needed).
 
-``backends/cuda/wonly.py::WONLY_FORMULAS`` (emitted as -D macros into gemm_wonly.cu and wonly_pack.cu) must give the
+``backends/cuda/wonly/records.py::WONLY_FORMULAS`` (emitted as -D macros into gemm_wonly.cu and wonly_pack.cu) must give the
 m16n8k16 layout records' A, B and C coordinates; the kernel's bit-placement decode (mirrored here in numpy, with
 the same shifts, masks and multiply) must give every code's value of every MX element format, for both
 activation types, bit for bit; and the packed record geometry must be what the kernel streams.
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from mxcore import dtypes, formats, layouts
-from mxcore.backends.cuda import variants, wonly, wonly_records
+from mxcore.backends.cuda import variants, wonly
+from mxcore.backends.cuda.wonly import records as wonly_records
 
 T = wonly.TUNING  # the tuning table's values the rules below are stated against
 WG_MT, WG_FOLD_MT = tuple(T["wg"]["mt"]), tuple(T["wg_fold"]["mt"])

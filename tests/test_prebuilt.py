@@ -288,7 +288,7 @@ def test_mirrored_weight_only_choices_match_the_plan(arch, sms):
 
     from mxcore import dtypes as _dt
     from mxcore.backends.cuda.stage import DevOperand
-    from mxcore.backends.cuda.wonly_plan import WonlyPlan
+    from mxcore.backends.cuda.wonly.plan import WonlyPlan
 
     dev = device.DeviceInfo(0, "fake", arch, sms, {})
     for element in dict.fromkeys(_dt.MX_ELEMENT.values()):
@@ -476,7 +476,7 @@ def test_prebuild_fills_the_disk_cache(fresh, monkeypatch):
     """A build the package lacks is compiled for the named arch into the cache (and found there); one whose sm_80
     cubin the package holds counts as present on sm_86; a second run compiles nothing."""
     require_tool("NVRTC (cuda-bindings + nvidia-cuda-nvrtc)", nvrtc_tools.have_nvrtc())
-    from mxcore.backends.cuda.wonly_records import PACK_FILE, formula_options
+    from mxcore.backends.cuda.wonly.records import PACK_FILE, formula_options
 
     packaged = db.Build(PACK_FILE, ("-std=c++17", *formula_options()), "sm_86", ("mx_wonly_pack", "mx_wonly_fence"))
     assert _packaged(PACK_FILE, packaged.options, "sm_80")

@@ -18,7 +18,7 @@ fp8            e4m3fn/e5m2 and mixed pairs, per-tensor power-of-two scales appli
 MX             mxfp8/mxfp6/mxfp4 and mixed pairs: each element decoded with its block scale folded in,
                value·2^(scale - smax), to bf16 (exact while a tensor's block scales span ≤ ~117-133 binades;
                blocks further below the largest are rounded once), bf16 mma, epilogue times 2^(smax - 127).
-weight-only   fp16/bf16 activations x an MX weight (``("bf16", "mxfp4")``): wonly.py — the packed weight decoded
+weight-only   fp16/bf16 activations x an MX weight (``("bf16", "mxfp4")``): wonly/ — the packed weight decoded
                in registers by ``gemm_wonly_gemv.cu`` (small M), ``gemm_wonly.cu`` (larger M; fp16 at any M),
                on sm_90a ``gemm_wonly_wg.cu`` (wgmma, M up to 64), with PDL launches on sm_90, or decoded once to
                bf16 and run through the bf16 GEMM (``wonly_path="staged"``); ``wonly.choose`` picks, from the
@@ -46,7 +46,7 @@ the output and relaunch it through ``cuLaunchKernel`` with the new addresses (pl
 Options (``plan`` / ``matmul`` keywords): ``tile`` (one of :meth:`tiles`), ``family`` ("mma_sync"; the rule is
 ``families.family_for``), ``fp8_path`` ("native" | "convert" | "decode"), ``split_k`` (force that many K
 slices), ``mx_path`` ("exact" | "decode": mxfp8 on wgmma with block scales in the kernel, or decoded to bf16;
-``families.mx_path``), ``wonly_path`` ("registers" | "staged": how an fp16/bf16 x MX-weight pair runs; wonly.py),
+``families.mx_path``), ``wonly_path`` ("registers" | "staged": how an fp16/bf16 x MX-weight pair runs; wonly/),
 ``config`` (the weight-only kernel build: a ``wonly.WonlyVariant``, its name, or a kernel form such as "wg";
 ``wonly.choose``).
 """
@@ -73,7 +73,7 @@ from .stage import Stager
 from .variants import TILES, ceiling_element, native_fp8, sm_of
 from .wonly import WonlyProblem, mx_weight_folds
 from .wonly import wonly_path as _wonly_path
-from .wonly_plan import WonlyPlan, registers_prep, staged_prep
+from .wonly.plan import WonlyPlan, registers_prep, staged_prep
 
 __all__ = ["CudaBackend"]
 
@@ -211,7 +211,7 @@ class CudaBackend(Backend):
         if config is not None and mdt.kind != WONLY_KIND:
             raise UnsupportedError(f"config= picks a weight-only kernel build (fp16/bf16 x an MX weight); this is a "
                                    f"{mdt.kind} product {mdt.name}: choose its kernel with tile= or family=")
-        if mdt.kind == WONLY_KIND:  # fp16/bf16 x MX weight: wonly.py (registers kernel, or the staged bf16 GEMM)
+        if mdt.kind == WONLY_KIND:  # fp16/bf16 x MX weight: wonly/ (registers kernel, or the staged bf16 GEMM)
             act, element = ("f16" if mdt.a.name == "fp16" else "bf16"), MX_ELEMENT[mdt.b.name]
             wpath = _wonly_path(WonlyProblem(shape[1], n, k, act, element, dev.arch, dev.sms),
                                 wonly_path or ("staged" if (tile in TILES or fp8_path or family) else None), config,

@@ -117,7 +117,7 @@ def _codec(arch: str, element) -> Build:
 
 @functools.lru_cache(maxsize=None)
 def _pack(arch: str) -> Build:
-    from .wonly_records import PACK_FILE, formula_options
+    from .wonly.records import PACK_FILE, formula_options
 
     return _build(PACK_FILE, ("-std=c++17", *formula_options()), arch, "mx_wonly_pack", "mx_wonly_ranges",
                   "mx_wonly_fence")

@@ -37,9 +37,9 @@ def compile_jobs(arch: str) -> list[dict]:
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
     from .wonly import all_wonly_variants
-    from .wonly_records import PACK_FILE, formula_options
+    from .wonly.records import PACK_FILE, formula_options
 
-    for w in all_wonly_variants(arch):  # the weight-only kernels (wonly.py): every kernel x element x activation x M tile
+    for w in all_wonly_variants(arch):  # the weight-only kernels (wonly/): every kernel x element x activation x M tile
         jobs.append({"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly",
                      **({"arch": w.arch} if w.arch else {}),
                      "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel}{', PDL' if w.pdl else ''})",

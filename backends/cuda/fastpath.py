@@ -415,7 +415,7 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
     from mxcore.backends import codec
 
     from .sm90 import Sm90Plan
-    from .wonly_plan import WonlyPlan
+    from .wonly.plan import WonlyPlan
 
     cp = be.cp_module
     be._fast[key] = False

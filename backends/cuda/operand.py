@@ -64,7 +64,7 @@ class DevOperand:
     exp_at: object = None
     direct: bool = False  # buf is the caller's array itself (read in place)
     mx: MXFactors | None = None  # exact MX fp8: the block scales as the kernel reads them
-    span: tuple | None = None  # weight-only records: (least, greatest) scale code (wonly_records.pack_weight)
+    span: tuple | None = None  # weight-only records: (least, greatest) scale code (wonly/records.py: pack_weight)
 
     def copy(self) -> "DevOperand":
         return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride,  # not the

@@ -292,8 +292,8 @@ class Stager:
             buf, ld = self._prep_codes(codes, role, od.element, "f16")
             return DevOperand(buf, ld, True, "f16", exp, cols, exp_at=exp_at)
         element = _dt.MX_ELEMENT[od.name]
-        if path == "wonly":  # the weight-only kernel's packed fragment records (wonly.py)
-            from .wonly_records import pack_weight
+        if path == "wonly":  # the weight-only kernel's packed fragment records (wonly/records.py)
+            from .wonly.records import pack_weight
 
             return pack_weight(self, codes, scales, element, cols, op.shape[1])
         if path == "mx_exact":  # the exact wgmma variant: fp8 bytes + block factors, or fp4/fp6 folded into e4m3

@@ -1,6 +1,6 @@
 """The registers path's plan of a weight-only product (``"wonly"`` pairs: fp16/bf16 activations x an MX weight) and
 both paths' staging callables; the kernel is ``wonly.choose``'s (or the ``config=`` it is given), the launch is
-sized by ``wonly.py``'s functions."""
+sized by the functions of ``wonly/__init__.py``."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
-from .._contract import Plan
-from . import wonly as rules
-from .device import resident_blocks
-from .driver import RawLaunch, tensor_map
-from .operand import OUT_KIND, DevOperand
-from .variants import sm_of
-from .wonly_records import GROUP, packed_bytes, record_groups, records_written
+from ..._contract import Plan
+from .. import wonly as rules
+from ..device import resident_blocks
+from ..driver import RawLaunch, tensor_map
+from ..operand import OUT_KIND, DevOperand
+from ..variants import sm_of
+from .records import GROUP, packed_bytes, record_groups, records_written
 
 __all__ = ["WonlyPlan", "quantized_b", "registers_prep", "staged_prep"]
 

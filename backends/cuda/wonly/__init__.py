@@ -3,7 +3,7 @@
 problem from the tuning table ``tuning/wonly.json`` (values and the figures that decided them).  Two paths:
 
 ``registers``
-    The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``, ``wonly_records.py``: 4-bit
+    The weight is packed once into fragment records (``kernels_cuda/wonly_pack.cu``, ``wonly/records.py``: 4-bit
     codes two per byte placed so that a register of two 16-bit values comes out of its word in a few integer
     operations, fp6/fp8 codes one per byte, the block scales beside them; records of 8 n16 tiles per K chunk
     contiguous, K permuted inside each 32-K block so that a lane's activations of a block are 16 consecutive bytes)
@@ -37,7 +37,7 @@ reads it NaN.
 
 Experts and tests force a kernel with the backend option ``config=``: a :class:`WonlyVariant`, its ``name``, or a
 kernel form ("gemv", "gemv-pdl", "ring", "wg", "wg-tma"; the M tile and the rest as :func:`choose` fits them).
-``wonly_plan.py`` holds the plan, ``wonly_records.py`` the packed records.
+``plan.py`` (this package) holds the plan, ``records.py`` the packed records.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
-from .tables import table
-from .variants import sm_of
-from .wonly_records import GROUP, chunk_k, formula_options, record_bytes, record_groups
+from ..tables import table
+from ..variants import sm_of
+from .records import GROUP, chunk_k, formula_options, record_bytes, record_groups
 
 __all__ = ["GEMV_FILE", "KERNEL_FORMS", "TUNING", "WG_FILE", "WONLY_FILE", "WONLY_PATHS", "WonlyChoice",
            "WonlyProblem", "WonlyVariant", "all_wonly_variants", "choose", "fold_range", "mx_weight_folds",
@@ -547,7 +547,7 @@ def _wgmma_asm(mt: int, act: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# how a launch is sized (the plan, wonly_plan.py, applies them)
+# how a launch is sized (the plan, wonly/plan.py, applies them)
 # ------------------------------------------------------------------------------------------------------------------
 def _splits(sms: int, base: int, nchunks: int, force: int = 0, per_sm: int = 4,
             one_wave: bool = False, cap: int = 64) -> tuple[int, int]:

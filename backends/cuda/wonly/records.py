@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .operand import DevOperand
+from ..operand import DevOperand
 
 __all__ = ["GROUP", "PACK_FILE", "WONLY_FORMULAS", "chunk_k", "eval_wonly", "formula_options", "pack_weight",
            "packed_bytes", "record_bytes", "record_groups", "records_written"]
