@@ -1,18 +1,20 @@
-"""mxcore's NVIDIA backend: our own mma.sync / ldmatrix / cp.async GEMM kernels (``kernels_cuda/``), compiled at
-run time by NVRTC through CuPy.
+"""mxcore's NVIDIA backend: its own CUDA C++ kernels (``kernels_cuda/``), shipped prebuilt for the default choices
+on sm_90 and sm_80-class GPUs and otherwise compiled at run time by NVRTC through CuPy.
 
 Modules, one concern each:
 
 * ``backend``  — :class:`CudaBackend` (the ``backends/_contract.py`` contract): availability, dtypes, plan/matmul,
   benchmark hooks; how each dtype runs.
-* ``families`` — the one rule choosing the kernel family (``mma_sync`` today; the sm_90a ``wgmma`` family
-  arrives as ``sm90.py``).
-* ``variants`` — elements, tiles, variants, the fragment index formulas and NVRTC options, the tile rule.
-* ``compile``  — kernel sources and the per-device kernel handle cache.
-* ``device``   — device ordinal, cached device properties, stream, DLPack views.
-* ``stage``    — operand staging (float rounding, fp8 bytes, MX decode), cached on quantized objects.
+* ``families`` — the rule choosing the dense family (``mma_sync`` everywhere, ``wgmma`` on sm_90) and the MX path.
+* ``variants`` (mma.sync), ``sm90`` (wgmma), ``wonly/`` (weight-only) — each family's builds, rule and plan; the
+  families register their offline builds with ``emit`` and their staged forms with ``stage``, which import none of
+  them.  The numbers the rules read are in ``tuning/*.json`` (``tables``).
+* ``compile``, ``prebuilt``, ``prebuild`` — kernel sources, the per-device kernel handle cache, prebuilt cubins.
+* ``device``, ``driver``, ``operand`` — device properties and streams; the libcuda calls CuPy does not wrap
+  (``RawLaunch``, tensor maps, graph user objects); ``DevOperand`` and the kernel codes.
+* ``stage``    — operand staging (float rounding, fp8 bytes, MX decode / fold), cached on quantized objects.
 * ``plan``     — :class:`CudaPlan`: the bound launch (batch in grid.y, split K in grid.z).
-* ``fastpath`` — the per-call fast paths: fp16/bf16 relaunch, fp8/MX recorded-quantization replay.
+* ``callcache``, ``fastpath`` — the per-call cache and paths: relaunch, recorded-quantization replay, kept weights.
 * ``emit``     — offline compile jobs and the ``kernels --emit`` manifest (:class:`KernelRecord`).
 * ``bench``    — CUDA-event timer, instruction ceiling, vendor baseline; ``diag`` — loop diagnostics.
 """

@@ -9,7 +9,17 @@ from .._contract import KernelRecord
 from .compile import CEILING_FILE, GEMM_FILE, PREP_FILE, PREP_KERNELS, source
 from .variants import ELEMENTS, Variant, all_variants, gemm_options, sm_of
 
-__all__ = ["compile_all", "compile_jobs", "emit_kernels"]
+__all__ = ["compile_all", "compile_jobs", "emit_kernels", "register_jobs"]
+
+#: family name -> its offline compile jobs on an arch (a family registers them when it is imported: this module
+#: imports no family)
+_FAMILY_JOBS: dict = {}
+
+
+def register_jobs(family: str, jobs) -> None:
+    """Family ``family``'s builds for ``kernels --emit`` and the offline checks: ``jobs(arch) -> list[dict]`` (the
+    keys :func:`compile_jobs` documents; an empty list where the family does not run)."""
+    _FAMILY_JOBS[family] = jobs
 
 _DTYPE_OF_ELEM = {"f16": "fp16", "bf16": "bf16 (and MX decoded)", "tf32": "tf32, fp32 (3xTF32)"}
 
@@ -36,19 +46,6 @@ def compile_jobs(arch: str) -> list[dict]:
     for kname in PREP_KERNELS:
         jobs.append({"file": PREP_FILE, "kernel": kname, "stem": kname, "dtype": "prep", "options": ["-std=c++17"],
                      "smem": 0, "threads": 256})
-    from .wonly import all_wonly_variants
-    from .wonly.records import PACK_FILE, formula_options
-
-    for w in all_wonly_variants(arch):  # the weight-only kernels (wonly/): every kernel x element x activation x M tile
-        jobs.append({"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly",
-                     **({"arch": w.arch} if w.arch else {}),
-                     "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel}{', PDL' if w.pdl else ''})",
-                     "options": [o for o in w.options() if not o.startswith("--gpu-architecture")],
-                     "smem": w.smem_bytes, "threads": w.threads, "mma": "HGMMA" if w.kernel == "wg" else "HMMA",
-                     "cp_async": w.kernel in ("ring", "wg")})
-    jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",
-                 "dtype": "weight-only packing", "options": ["-std=c++17", *formula_options()], "smem": 0,
-                 "threads": 256})
     sm = sm_of(arch)
     for e, el in ELEMENTS.items():
         if sm < el.min_sm or (el.esize == 1 and e != "e4m3.e4m3"):
@@ -57,23 +54,8 @@ def compile_jobs(arch: str) -> list[dict]:
         jobs.append({"file": CEILING_FILE, "kernel": "mx_mma_ceiling", "stem": f"ceiling_{e.replace('.', '_')}",
                      "dtype": e, "options": ["-std=c++17", f'-DMX_MMA_OP="{rec.ptx}"', "-DMX_CHAINS=8"],
                      "smem": 0, "threads": 256})
-    if sm == 90:  # the wgmma family: sm_90a machine code (wgmma and setmaxnreg are arch-specific)
-        from .sm90 import SM90_FILE, SM90_KERNEL, SM90_MX_FILE, SM90_MX_KERNELS, THREADS, all_sm90_variants
-
-        for v in all_sm90_variants():
-            jobs.append({"file": SM90_FILE, "kernel": SM90_KERNEL, "stem": v.name, "family": "wgmma", "arch": "sm_90a",
-                         "dtype": (f"mxfp8 {v.elem} x {v.b_elem} (wgmma, exact block scales)" if v.mx
-                                   else f"{v.elem} x {v.b_elem} (wgmma)"),
-                         "tile": v.tile, "smem": v.smem_bytes,
-                         "threads": THREADS,
-                         "options": [o for o in v.options() if not o.startswith("--gpu-architecture")]})
-        for kernel, what in zip(SM90_MX_KERNELS, ("MX block factors (wgmma, exact MX fp8)",
-                                                  "MXFP4/MXFP6 row exponents (wgmma, exact MX)",
-                                                  "MX operands folded (MXFP4/MXFP6 into e4m3, MXFP8 lossy + lists)",
-                                                  "MXFP8 fold: lost-bit lists sorted by k (wgmma, exact MX)",
-                                                  "MXFP8 fold: lost bits added to the GEMM's result")):
-            jobs.append({"file": SM90_MX_FILE, "kernel": kernel, "stem": kernel[3:], "family": "wgmma", "dtype": what,
-                         "options": ["-std=c++17"], "smem": 0, "threads": 256})
+    for family_jobs in _FAMILY_JOBS.values():  # the families' own builds (registered by sm90.py, wonly/)
+        jobs += family_jobs(arch)
     for job in jobs:  # every kernel compiled as CuPy compiles it (with -ftz=true): the SASS checks see the same
         job["options"] = [*job["options"], FTZ_FLAG]
     return jobs

@@ -38,11 +38,12 @@ from mxcore.errors import UnsupportedError
 from . import driver
 from .device import address_of, unowned_view
 from .driver import SWIZZLE_NONE, RawLaunch, tensor_map
+from .emit import register_jobs
 from .plan import CudaPlan, scale_args
 from .compile import SM90_FILE, SM90_KERNEL, SM90_MX_FILE
 from .operand import _SPECIAL, FP8_SHORT, LO_CAP, OUT_KIND
 from .tables import table
-from .variants import ELEMENTS
+from .variants import ELEMENTS, sm_of
 
 __all__ = ["BM", "SM90_FILE", "SM90_KERNEL", "SM90_TILES", "Sm90Plan", "Sm90Variant", "all_sm90_variants",
            "choose_sm90", "split_tail", "tensor_map", "wgmma_reason"]
@@ -524,3 +525,28 @@ class Sm90Plan(CudaPlan):
         other._maps()  # the maps hold the operands' addresses
         other._alloc_split()  # its own partials and counters (plans may run on different streams)
         return other
+
+
+def compile_jobs(arch: str) -> list[dict]:
+    """This family's builds for ``kernels --emit`` and the offline checks (registered with ``emit.py``): on sm_90,
+    every variant the chooser can return (sm_90a machine code: wgmma and setmaxnreg are arch-specific) and the exact
+    MX kernels; nothing elsewhere."""
+    if sm_of(arch) != 90:
+        return []
+    jobs = [{"file": SM90_FILE, "kernel": SM90_KERNEL, "stem": v.name, "family": "wgmma", "arch": "sm_90a",
+             "dtype": (f"mxfp8 {v.elem} x {v.b_elem} (wgmma, exact block scales)" if v.mx
+                       else f"{v.elem} x {v.b_elem} (wgmma)"),
+             "tile": v.tile, "smem": v.smem_bytes, "threads": THREADS,
+             "options": [o for o in v.options() if not o.startswith("--gpu-architecture")]}
+            for v in all_sm90_variants()]
+    for kernel, what in zip(SM90_MX_KERNELS, ("MX block factors (wgmma, exact MX fp8)",
+                                              "MXFP4/MXFP6 row exponents (wgmma, exact MX)",
+                                              "MX operands folded (MXFP4/MXFP6 into e4m3, MXFP8 lossy + lists)",
+                                              "MXFP8 fold: lost-bit lists sorted by k (wgmma, exact MX)",
+                                              "MXFP8 fold: lost bits added to the GEMM's result")):
+        jobs.append({"file": SM90_MX_FILE, "kernel": kernel, "stem": kernel[3:], "family": "wgmma", "dtype": what,
+                     "options": ["-std=c++17"], "smem": 0, "threads": 256})
+    return jobs
+
+
+register_jobs("wgmma", compile_jobs)

@@ -43,7 +43,16 @@ from ..codec_runtime import launch, taint, zeros
 from .device import as_cupy, device_info, resident_blocks
 from .operand import _SPECIAL, FP8_SHORT, LO_CAP, DevOperand, MXFactors
 
-__all__ = ["DevOperand", "MXFactors", "Stager"]
+__all__ = ["DevOperand", "MXFactors", "Stager", "register_path"]
+
+#: staging paths a kernel family adds: path -> stage(stager, codes, scales, element, K, N) -> DevOperand (this module
+#: imports no family: they register when imported)
+_PATHS: dict = {}
+
+
+def register_path(path: str, stage) -> None:
+    """A family's staged form of an MX operand, asked for as ``stage_quantized(..., path)``."""
+    _PATHS[path] = stage
 
 _SRC_KIND = {"float64": 0, "float32": 1, "float16": 2, "bf16": 3}
 _DST_KIND = {"f16": 0, "bf16": 1, "tf32": 2, "tf32_small": 3, "byte": 4, "tf32_finite": 5}
@@ -292,10 +301,8 @@ class Stager:
             buf, ld = self._prep_codes(codes, role, od.element, "f16")
             return DevOperand(buf, ld, True, "f16", exp, cols, exp_at=exp_at)
         element = _dt.MX_ELEMENT[od.name]
-        if path == "wonly":  # the weight-only kernel's packed fragment records (wonly/records.py)
-            from .wonly.records import pack_weight
-
-            return pack_weight(self, codes, scales, element, cols, op.shape[1])
+        if path in _PATHS:  # a family's own staged form (registered: "wonly", the packed records of wonly/records.py)
+            return _PATHS[path](self, codes, scales, element, cols, op.shape[1])
         if path == "mx_exact":  # the exact wgmma variant: fp8 bytes + block factors, or fp4/fp6 folded into e4m3
             short = FP8_SHORT.get(element)
             if short is None or MX8_FOLD:

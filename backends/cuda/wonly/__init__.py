@@ -50,9 +50,10 @@ import numpy as np
 
 from mxcore.errors import UnsupportedError
 
+from ..emit import register_jobs
 from ..tables import table
 from ..variants import sm_of
-from .records import GROUP, chunk_k, formula_options, record_bytes, record_groups
+from .records import PACK_FILE, GROUP, chunk_k, formula_options, record_bytes, record_groups
 
 __all__ = ["GEMV_FILE", "KERNEL_FORMS", "TUNING", "WG_FILE", "WONLY_FILE", "WONLY_PATHS", "WonlyChoice",
            "WonlyProblem", "WonlyVariant", "all_wonly_variants", "choose", "fold_range", "mx_weight_folds",
@@ -576,3 +577,21 @@ def _even_smem(props: dict, blocks: int, sms: int, resident: int, smem: int, sta
     per_sm = props.get("sharedMemPerMultiprocessor", 233472) // cap - props.get("reservedSharedMemPerBlock", 1024)
     want = min(per_sm - static, props.get("sharedMemPerBlockOptin", 232448) - static) // 128 * 128
     return max(smem, want)
+
+
+def compile_jobs(arch: str) -> list[dict]:
+    """This family's builds for ``kernels --emit`` and the offline checks (registered with ``emit.py``): every build
+    :func:`choose` returns on ``arch`` (:func:`all_wonly_variants`) and the packing kernel."""
+    jobs = [{"file": w.file, "kernel": w.entry, "stem": w.name, "family": "wonly", **({"arch": w.arch} if w.arch else {}),
+             "dtype": f"{w.act} x mx {w.element} (weight-only, registers, {w.kernel}{', PDL' if w.pdl else ''})",
+             "options": [o for o in w.options() if not o.startswith("--gpu-architecture")],
+             "smem": w.smem_bytes, "threads": w.threads, "mma": "HGMMA" if w.kernel == "wg" else "HMMA",
+             "cp_async": w.kernel in ("ring", "wg")}
+            for w in all_wonly_variants(arch)]
+    jobs.append({"file": PACK_FILE, "kernel": "mx_wonly_pack", "stem": "wonly_pack", "family": "wonly",
+                 "dtype": "weight-only packing", "options": ["-std=c++17", *formula_options()], "smem": 0,
+                 "threads": 256})
+    return jobs
+
+
+register_jobs("wonly", compile_jobs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..operand import DevOperand
+from ..stage import register_path
 
 __all__ = ["GROUP", "PACK_FILE", "WONLY_FORMULAS", "chunk_k", "eval_wonly", "formula_options", "pack_weight",
            "packed_bytes", "record_bytes", "record_groups", "records_written"]
@@ -139,3 +140,6 @@ def packed_bytes(element: str, k: int, n: int) -> int:
     record group and chunk, 1/2176 of the records at 4-bit codes, not counted)."""
     nchunks, groups, rec = _record_geometry(element, k, n)
     return groups * GROUP * nchunks * rec
+
+
+register_path("wonly", pack_weight)  # stage.py's path "wonly": the packed records
