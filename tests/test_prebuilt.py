@@ -257,9 +257,8 @@ PROBES = db.SHAPES + ((64, 32768, 4096), (16, 65536, 2048), (200, 3000, 512), (1
 
 @pytest.mark.parametrize("arch, sms", [("sm_90", 132), ("sm_90", 114), ("sm_80", 108), ("sm_80", 72)])
 def test_mirrored_gemm_choices_match_the_plans(monkeypatch, arch, sms):
-    """default_builds mirrors CudaPlan._bind and Sm90Plan._bind: over the probe shapes, staged elements and
-    majorness the real plans bind exactly the mirrored builds (a plan rule changed without default_builds.py
-    fails here)."""
+    """default_builds asks variants.choose / sm90.choose as CudaPlan._bind and Sm90Plan._bind do: over the probe
+    shapes, staged elements and majorness the real plans bind exactly the enumerated builds."""
     from mxcore import dtypes as _dt
 
     staged = [(("f16", "f16"), db._SIXTEEN), (("bf16", "bf16"), db._SIXTEEN), (("tf32", "tf32"), db._SIXTEEN[:1])]

@@ -10,9 +10,9 @@ quantization writes them, MX per-call counts 0-2, weights whose scales fold or n
 adds the staging, codec and weight-packing modules those paths launch.  What the plans decide on a GPU that this
 walk cannot see (a caller's unusual strides or alignment, options such as ``tile=``) compiles at run time as before.
 
-Where a rule lives inside a plan class rather than in a function (CudaPlan._bind's variant, Sm90Plan._bind's swap),
-the few lines are mirrored here (:func:`_mma_sync`, :func:`_wgmma`); tests/test_prebuilt.py builds the real plans on a fake device and checks that they ask for exactly
-the mirrored builds, and ``python -m mxcore bench --first-call`` on a GPU names every kernel still compiled at run
+Each family's rule is one function the plans call too (``variants.choose``, ``sm90.choose``, ``wonly.choose``);
+tests/test_prebuilt.py builds the real plans on a fake device and checks that they ask for exactly
+the enumerated builds, and ``python -m mxcore bench --first-call`` on a GPU names every kernel still compiled at run
 time.
 """
 
@@ -133,33 +133,27 @@ def _sm90_mx(arch: str) -> Build:
 # ------------------------------------------------------------------------------------------------------------
 # the GEMM families (the plans' choices, mirrored)
 # ------------------------------------------------------------------------------------------------------------
-def _mma_sync(arch: str, sms: int, elem: str, a_kmajor: bool, b_kmajor: bool, m: int, n: int) -> Build:
-    """CudaPlan._bind: the tile rule's variant of ``elem`` with the staged majorness."""
+def _mma_sync(arch: str, sms: int, elems: tuple, a_kmajor: bool, b_kmajor: bool, m: int, n: int) -> Build:
+    """The mma.sync family's build (variants.choose) for staged elements ``elems`` (A, B) and majorness."""
     from .compile import GEMM_FILE
-    from .variants import Variant, choose_tile, gemm_options
+    from .variants import choose, gemm_options, native_fp8
 
-    v = Variant(elem, a_kmajor, b_kmajor, choose_tile(m, n, sms, elem, 1))
+    v = choose(elems[0], elems[1], a_kmajor, b_kmajor, m, n, sms, fp8_convert=not native_fp8(arch))
     return _build(GEMM_FILE, gemm_options(v), arch, "mx_gemm")
 
 
 def _wgmma(a_elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, m: int, out_bytes: int,
            mx: bool = False) -> Build:
-    """Sm90Plan._bind: the default variant (swapped for small M unless exact MX; TMA stores for aligned outputs)."""
-    from .sm90 import SM90_FILE, SM90_KERNEL, SWAP_MAX_M, choose_sm90
+    """The wgmma family's build (sm90.choose: swapped for small M unless exact MX; TMA stores for aligned outputs)."""
+    from .sm90 import SM90_FILE, SM90_KERNEL, choose
 
-    if mx:
-        v = choose_sm90(a_elem, b_elem, a_kmajor, b_kmajor, tma_store=out_bytes, mx=True)
-    elif m <= SWAP_MAX_M:
-        v = choose_sm90(b_elem, a_elem, b_kmajor, a_kmajor, True, None, swap=True)
-    else:
-        v = choose_sm90(a_elem, b_elem, a_kmajor, b_kmajor, True, None, out_bytes)
+    v = choose(a_elem, b_elem, a_kmajor, b_kmajor, m, out_bytes=out_bytes, mx=mx)
     return _build(SM90_FILE, v.options(), "sm_90", SM90_KERNEL)  # its options name sm_90a
 
 
 def _gemm(arch: str, sms: int, mdt, elems: tuple, majors, shape) -> list[Build]:
     """The GEMM of staged elements ``elems`` (A, B) in each majorness of ``majors`` for ``shape`` (m, n, k)."""
     from .families import family_for
-    from .variants import native_fp8
 
     m, n, k = shape
     out = []
@@ -168,13 +162,10 @@ def _gemm(arch: str, sms: int, mdt, elems: tuple, majors, shape) -> list[Build]:
         if fam == "wgmma":
             out += [_wgmma(elems[0], elems[1], ak, bk, m, ob) for ob in _OUT_BYTES]
         else:
-            e = elems[0] if elems[0] == elems[1] and elems[0] not in _FP8_SHORT else (
-                f"{elems[0]}.{elems[1]}" + ("" if native_fp8(arch) else ".f16"))
-            out.append(_mma_sync(arch, sms, e, ak, bk, m, n))
+            out.append(_mma_sync(arch, sms, elems, ak, bk, m, n))
     return out
 
 
-_FP8_SHORT = ("e4m3", "e5m2")
 _SIXTEEN = ((True, True), (True, False))  # 16-bit operands: K-major copies or read in place (B N-major)
 
 

@@ -21,7 +21,8 @@ from .compile import GEMM_FILE
 from .device import address_of
 from .driver import RawLaunch
 from .operand import OUT_KIND, DevOperand
-from .variants import TILES, Variant, choose_tile, gemm_options
+from .variants import TILES, gemm_options
+from .variants import choose as choose_variant
 
 __all__ = ["OUT_KIND", "CudaPlan", "scale_args", "split_k"]
 
@@ -80,17 +81,8 @@ class CudaPlan(Plan):
         nb = max(1, self._nb)  # an empty batch launches nothing (gemm() returns first)
         if nb > MAX_BATCH:
             raise UnsupportedError(f"batch {nb} is above {MAX_BATCH} (the grid's y dimension); split the batch")
-        if a.elem in ("e4m3", "e5m2"):
-            elem = f"{a.elem}.{b.elem}" + (".f16" if self._convert else "")
-        elif b.elem != a.elem:
-            raise UnsupportedError(f"internal: operands staged as {a.elem} and {b.elem}")
-        else:
-            elem = a.elem
-        tile = self._tile or choose_tile(m, n, self.dev.sms, elem, nb)
-        if tile not in TILES:
-            raise UnsupportedError(f"tile {tile!r} is not one of the CUDA kernel's tiles: {', '.join(TILES)}")
-        v = Variant(elem, a.kmajor, b.kmajor, tile)
-        t = TILES[tile]
+        v = choose_variant(a.elem, b.elem, a.kmajor, b.kmajor, m, n, self.dev.sms, nb, self._tile, self._convert)
+        t = TILES[v.tile]
         for op, mn_rows in ((a, t.bm), (b, t.bn)):  # the kernel's per-thread copy offsets are 32-bit
             if (mn_rows if op.kmajor else v.bk) * op.ld * v.element.esize >= 2**32:
                 raise UnsupportedError(f"leading dimension {op.ld} is too large for the CUDA kernels' 32-bit tile "

@@ -219,6 +219,20 @@ def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote:
     return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile, promote, tma_store)
 
 
+def choose(a_elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, m: int, *, out_bytes: int = 0,
+           promote: bool = True, tile: str | None = None, mx: bool = False) -> Sm90Variant:
+    """The wgmma family's one rule: the build for staged operands A (``a_elem``, ``a_kmajor``) and B with M = ``m``
+    rows.  M up to ``sm90_swap_max_m`` swaps the operands (C^T = B^T A^T: the returned variant has ``swap`` set and
+    names B's element and majorness first) but never the exact MX variant (``mx``), which reads A's and B's factors;
+    ``out_bytes``: the output's element bytes where TMA may store it (16-byte aligned base and pitch), else 0;
+    ``tile``: a forced tile; ``promote``: fp8 promotion every 128 K.  Pure: tuning/dense.json holds its numbers."""
+    if mx:
+        return choose_sm90(a_elem, b_elem, a_kmajor, b_kmajor, tile=tile, tma_store=out_bytes, mx=True)
+    if m <= SWAP_MAX_M:
+        return choose_sm90(b_elem, a_elem, b_kmajor, a_kmajor, promote, tile, swap=True)
+    return choose_sm90(a_elem, b_elem, a_kmajor, b_kmajor, promote, tile, out_bytes)
+
+
 def all_sm90_variants() -> list[Sm90Variant]:
     """Every variant the chooser can return (the CI compile checks and the kernel manifest)."""
     out = []
@@ -328,13 +342,9 @@ class Sm90Plan(CudaPlan):
         store = ob if out.size > 0 and (out.shape[-1] * ob) % 16 == 0 and out.data.ptr % 16 == 0 else 0
         if mx != (b.mx is not None) or (mx and (a.elem not in _FP8 or b.elem not in _FP8)):
             raise UnsupportedError(f"internal: exact MX needs two MX fp8 operands (staged {a.elem}, {b.elem})")
-        self._swap = m <= SWAP_MAX_M and not mx  # the MX variant is never swapped (it reads A's and B's factors)
-        if mx:
-            v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, tile=self._tile, tma_store=store, mx=True)
-        elif self._swap:  # C^T = B^T A^T: B (n rows) is the kernel's A, A (m rows) its B; D stored transposed
-            v = choose_sm90(b.elem, a.elem, b.kmajor, a.kmajor, self._promote, self._tile, swap=True)
-        else:
-            v = choose_sm90(a.elem, b.elem, a.kmajor, b.kmajor, self._promote, self._tile, store)
+        v = choose(a.elem, b.elem, a.kmajor, b.kmajor, m, out_bytes=store, promote=self._promote, tile=self._tile,
+                   mx=mx)
+        self._swap = v.swap  # C^T = B^T A^T: B (n rows) is the kernel's A, A (m rows) its B; D stored transposed
         self.variant_ = v
         path = "" if not mx else (", MX per-32 blocks" if a.mx.folded is None or b.mx.folded is None
                                   else ", MX folded into e4m3" if a.mx.lo_cnt is None and b.mx.lo_cnt is None

@@ -20,7 +20,7 @@ from mxcore.errors import UnsupportedError
 from .tables import table
 
 __all__ = ["ELEMENTS", "FRAGMENT_FORMULAS", "TILES", "Element", "Tile", "Variant", "all_variants", "ceiling_element",
-           "choose_tile", "element_tiles", "eval_formula", "gemm_options", "native_fp8", "sm_of"]
+           "choose", "choose_tile", "element_tiles", "eval_formula", "gemm_options", "native_fp8", "sm_of"]
 
 # ------------------------------------------------------------------------------------------------------------
 # the single source of the kernel's fragment index formulas (C and Python share the syntax: & >> << + only)
@@ -220,6 +220,23 @@ def all_variants(arch: str) -> list[Variant]:
             for tile in element_tiles(e):
                 out.append(Variant(e, ak, bk, tile))
     return out
+
+
+def choose(a_elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, m: int, n: int, sms: int, batch: int = 1,
+           tile: str | None = None, fp8_convert: bool = True) -> Variant:
+    """The mma.sync family's one rule: the build for staged operands A (``a_elem``: "f16" | "bf16" | "tf32" | "e4m3"
+    | "e5m2", ``a_kmajor``) and B, ``batch`` products of m x n on ``sms`` SMs: fp8 pairs as one element (converted
+    to f16 fragments where ``fp8_convert``: sm_90), the tile by :func:`choose_tile` unless ``tile`` forces one."""
+    if a_elem in ("e4m3", "e5m2"):
+        elem = f"{a_elem}.{b_elem}" + (".f16" if fp8_convert else "")
+    elif b_elem != a_elem:
+        raise UnsupportedError(f"internal: operands staged as {a_elem} and {b_elem}")
+    else:
+        elem = a_elem
+    tile = tile or choose_tile(m, n, sms, elem, batch)
+    if tile not in TILES:
+        raise UnsupportedError(f"tile {tile!r} is not one of the CUDA kernel's tiles: {', '.join(TILES)}")
+    return Variant(elem, a_kmajor, b_kmajor, tile)
 
 
 def choose_tile(m: int, n: int, sms: int = 132, elem: str = "f16", batch: int = 1) -> str:
