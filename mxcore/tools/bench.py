@@ -33,13 +33,12 @@ one instruction, hence one ceiling measurement).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import numpy as np
 
-from .timing import time_back_to_back, time_callable
+from .timing import time_back_to_back, time_callable, write_rows
 
 __all__ = ["LLM_SHAPES", "run", "time_callable"]
 
@@ -331,10 +330,7 @@ def _cli(argv) -> int:
                b_colmajor=args.b_colmajor, baseline=not args.no_baseline, loop_ceilings=args.loop_ceilings,
                options={"wonly_path": args.wonly_path} if args.wonly_path else None)
     print(_table(rows))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
-        print(f"{len(rows)} rows written to {args.json}")
+    write_rows(rows, args.json)
     return 0
 
 

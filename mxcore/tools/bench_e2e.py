@@ -30,10 +30,11 @@ and ``e2e / vendor`` (against the vendor pipeline's end-to-end rate).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
+
+from .timing import write_rows
 
 __all__ = ["E2E_SHAPES", "run_e2e"]
 
@@ -259,8 +260,5 @@ def cli(argv) -> int:
                    repeats=args.repeats, sets=args.sets, baseline=not args.no_baseline, weights=args.weights,
                    graph=args.graph)
     print(table(rows))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
-        print(f"{len(rows)} rows written to {args.json}")
+    write_rows(rows, args.json)
     return 0

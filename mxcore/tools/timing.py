@@ -1,10 +1,22 @@
-"""Timing a callable between a backend's device events (``Backend.timer()``): the benchmarks' one clock."""
+"""Timing a callable between a backend's device events (``Backend.timer()``): the benchmarks' one clock; and how a
+benchmark writes its rows (:func:`write_rows`)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
-__all__ = ["time_back_to_back", "time_callable"]
+__all__ = ["time_back_to_back", "time_callable", "write_rows"]
+
+
+def write_rows(rows: list, path: str | None) -> None:
+    """Write a benchmark's rows as JSON to ``path`` (nothing when None) and say so."""
+    if not path:
+        return
+    with open(path, "w") as fh:
+        json.dump(rows, fh, indent=1)
+    print(f"{len(rows)} rows written to {path}")
 
 
 def time_callable(measure, fn, repeats: int, warmup: int = 3) -> float:
