@@ -48,6 +48,7 @@ __all__ = ["DevOperand", "MXFactors", "Stager", "register_path"]
 #: staging paths a kernel family adds: path -> stage(stager, codes, scales, element, K, N) -> DevOperand (this module
 #: imports no family: they register when imported)
 _PATHS: dict = {}
+_OWN_PATHS = ("decode", "native", "convert", "mx_exact")  # this module's: decoded to bf16 / f16, fp8 bytes, exact MX
 
 
 def register_path(path: str, stage) -> None:
@@ -303,6 +304,8 @@ class Stager:
         element = _dt.MX_ELEMENT[od.name]
         if path in _PATHS:  # a family's own staged form (registered: "wonly", the packed records of wonly/records.py)
             return _PATHS[path](self, codes, scales, element, cols, op.shape[1])
+        if path not in _OWN_PATHS:  # never a silent bf16 decode in place of a form a family did not register
+            raise UnsupportedError(f"internal: no staging registered for path {path!r}")
         if path == "mx_exact":  # the exact wgmma variant: fp8 bytes + block factors, or fp4/fp6 folded into e4m3
             short = FP8_SHORT.get(element)
             if short is None or MX8_FOLD:
