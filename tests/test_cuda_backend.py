@@ -98,7 +98,7 @@ def test_replay_needs_every_quantized_buffer_recorded():
     import numpy as np
 
     from mxcore.backends import codec
-    from mxcore.backends.cuda import fastpath
+    from mxcore.backends.cuda import fastpath, quantized
 
     def arr(ptr, nbytes=16):
         x = type("ndarray", (), {"__module__": "cupy._core.core"})()
@@ -120,14 +120,14 @@ def test_replay_needs_every_quantized_buffer_recorded():
     mx_like = SimpleNamespace(codes=arr(200), scales=arr(300), scale_max=arr(8))
     view = SimpleNamespace(codes=tensor(232), scale=tensor(300))  # codes: a view inside the recorded 200..264
     on_host = SimpleNamespace(codes=tensor(200), scale=tensor(5000, "cpu"), scale_exp=np.zeros(1))
-    got = fastpath._quantized_buffers(written, mx_like, on_host)
+    got = quantized.quantized_buffers(written, mx_like, on_host)
     assert [int(x.data_ptr()) if hasattr(x, "data_ptr") else x.data.ptr for x in got] == [200, 300, 400, 200, 300,
                                                                                           8, 200]
-    assert fastpath._replayable(fastpath._quantized_buffers(written, mx_like, view, on_host), rec)
-    assert not fastpath._replayable(fastpath._quantized_buffers(written, copied), rec)
-    assert not fastpath._replayable(fastpath._quantized_buffers(SimpleNamespace(codes=tensor(264))), rec)  # one past
+    assert fastpath._replayable(quantized.quantized_buffers(written, mx_like, view, on_host), rec)
+    assert not fastpath._replayable(quantized.quantized_buffers(written, copied), rec)
+    assert not fastpath._replayable(quantized.quantized_buffers(SimpleNamespace(codes=tensor(264))), rec)  # one past
     rec.tainted = "a copy"
-    assert not fastpath._replayable(fastpath._quantized_buffers(written), rec)
+    assert not fastpath._replayable(quantized.quantized_buffers(written), rec)
 
 
 def test_staging_replays_only_when_it_covers_every_buffer():

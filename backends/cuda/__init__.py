@@ -14,7 +14,8 @@ Modules, one concern each:
   (``RawLaunch``, tensor maps, graph user objects); ``DevOperand`` and the kernel codes.
 * ``stage``    — operand staging (float rounding, fp8 bytes, MX decode / fold), cached on quantized objects.
 * ``plan``     — :class:`CudaPlan`: the bound launch (batch in grid.y, split K in grid.z).
-* ``callcache``, ``fastpath`` — the per-call cache and paths: relaunch, recorded-quantization replay, kept weights.
+* ``callcache``, ``fastpath``, ``quantized`` — the per-call cache and paths (relaunch, recorded-quantization
+  replay, kept weights) and the staged forms and bound plans of quantized objects they reuse.
 * ``emit``     — offline compile jobs and the ``kernels --emit`` manifest (:class:`KernelRecord`).
 * ``bench``    — CUDA-event timer, instruction ceiling, vendor baseline; ``diag`` — loop diagnostics.
 """

@@ -21,7 +21,6 @@ Callers hold the cache's lock (``CudaBackend.fast_matmul``): kept buffers are wr
 
 from __future__ import annotations
 
-import copy
 import weakref
 from dataclasses import replace
 
@@ -33,9 +32,11 @@ from mxcore.operands import quantize_on_device
 from .device import (address_of, as_cupy, ensure_context, keep_for_graph, ordinal_of, refuse_capture,
                      stream_for, torch_stream, unowned_view)
 from .plan import CudaPlan
-from .stage import VERSION, fresh_staged, versions
+from .quantized import (bound_plan, quantized_buffers, quantized_on, same_form, staged_key, staged_on,
+                        staged_weight, swap_weight, weight_cache)
+from .stage import versions
 
-__all__ = ["fast_call", "fast_pair", "fast_quantized", "fast_weight", "swap_weight"]
+__all__ = ["fast_call", "fast_pair", "fast_quantized", "fast_weight"]
 
 _TORCH_OUT_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -60,19 +61,6 @@ class _TorchNames(dict):
 
 
 _TORCH_NAMES = _TorchNames()
-
-
-def _quantized_buffers(*objs) -> list:
-    """The device arrays inside quantized objects (MXTensor: codes, scales, scale_max; ScaledTensor: codes, scale,
-    scale_exp); host arrays are left out (a replay does not touch them)."""
-    out = []
-    for o in objs:
-        for name in ("codes", "scales", "scale_max", "scale", "scale_exp"):
-            x = getattr(o, name, None)
-            kind = array_kind(x) if x is not None else None
-            if (kind == "torch" and x.device.type == "cuda") or kind == "cupy":
-                out.append(x)
-    return out
 
 
 def _operand_buffers(d) -> list:
@@ -178,7 +166,7 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             entry = False
             # replayable only if every device buffer of the quantized operands lies in an array of a recorded step
             # (a copy made outside the codec's launches would be left stale by a replay)
-            if (_replayable(_quantized_buffers(qa, qb), rec) and isinstance(p, CudaPlan) and p.batch is None
+            if (_replayable(quantized_buffers(qa, qb), rec) and isinstance(p, CudaPlan) and p.batch is None
                     and p._fold is None and pa != pb):
                 try:
                     entry = (rec.replay(_device_views(cp, a, b)), p, None)
@@ -249,84 +237,6 @@ def _new_out(cp, p, a):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _quantized_on(b, ordinal: int, axis: int = 0) -> bool:
-    """``b`` is a 2-D quantized operand (an MXTensor blocked along K: ``axis`` 0 for B, 1 for A; or a
-    ScaledTensor) whose codes and device scales all live on GPU ``ordinal``."""
-    if array_kind(b) != "mx" or len(b.shape) != 2 or getattr(b, "axis", axis) != axis:
-        return False
-    bufs = _quantized_buffers(b)
-    return any(x is b.codes for x in bufs) and all(ordinal_of(x) == ordinal for x in bufs)
-
-
-def staged_weight(b, ordinal: int, key=None):
-    """The staged form of weight ``b`` cached on it (stage.py): under ``key``, or (key=None) whether any B
-    staging on GPU ``ordinal`` is cached; None / False when not staged yet."""
-    if key is None:
-        return _staged(b, ordinal, "b")
-    return fresh_staged(b).get(key)
-
-
-def staged_key(before: dict, d):
-    """The key under which ``d`` (a plan's staged B) was cached on the weight before the plan (``before``: a copy
-    of the weight's cache, :func:`weight_cache`), or None (the plan staged it itself)."""
-    return next((k for k, v in before.items() if v is d), None)
-
-
-def weight_cache(b) -> dict:
-    """A copy of the staged forms cached on weight ``b``."""
-    return {k: v for k, v in fresh_staged(b).items() if k != VERSION}
-
-
-def same_form(d, e) -> bool:
-    """Two staged weights one plan can take in turn: the kernel variant, its launch geometry and the MX path
-    (folded or per-32 blocks) are the same; only buffers and scales differ (rebind re-reads the scales)."""
-    def form(x):
-        mx = x.mx
-        return (x.kmajor, x.elem, x.ld, x.k, x.bstride, x.exp_at is None, mx is None,
-                None if mx is None else (mx.ld, mx.folded is None))
-    return form(d) == form(e)
-
-
-def swap_weight(p, staged) -> bool:
-    """Point plan ``p`` at another staged weight of the same form (False: not the same form, nothing changed)."""
-    if staged is p.db:
-        return True
-    if not same_form(staged, p.db):
-        return False
-    if isinstance(p, CudaPlan):
-        p.rebind(db=staged)
-    else:  # the weight-only plan: its packed launch takes B's address per call
-        if not p.takes(staged):
-            return False
-        p.db = staged
-    return True
-
-
-def _bound_plan(bound: dict, owners: tuple, p, da=None, db=None):
-    """The kept plan ``p`` bound to staged operands ``da`` / ``db`` (None: ``p``'s own) of the quantized objects
-    ``owners``: made once per owners, a shallow copy of ``p`` rebound to them (its own operand maps and packed
-    launches; the workspace, the output scratch and the operands not given are ``p``'s: one stream, one call at a
-    time), kept in ``bound`` until one of ``owners`` is collected.  A model's layers of one layout then switch
-    weights without encoding maps or packing launches per call (rebinding one plan per call cost more host time
-    than a 4096-row call's GPU time).  None where a staged operand is of another form (:func:`same_form`)."""
-    key = tuple(map(id, owners))
-    hit = bound.get(key)
-    if hit is not None and hit[0] is da and hit[1] is db:
-        return hit[2]
-    if (da is not None and not same_form(da, p.da)) or (db is not None and not same_form(db, p.db)):
-        return None
-    new_a, new_b = (None if x is None or x is y else x for x, y in ((da, p.da), (db, p.db)))
-    q = p
-    if new_a is not None or new_b is not None:
-        q = copy.copy(p)
-        q.rebind(new_a, new_b)
-    if hit is None:
-        for owner in owners:  # the binding goes with its objects (their ids are not reused before)
-            weakref.finalize(owner, bound.pop, key, None)
-    bound[key] = (da, db, q)
-    return q
-
-
 def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     """``a @ b`` with ``a`` a contiguous 2-D float device array and ``b`` a weight quantized once (a device
     MXTensor / ScaledTensor; fp8, MX, or a weight-only pair such as bf16 x mxfp4): the linear-layer call.
@@ -334,13 +244,13 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     blocking axis, dtype, output), shared by every weight of that layout (the layers of a model): a weight's first
     call runs the generic path, which stages it once (cached on the weight); the layout's first call with a staged
     weight records A's quantization and staging and keeps the plan when both replay; later calls replay them, take
-    the plan bound to this call's weight (:func:`_bound_plan`: made once per weight) and launch into a new output.
+    the plan bound to this call's weight (:func:`~.quantized.bound_plan`: made once per weight) and launch into a new output.
     A weight-only pair whose activations the kernel reads in place keeps the plan's packed launch and sets B's, A's
     and the output's addresses per call (registers path), or the staged path's bf16 GEMM launched at A's and the
     staged weight's addresses (:meth:`~.plan.CudaPlan.launch_at`).  The entry holds no weight and no activations
     (the bound plans hold their weights' staged buffers, dropped when a weight is collected).  A kept layout checks
     a weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
-    the first call checked), not buffer by buffer (:func:`_quantized_on`, ~5 us)."""
+    the first call checked), not buffer by buffer (:func:`~.quantized.quantized_on`, ~5 us)."""
     fa = _float_device(be, a)
     if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
         return None
@@ -370,7 +280,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             keep_for_graph(stream_h, staged)
         with cp.cuda.Device(ordinal):
             if entry[0] not in ("wonly", "direct"):  # the plan bound to this weight (operand maps, packed launches)
-                q = _bound_plan(entry[3], (b,), p, db=staged)
+                q = bound_plan(entry[3], (b,), p, db=staged)
                 if q is None:
                     return None  # another staged form: the generic path
                 return _replayed(be, (entry[0], q, entry[2]), (pa,), a)
@@ -384,7 +294,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
                 out = _new_out(cp, p, a)
                 p.launch_at(pa, int(staged.buf.data.ptr), out)
                 return out
-    if entry is False or not _quantized_on(b, ordinal):
+    if entry is False or not quantized_on(b, ordinal):
         return None
     refuse_capture(cp, stream_h, "a layout's first call with a weight quantized once (staging, recording)")
     return _keep_weight(be, key, a, b, mdt, out_dtype, scale_rounding, pa)
@@ -447,7 +357,7 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
         result = p.result()
         wkey = staged_key(before, p.db)
         if not (isinstance(p, CudaPlan) and p.batch is None and p._fold is None and wkey is not None
-                and _replayable(_quantized_buffers(qa), rec)):
+                and _replayable(quantized_buffers(qa), rec)):
             return result
         try:
             replay = rec.replay(_device_views(cp, a))
@@ -468,13 +378,13 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     stream, each operand's kind, format and shape, dtype, output).  An operand's first call runs the generic path,
     which stages it once (cached on it); the layout's first call with both operands staged keeps its plan; later
     calls take the plan bound to this call's staged operands (cached on them under the plan's keys, the same form:
-    :func:`same_form`; :func:`_bound_plan`: made once per pair) and launch into a new output.  The entry holds
+    :func:`~.quantized.same_form`; :func:`~.quantized.bound_plan`: made once per pair) and launch into a new output.  The entry holds
     neither operand (the bound plans hold their staged buffers, dropped when an operand is collected).  None: the
     generic path."""
     if mdt.kind not in ("fp8", "mx"):
         return None
     ordinal = ordinal_of(a)
-    if ordinal is None or not (_quantized_on(a, ordinal, 1) and _quantized_on(b, ordinal, 0)):
+    if ordinal is None or not (quantized_on(a, ordinal, 1) and quantized_on(b, ordinal, 0)):
         return None
     cp = be.cp_module
     with cp.cuda.Device(ordinal):
@@ -491,14 +401,14 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         if be._fast.capturing:
             keep_for_graph(stream_h, da, db)
         with cp.cuda.Device(ordinal):
-            q = _bound_plan(bound, (a, b), p, da, db)  # the plan bound to this pair (made once per pair)
+            q = bound_plan(bound, (a, b), p, da, db)  # the plan bound to this pair (made once per pair)
             if q is None:
                 return None  # staged in another form: the generic path
             out = _new_out(cp, q, a.codes)  # the codes' kind of array (torch: on torch's allocator and stream)
             _retarget(cp, q, out)
             q.gemm()
         return out
-    if entry is False or not (_staged(a, ordinal, "a") and _staged(b, ordinal, "b")):
+    if entry is False or not (staged_on(a, ordinal, "a") and staged_on(b, ordinal, "b")):
         return None  # an operand's first call: the generic path stages it (cached on it)
     refuse_capture(cp, stream_h, "a layout's first call with two operands quantized once (the plan)")
     before_a, before_b = weight_cache(a), weight_cache(b)
@@ -515,12 +425,6 @@ def fast_pair(be, a, b, mdt, out_dtype: str, scale_rounding: str):
         _kept(cp, p)                            # cached): it is cached now, the next call keeps the plan
         be._fast[key] = (p, akey, bkey, {})
     return result
-
-
-def _staged(x, ordinal: int, role: str) -> bool:
-    """Whether a staged form of quantized operand ``x`` as ``role`` ("a" | "b") on GPU ``ordinal`` is cached on
-    it (stage.py)."""
-    return any(k != VERSION and k[0] == ordinal and k[1] == role for k in fresh_staged(x))
 
 
 def fast_call(be, a, b, mdt, out_dtype: str):

@@ -33,8 +33,8 @@ from mxcore.dtypes import MX_BLOCK
 from mxcore.errors import UnsupportedError
 
 from .device import as_cupy, stream_for, torch_stream, unowned_view
-from .fastpath import (_operand_buffers, _plan_buffers, _replayable, _span, _quantized_on, staged_key, staged_weight,
-                       swap_weight, weight_cache)
+from .fastpath import _operand_buffers, _plan_buffers, _replayable, _span
+from .quantized import quantized_on, staged_key, staged_weight, swap_weight, weight_cache
 from .plan import CudaPlan
 
 __all__ = ["ColumnProgram", "build"]
@@ -56,7 +56,7 @@ def weight(b, a, mdt) -> bool:
         ok = isinstance(b, MXTensor) and mx_element(b.fmt)[0] == mx_element(mdt.b.name)[0]
     else:
         ok = isinstance(b, ScaledTensor) and _f.get(b.fmt).name == _f.get(mdt.b.element).name
-    return ok and _quantized_on(b, a.device.index)
+    return ok and quantized_on(b, a.device.index)
 
 
 def qualifies(torch, a, b, mdt) -> bool:

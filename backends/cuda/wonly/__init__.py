@@ -342,8 +342,9 @@ def _fit(p: WonlyProblem, kernel: str, pdl: bool, folds, tma_x: bool | None = No
     else:
         v = WonlyVariant.ring(p.element, p.act, _mt(_T["ring"]["mt"], p.m))
     groups = record_groups(p.n)
-    blocks = -(-groups * GROUP // v.tiles) * -(-p.m // (8 * v.mt))
-    if tma_x if tma_x is not None else wg_tma(v, blocks, p.sms):
+    if tma_x is None:
+        tma_x = wg_tma(v, -(-groups * GROUP // v.tiles) * -(-p.m // (8 * v.mt)), p.sms)
+    if tma_x:
         v = replace(v, tma_x=True)
     pair = wg_pair(v, groups)
     return replace(v, pair=pair) if pair else v
@@ -415,8 +416,7 @@ def _forced(p: WonlyProblem, config, folds) -> WonlyVariant:
             raise UnsupportedError(f"config={v.name} multiplies {v.act} x {v.element}; this product is "
                                    f"{p.act} x {p.element}")
     elif isinstance(config, str) and config in KERNEL_FORMS:
-        kernel, pdl, tma_x = KERNEL_FORMS[config]
-        v = _fit(p, kernel, pdl, folds, tma_x if kernel == "wg" else None)
+        v = _fit_form(p, config, folds)
     elif isinstance(config, str):
         names = {v.name: v for v in _candidates(p)}
         if config not in names:
@@ -435,17 +435,17 @@ def _forced(p: WonlyProblem, config, folds) -> WonlyVariant:
     return v
 
 
+def _fit_form(p: WonlyProblem, form: str, folds) -> WonlyVariant:
+    """The build kernel form ``form`` (:data:`KERNEL_FORMS`) fits to ``p``: the wgmma forms fix the activations'
+    tensor copy either way, the others leave it to the table."""
+    kernel, pdl, tma_x = KERNEL_FORMS[form]
+    return _fit(p, kernel, pdl, folds, tma_x if kernel == "wg" else None)
+
+
 def _candidates(p: WonlyProblem) -> list:
-    """Every build a kernel form fits to ``p`` (the names config= takes besides the forms)."""
-    out = []
-    for form in KERNEL_FORMS:
-        for fo in (False, True):
-            try:
-                out.append(_fit(p, KERNEL_FORMS[form][0], KERNEL_FORMS[form][1], lambda fo=fo: fo,
-                                KERNEL_FORMS[form][2] if form.startswith("wg") else None))
-            except UnsupportedError:
-                pass
-    return out
+    """Every build a kernel form fits to ``p``, for a weight whose scale codes fold or not (the names config= takes
+    besides the forms)."""
+    return [_fit_form(p, form, lambda fo=fo: fo) for form in KERNEL_FORMS for fo in (False, True)]
 
 
 #: the grid over which the default choice is enumerated (all_wonly_variants: the builds compiled, checked and shipped)
