@@ -276,11 +276,19 @@ class _Call:
         import torch
 
         store = _SIGNED_OF.get(dtype, dtype)
-        from .cuda.device import torch_view
+        if getattr(_RECORDING, "rec", None) is not None:
+            # a recorded call's buffers are kept by mxcore for later replays: they come from CuPy's stream-ordered
+            # pool, not torch's allocator (whose current pool may be a CUDA graph's private one, e.g. the warm-up of
+            # torch.compile's cudagraph trees, which refuses allocations that outlive the run)
+            view = cp.empty(shape, dtype=store)
+            t = torch.from_dlpack(view)
+            view = view.view(dtype)
+        else:
+            from .cuda.device import torch_view
 
-        t = torch.empty(tuple(shape), dtype=getattr(torch, store), device=self.torch_device)
-        view = torch_view(cp, t)
-        view = (view if view is not None else cp.from_dlpack(t)).view(dtype)
+            t = torch.empty(tuple(shape), dtype=getattr(torch, store), device=self.torch_device)
+            view = torch_view(cp, t)
+            view = (view if view is not None else cp.from_dlpack(t)).view(dtype)
         if store != dtype:
             try:
                 t = t.view(getattr(torch, dtype))

@@ -255,3 +255,12 @@ def test_import_mxcore_without_torch():
     assert "refused: mxcore.nn needs PyTorch: pip install 'mxcore[torch]'" in out
     code = "import sys, mxcore; mxcore.__version__; assert 'torch' not in sys.modules, 'mxcore imported torch'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bench_rows_format_every_kind_of_row():
+    """The torch benchmark prints timed rows, tokens/s rows and failed rows (a tokens/s row has no "ms")."""
+    from mxcore.torch import bench
+
+    assert bench._fmt({"model": "m", "mode": "eager", "ms": 1.23456}).endswith("mode=eager  1.235 ms")
+    assert bench._fmt({"model": "m", "tokens": 8, "tok_per_s": 9.5}) == "model=m  tokens=8  tok_per_s=9.5"
+    assert bench._fmt({"model": "m", "error": "E: x"}) == "model=m  FAILED E: x"

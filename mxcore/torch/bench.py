@@ -90,7 +90,9 @@ def _three_ways(model, x, label: str, rows: list) -> None:
 
 def _fmt(row: dict) -> str:
     head = "  ".join(f"{k}={v}" for k, v in row.items() if k not in ("ms", "error"))
-    return head + (f"  {row['ms']:.3f} ms" if "ms" in row else f"  FAILED {row['error']}")
+    if "error" in row:
+        return f"{head}  FAILED {row['error']}"
+    return head + (f"  {row['ms']:.3f} ms" if "ms" in row else "")
 
 
 def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4") -> list:
