@@ -191,12 +191,25 @@ def _signature(x):
     return (type(x), getattr(x, "dtype", None) if not hasattr(x, "fmt") else x.fmt)
 
 
+# MXCORE_BACKEND, read on every call (a change takes effect at the next call): os.environ's own mapping of encoded
+# names, ~20x cheaper than os.environ.get (which encodes the name and decodes the value each time)
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey("MXCORE_BACKEND") if hasattr(os.environ, "encodekey") else None
+
+
+def _backend_env():
+    """MXCORE_BACKEND's value as stored (encoded where the platform stores it so), None when unset."""
+    if _ENV_DATA is None or _ENV_KEY is None:
+        return os.environ.get("MXCORE_BACKEND")
+    return _ENV_DATA.get(_ENV_KEY)
+
+
 def _remember(backend, dtype, out_dtype, scale_rounding, a, b, be, mdt, out) -> None:
     try:
         key = (backend, dtype, out_dtype, scale_rounding, _signature(a), _signature(b))
         if len(_HOT) > 4096:
             _HOT.clear()
-        _HOT[key] = (be, mdt, out, os.environ.get("MXCORE_BACKEND"))
+        _HOT[key] = (be, mdt, out, _backend_env())
     except TypeError:  # an unhashable request (a list pair): no per-call path
         pass
 
@@ -212,7 +225,7 @@ def _hot(a, b, dtype, out_dtype, backend, scale_rounding):
     if hit is None:
         return None
     be, mdt, out, env = hit
-    if env != os.environ.get("MXCORE_BACKEND"):
+    if env != _backend_env():
         return None
     return _fast(be, a, b, mdt, out, scale_rounding)
 

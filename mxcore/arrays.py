@@ -21,18 +21,20 @@ __all__ = ["DLPACK_GPU_TYPES", "array_kind", "check_unmasked", "device_kind", "t
 DLPACK_GPU_TYPES = frozenset({2, 10, 13})
 
 
+_KIND_OF: dict = {}  # type -> array_kind (the answer depends on the type alone)
+
+
 def array_kind(x) -> str:
     """'numpy', 'cupy', 'torch', 'mx' (MXTensor/ScaledTensor) or 'other' (lists, scalars...)."""
-    mod = type(x).__module__ or ""
-    if isinstance(x, np.ndarray):
-        return "numpy"
-    if mod.startswith("cupy"):
-        return "cupy"
-    if mod.startswith("torch"):
-        return "torch"
-    if mod.startswith("mxcore"):
-        return "mx"
-    return "other"
+    t = type(x)
+    kind = _KIND_OF.get(t)
+    if kind is None:
+        mod = t.__module__ or ""
+        kind = ("numpy" if issubclass(t, np.ndarray) else "cupy" if mod.startswith("cupy") else
+                "torch" if mod.startswith("torch") else "mx" if mod.startswith("mxcore") else "other")
+        if len(_KIND_OF) < 1024:
+            _KIND_OF[t] = kind
+    return kind
 
 
 def device_kind(x) -> str | None:

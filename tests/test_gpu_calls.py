@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -229,6 +230,20 @@ def test_weight_changed_in_place_is_seen():
     y = mxcore.matmul(x, w4, out_dtype="bfloat16")
     torch.cuda.synchronize()
     assert _same(y, expect)
+
+
+def test_no_cache_keeps_an_output_alive():
+    """Every call's result (the layout's first call, which builds the kept entry, and the later ones) is freed as
+    soon as the caller drops it: no plan, entry or converter holds it."""
+    x, w = _operands(10)
+    for label, fn in _cases(x, w):
+        refs = []
+        for _ in range(3):
+            y = fn()
+            refs.append(weakref.ref(y))
+            del y
+        gc.collect()
+        assert [r() is None for r in refs] == [True] * 3, label
 
 
 def test_memory_back_to_baseline():

@@ -106,10 +106,15 @@ def stream_for(cp, a, b):
     return external_stream(cp, torch_stream(torch, t.device.index))
 
 
+_RAW_STREAM: list = []  # [torch's raw current-stream accessor, or None]
+
+
 def torch_stream(torch, ordinal: int) -> int:
     """The raw handle of torch's current stream on device ``ordinal`` (torch's internal accessor when it has one:
     ~10x cheaper than building a torch.cuda.Stream)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if not _RAW_STREAM:
+        _RAW_STREAM.append(getattr(torch._C, "_cuda_getCurrentRawStream", None))
+    raw = _RAW_STREAM[0]
     if raw is not None:
         return raw(ordinal)
     return torch.cuda.current_stream(ordinal).cuda_stream

@@ -106,21 +106,25 @@ def _device_views(cp, *xs):
 _torch = None  # the torch module, once a torch operand was seen (a per-call import costs a dict lookup and more)
 
 
+def _torch_module():
+    global _torch
+    if _torch is None:
+        import torch
+
+        _torch = torch
+    return _torch
+
+
 def _float_device(be, x):
     """(kind, dtype name, address, ordinal, stream handle) of a C-contiguous 2-D float16/bfloat16/float32 device
     array (a torch CUDA tensor without grad, or a CuPy array; the stream: torch's / CuPy's current one), else None."""
-    global _torch
     kind = array_kind(x)
     if kind == "torch":
         if not x.is_cuda or x.requires_grad or x.dim() != 2 or not x.is_contiguous():
             return None
-        if _torch is None:
-            import torch
-
-            _torch = torch
         ordinal = x.get_device()
         name, ptr = _TORCH_NAMES[x.dtype], x.data_ptr()
-        stream_h = torch_stream(_torch, ordinal)
+        stream_h = torch_stream(_torch or _torch_module(), ordinal)
     elif kind == "cupy":
         if x.ndim != 2 or not x.flags.c_contiguous:
             return None
@@ -176,6 +180,8 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             # (or zeroed) by a recorded step: then later calls stage nothing in Python and keep the plan's buffers
             if entry and _replayable(_plan_buffers(p), rec, rec_stage):
                 entry = (entry[0], p, rec_stage.replay(()))
+            if entry:
+                _no_result(cp, p)
             be._fast[key] = entry
         return result
     if entry is False:
@@ -225,6 +231,14 @@ def _kept(cp, p, *direct) -> None:
     p._prep = p._like = None
 
 
+def _no_result(cp, p) -> None:
+    """A plan kept for replays holds neither this call's result (its output becomes an unowned view) nor the
+    callable that wraps it: the caller's result is freed when the caller drops it (a CUDA graph pool's warm-up, as
+    torch.compile's cudagraph trees run it, refuses a live tensor it did not return)."""
+    p.out = unowned_view(cp, p.out)
+    p._like = None
+
+
 def _new_out(cp, p, a):
     """An uninitialised output like the plan's, of ``a``'s kind (a torch tensor on a's device, or CuPy)."""
     if array_kind(a) == "torch":
@@ -270,8 +284,12 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             if be._fast.capturing:  # the graph keeps the weight's staged form (the layout's entry: the cache)
                 keep_for_graph(stream_h, staged)
             p.db = staged
-            out = _new_out(cp, p, a)
-            p.launch(stream_h, wptr, pa, address_of(out))  # (the layout's stream)
+            if ka == "torch":
+                out = a.new_empty(p.out.shape, dtype=_TORCH_OUT[p.out_dtype])
+                p.launch(stream_h, wptr, pa, out.data_ptr())  # (the layout's stream)
+            else:
+                out = cp.empty(p.out.shape, dtype=p.out.dtype)
+                p.launch(stream_h, wptr, pa, out.data.ptr)
             return out
         staged = staged_weight(b, ordinal, wkey)  # (staged on GPU ordinal as B: a 2-D weight blocked along K)
         if staged is None:
@@ -368,6 +386,7 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
         weight = [_span(x) for x in _operand_buffers(p.db)]
         if _replayable(_plan_buffers(p), rec, rec_stage, extra=weight):
             p._prep = None
+            _no_result(cp, p)
             be._fast[key] = (replay, p, rec_stage.replay(()), {}, wkey)
     return result
 
@@ -434,24 +453,24 @@ def fast_call(be, a, b, mdt, out_dtype: str):
     operand maps encoded again, :meth:`~.sm90.Sm90Plan.readdress`).  None when the operands do not qualify (the
     caller builds a plan)."""
     ka, kb = array_kind(a), array_kind(b)
-    if ka != kb or ka not in ("torch", "cupy") or mdt.a.name not in ("fp16", "bf16"):
+    elem = mdt.a.name
+    if ka != kb or ka not in ("torch", "cupy") or elem not in ("fp16", "bf16"):
         return None
     cp = be.cp_module
     if ka == "torch":
-        if a.device.type != "cuda" or b.device.type != "cuda" or a.requires_grad or b.requires_grad:
+        if not (a.is_cuda and b.is_cuda) or a.requires_grad or b.requires_grad:
             return None
-        import torch
-
-        want = torch.float16 if mdt.a.name == "fp16" else torch.bfloat16
+        torch = _torch_module()
+        want = torch.float16 if elem == "fp16" else torch.bfloat16
         if a.dtype != want or b.dtype != want:  # rounded once by torch (RNE, as mxcore's staging rounds): read in place
             if not (a.dtype.is_floating_point and b.dtype.is_floating_point) or torch.float64 in (a.dtype, b.dtype):
                 return None
             a, b = a.to(want), b.to(want)
 
-        pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.device.index
+        pa, pb, ordinal = a.data_ptr(), b.data_ptr(), a.get_device()
         stream = torch_stream(torch, ordinal)
-        key = (ka, ordinal, b.device.index, stream, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(),
-               b.stride(), pa % 16, pb % 16, mdt.a.name, out_dtype)
+        key = (ka, ordinal, b.get_device(), stream, a.dtype, b.dtype, a.shape, b.shape, a.stride(), b.stride(),
+               pa % 16, pb % 16, elem, out_dtype)
     else:
         pa, pb, ordinal = a.data.ptr, b.data.ptr, a.device.id
         stream = cp.cuda.get_current_stream().ptr
@@ -471,7 +490,7 @@ def fast_call(be, a, b, mdt, out_dtype: str):
         return None
     kind, launch, shape, store = entry
     if ka == "torch":
-        out = torch.empty(shape, dtype=_TORCH_OUT[out_dtype], device=a.device)
+        out = a.new_empty(shape, dtype=_TORCH_OUT[out_dtype])
         po = out.data_ptr()
     else:
         out = cp.empty(shape, dtype=store)

@@ -139,7 +139,10 @@ class WonlyPlan(Plan):
         """The product's launches on raw stream handle ``stream``, with the weight's records, A and the output at
         other addresses where given (a kept layout's replay): the permuted copy of A first (a WW_TMA build), then
         the kernel."""
-        slots = tuple((i, ptr) for i, ptr in enumerate((b, a, out)) if ptr is not None)
+        if b is not None and a is not None and out is not None:  # a kept layout's call
+            slots = ((0, b), (1, a), (2, out))
+        else:
+            slots = tuple((i, ptr) for i, ptr in enumerate((b, a, out)) if ptr is not None)
         if self._xperm is not None:
             self._xperm(self.cp.cuda.driver, stream, ((0, a),) if a is not None else ())
         self._launch(self.cp.cuda.driver, stream, slots)
