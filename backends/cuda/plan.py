@@ -21,6 +21,7 @@ from .compile import GEMM_FILE
 from .device import address_of
 from .driver import RawLaunch
 from .operand import OUT_KIND, DevOperand
+from .tables import table
 from .variants import TILES, gemm_options
 from .variants import choose as choose_variant
 
@@ -30,10 +31,11 @@ MAX_BATCH = 65535  # grid.y
 
 
 def split_k(sms: int, blocks: int, k: int, bk: int, force: int = 0) -> tuple[int, int]:
-    """(splits, K per split): split K when the output tiles cannot fill the GPU and K is long."""
+    """(splits, K per split): split K when the output tiles cannot fill the GPU and K is long (at least 8 K tiles
+    and the tuning table's ``mma_sync_split.min_k``)."""
     if force:
         want = force
-    elif blocks >= sms or k < 8 * bk:
+    elif blocks >= sms or k < max(8 * bk, table("dense")["mma_sync_split"]["min_k"]):
         return 1, k
     else:
         want = min(-(-4 * sms // blocks), 16, k // (4 * bk))
