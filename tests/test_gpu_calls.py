@@ -244,6 +244,25 @@ def test_no_cache_keeps_an_output_alive():
             del y
         gc.collect()
         assert [r() is None for r in refs] == [True] * 3, label
+    # one layout, several weights (the layers of a model): the plan kept by the first weight's call holds none of
+    # its results while other weights' calls run
+    ws = [_operands(11 + i)[1] for i in range(3)]
+    x8 = mxcore.quantize_mx(x, "mxfp8", axis=1)
+    for label, quantize, call in (
+            ("fp8 weights", lambda w: mxcore.quantize_tensor(w, "e4m3fn"), lambda q: mxcore.matmul(x, q, "fp8")),
+            ("mxfp8 weights", lambda w: mxcore.quantize_mx(w, "mxfp8", axis=0), lambda q: mxcore.matmul(x, q, "mxfp8")),
+            ("bf16 x mxfp4 weights", lambda w: mxcore.quantize_mx(w, "mxfp4", axis=0),
+             lambda q: mxcore.matmul(x, q, out_dtype="bfloat16")),
+            ("mxfp8 pairs", lambda w: mxcore.quantize_mx(w, "mxfp8", axis=0), lambda q: mxcore.matmul(x8, q, "mxfp8"))):
+        mxcore.clear_cache()
+        qs = [quantize(w) for w in ws]
+        refs = []
+        for q in qs:
+            y = call(q)
+            refs.append(weakref.ref(y))
+            del y
+        gc.collect()
+        assert [r() is None for r in refs] == [True] * 3, label
 
 
 def test_memory_back_to_baseline():

@@ -227,15 +227,19 @@ def _kept(cp, p, *direct) -> None:
     for name in direct:
         d = getattr(p, name)
         setattr(p, name, replace(d, buf=unowned_view(cp, d.buf)))
-    p.out = unowned_view(cp, p.out)
-    p._prep = p._like = None
+    _no_result(cp, p)
+    p._prep = None
 
 
 def _no_result(cp, p) -> None:
     """A plan kept for replays holds neither this call's result (its output becomes an unowned view) nor the
     callable that wraps it: the caller's result is freed when the caller drops it (a CUDA graph pool's warm-up, as
     torch.compile's cudagraph trees run it, refuses a live tensor it did not return)."""
-    p.out = unowned_view(cp, p.out)
+    view = unowned_view(cp, p.out)
+    if isinstance(p, CudaPlan):  # its packed launch arguments hold the output too: packed again around the view
+        p.rebind(out=view)
+    else:
+        p.out = view
     p._like = None
 
 
