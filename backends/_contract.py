@@ -157,8 +157,10 @@ class Backend:
 
     def fast_matmul(self, a, b, mdt, *, out_dtype: str = "float32", scale_rounding: str = "floor"):
         """An optional per-call fast path for two 2-D device operands with no options (``mxcore.matmul`` tries it
-        before anything else on GPU data): the result, or None when not taken (then ``matmul`` runs as usual).
-        Whatever it returns must equal ``matmul``'s result bit for bit."""
+        before anything else on GPU data), also offered C-contiguous (B, T, K) activations times a 2-D operand for
+        float and weight-only dtypes (then ``matmul`` tries again with the B T rows as a 2-D operand): the result,
+        or None when not taken (then ``matmul`` runs as usual).  Whatever it returns must equal ``matmul``'s result
+        bit for bit."""
         return None
 
     def cache_info(self) -> dict:

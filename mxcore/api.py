@@ -239,6 +239,9 @@ def _fast(be, a, b, mdt, out, scale_rounding):
         return be.fast_matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding)
     if nd != 3 or len(b.shape) != 2 or mdt.kind not in ("float", _dt.WONLY_KIND) or not _rows_fold(a):
         return None
+    y = be.fast_matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding)  # the rows as they are, if kept
+    if y is not None:
+        return y
     bsz, m, k = a.shape
     y = be.fast_matmul(a.reshape(bsz * m, k), b, mdt, out_dtype=out, scale_rounding=scale_rounding)
     return None if y is None else y.reshape(bsz, m, y.shape[-1])

@@ -195,6 +195,31 @@ def test_torch_graph_batched_activations_and_weight_only():
     assert _same(y.reshape(16, N), flat)
 
 
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+def test_batched_activations_equal_their_rows(kind):
+    """(B, T, K) activations times a 2-D operand (kept per-call entries of their own, the rows read in place) equal
+    the same product of the B T rows, bit for bit, on the layout's first call and on later ones (poisoned blocks
+    around each result: an element the kernel leaves unwritten shows)."""
+    g0 = torch.Generator(device="cuda").manual_seed(8)
+    act = torch.float16 if kind == "cupy" else torch.bfloat16  # (CuPy has no bfloat16)
+    w = torch.randn(K, N, device="cuda", dtype=act, generator=g0)
+    w4, w8 = mxcore.quantize_mx(w, "mxfp4", axis=0), mxcore.quantize_mx(w, "mxfp8", axis=0)
+    conv = (lambda t: cp.asarray(t)) if kind == "cupy" else (lambda t: t)
+    if kind == "cupy":
+        w4, w8 = (mxcore.MXTensor(cp.asarray(q.codes), cp.asarray(q.scales), q.fmt, q.axis) for q in (w4, w8))
+    out = "float16" if kind == "cupy" else "bfloat16"
+    for label, dtype, wq in (("float", None, conv(w)), ("x mxfp4", None, w4), ("x mxfp8", None, w8)):
+        for step in range(3):
+            x3 = conv(torch.randn(2, 8, K, device="cuda", dtype=act, generator=g0))
+            _poison()
+            y3 = mxcore.matmul(x3, wq, dtype, out_dtype=out)
+            rows = mxcore.matmul(x3.reshape(16, K), wq, dtype, out_dtype=out)
+            y3, rows = torch.as_tensor(y3, device="cuda"), torch.as_tensor(rows, device="cuda")
+            assert tuple(y3.shape) == (2, 8, N), (label, step, y3.shape)
+            assert _same(y3.reshape(16, N), rows), (label, step)
+            del y3, rows
+
+
 def test_cupy_stream_capture_split_k():
     rng = np.random.default_rng(7)
     a = cp.asarray(rng.standard_normal((64, 16384)).astype(np.float16))

@@ -115,18 +115,22 @@ def _torch_module():
     return _torch
 
 
-def _float_device(be, x):
+def _float_device(be, x, rows: bool = False):
     """(kind, dtype name, address, ordinal, stream handle) of a C-contiguous 2-D float16/bfloat16/float32 device
-    array (a torch CUDA tensor without grad, or a CuPy array; the stream: torch's / CuPy's current one), else None."""
+    array (a torch CUDA tensor without grad, or a CuPy array; the stream: torch's / CuPy's current one), else None.
+    ``rows``: a C-contiguous 3-D array (B, T, K) is taken too, as the B T rows it holds."""
     kind = array_kind(x)
     if kind == "torch":
-        if not x.is_cuda or x.requires_grad or x.dim() != 2 or not x.is_contiguous():
+        if not x.is_cuda or x.requires_grad or not x.is_contiguous():
+            return None
+        nd = x.dim()
+        if nd != 2 and not (rows and nd == 3):
             return None
         ordinal = x.get_device()
         name, ptr = _TORCH_NAMES[x.dtype], x.data_ptr()
         stream_h = torch_stream(_torch or _torch_module(), ordinal)
     elif kind == "cupy":
-        if x.ndim != 2 or not x.flags.c_contiguous:
+        if not (x.ndim == 2 or (rows and x.ndim == 3)) or not x.flags.c_contiguous:
             return None
         name, ptr, ordinal, stream_h = x.dtype.name, x.data.ptr, x.device.id, be.cp_module.cuda.get_current_stream().ptr
     else:
@@ -269,7 +273,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     (the bound plans hold their weights' staged buffers, dropped when a weight is collected).  A kept layout checks
     a weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
     the first call checked), not buffer by buffer (:func:`~.quantized.quantized_on`, ~5 us)."""
-    fa = _float_device(be, a)
+    fa = _float_device(be, a, mdt.kind == WONLY_KIND)  # weight-only: (B, T, K) activations are B T rows
     if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
         return None
     ka, name, pa, ordinal, stream_h = fa
@@ -288,11 +292,11 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             if be._fast.capturing:  # the graph keeps the weight's staged form (the layout's entry: the cache)
                 keep_for_graph(stream_h, staged)
             p.db = staged
-            if ka == "torch":
-                out = a.new_empty(p.out.shape, dtype=_TORCH_OUT[p.out_dtype])
+            if ka == "torch":  # (entry[2]: the output's shape, (B, T, N) for (B, T, K) activations)
+                out = a.new_empty(entry[2], dtype=_TORCH_OUT[p.out_dtype])
                 p.launch(stream_h, wptr, pa, out.data_ptr())  # (the layout's stream)
             else:
-                out = cp.empty(p.out.shape, dtype=p.out.dtype)
+                out = cp.empty(entry[2], dtype=p.out.dtype)
                 p.launch(stream_h, wptr, pa, out.data.ptr)
             return out
         staged = staged_weight(b, ordinal, wkey)  # (staged on GPU ordinal as B: a 2-D weight blocked along K)
@@ -309,7 +313,8 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             if not swap_weight(p, staged):
                 return None  # another staged form: the generic path
             if entry[0] == "wonly":
-                out = _new_out(cp, p, a)
+                out = a.new_empty(entry[2], dtype=_TORCH_OUT[p.out_dtype]) if ka == "torch" else \
+                    cp.empty(entry[2], dtype=p.out.dtype)
                 p.launch(stream_h, int(staged.buf.data.ptr), pa, address_of(out))  # (the layout's stream)
                 return out
             if entry[0] == "direct":  # the staged path's GEMM: A read in place, the weight decoded once
@@ -353,20 +358,25 @@ def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: in
     be._fast[key] = False
     with cp.cuda.Device(ordinal_of(b)):
         if mdt.kind == WONLY_KIND:  # the activations are read as they are (or rounded once by the staging)
+            shape = tuple(a.shape)
+            if len(shape) == 3:  # (B, T, K) activations: planned as their B T rows, the output shaped (B, T, N)
+                a = a.reshape(shape[0] * shape[1], shape[2])
             p = be.plan(a, b, mdt, out_dtype=out_dtype, scale_rounding=scale_rounding)  # stages B (cached on it)
             p.gemm()
             result = p.result()
+            if len(shape) == 3:
+                result = result.reshape(shape[0], shape[1], result.shape[-1])
             wkey = staged_key(weight_cache(b), p.db)
             if not (p._fold is None and p.da.direct and int(p.da.buf.data.ptr) == pa and wkey is not None):
                 return result
             if isinstance(p, WonlyPlan) and p._launch is not None:  # registers: the packed launch
                 kind = "wonly"
-            elif type(p) in (CudaPlan, Sm90Plan) and p.batch is None and p.out.size:  # staged: the bf16 GEMM
-                kind = "direct"
+            elif type(p) in (CudaPlan, Sm90Plan) and p.batch is None and p.out.size and len(shape) == 2:
+                kind = "direct"  # staged: the bf16 GEMM
             else:
                 return result
             _kept(cp, p, "da")  # a call passes A's and the output's addresses (launch slots, or launch_at)
-            be._fast[key] = (kind, p, wkey)
+            be._fast[key] = (kind, p, shape[:-1] + (p.out.shape[-1],), wkey)
             return result
         with codec.recording() as rec:
             qa = quantize_on_device(a, mdt.a, "a", scale_rounding)
