@@ -92,9 +92,10 @@ def _version(t) -> int:
         return -1
 
 
-def _key(kind, codes, other, fmt):
-    return (kind, codes.device, codes.data_ptr(), other.data_ptr(), tuple(codes.shape), tuple(codes.stride()),
-            tuple(other.shape), tuple(other.stride()), fmt)
+def _key(codes, other, fmt):
+    """The weight's identity: its tensors' memory, shapes and strides, and the format (which also says MX or fp8)."""
+    return (codes.device, codes.data_ptr(), other.data_ptr(), codes.shape, codes.stride(), other.shape,
+            other.stride(), fmt)
 
 
 def _forget(key):
@@ -113,16 +114,16 @@ def weight_operand(codes, scales, fmt: str):
     as something holds it (an :class:`mxcore.nn.Linear` does; otherwise the codes tensor itself), so the staged form
     a backend caches on it is made once; an in-place change of the codes or scales (``load_state_dict``) makes a new
     one."""
-    from .. import dtypes, mx
-
-    is_mx = dtypes.KINDS.get(dtypes.canonical_operand(fmt)) == "mx"
-    key = _key("mx" if is_mx else "fp8", codes, scales, fmt)
+    key = _key(codes, scales, fmt)
     versions = (_version(codes), _version(scales))
     hit = _WEIGHTS.get(key)
-    if hit is not None:
+    if hit is not None:  # (every call of a layer: no import, no format lookup)
         obj = hit[0]()
         if obj is not None and hit[1] == versions:
             return obj
+    from .. import dtypes, mx
+
+    is_mx = dtypes.KINDS.get(dtypes.canonical_operand(fmt)) == "mx"
     if codes.dtype != torch.uint8 or codes.dim() != 2:
         raise InputTypeError(f"a quantized weight's codes are a uint8 [N, K] tensor, got {codes.dtype} "
                              f"{tuple(codes.shape)}")
@@ -190,10 +191,19 @@ def _dequantize_fake(codes, scales, fmt, dtype):
 
 # ---- the ops -------------------------------------------------------------------------------------------------------
 
-def _as_2d(x, k: int):
+def _as_2d(x, k: int, rows3: bool = False):
+    """``x [..., K]`` as mxcore.matmul's A operand: 2-D as it is, and 3-D as it is where ``rows3`` (a weight-only
+    pair: each row on its own, so a (B, T, K) batch is the same product as its B T rows), else its rows ``[-1, K]``
+    (fp8 / MX activations quantized per call: one scale range over all of them, as for the 2-D rows)."""
     if x.shape[-1] != k:
         raise ShapeError(f"the input's last dimension is {x.shape[-1]} but the weight has K = {k} (in_features)")
-    return x.reshape(-1, k)
+    nd = x.dim()
+    return x if nd == 2 or (rows3 and nd == 3) else x.reshape(-1, k)
+
+
+def _shaped(y, x, a, n: int):
+    """The product ``y`` of ``a = _as_2d(x, ...)`` shaped like ``x`` with N last."""
+    return y if a is x else y.reshape(tuple(x.shape[:-1]) + (n,))
 
 
 @torch.library.custom_op("mxcore::mm", mutates_args=(),
@@ -245,18 +255,17 @@ def _refuse_weight_grad(dtype: str, grad_dtype: str) -> None:
 def linear_mx_impl(x, codes, scales, fmt, act, scale_rounding, backend):
     """The eager body of ``torch.ops.mxcore.linear_mx`` (also what ``mxcore.nn.Linear`` runs outside tracing)."""
     w = weight_operand(codes, scales, fmt)
-    k = codes.shape[1]
-    y = _api.matmul(_as_2d(x, k), w, (act or fmt, fmt), out_dtype=_out_name(x), backend=backend,
-                    scale_rounding=scale_rounding)
-    return y.reshape(tuple(x.shape[:-1]) + (codes.shape[0],))
+    a = _as_2d(x, codes.shape[1], rows3=bool(act) and act != fmt)
+    y = _api.matmul(a, w, (act or fmt, fmt), out_dtype=_out_name(x), backend=backend, scale_rounding=scale_rounding)
+    return _shaped(y, x, a, codes.shape[0])
 
 
 def linear_fp8_impl(x, codes, scale_exp, fmt, act, backend):
     """The eager body of ``torch.ops.mxcore.linear_fp8`` (also what ``mxcore.nn.Linear`` runs outside tracing)."""
     w = weight_operand(codes, scale_exp, fmt)
-    k = codes.shape[1]
-    y = _api.matmul(_as_2d(x, k), w, (act or fmt, fmt), out_dtype=_out_name(x), backend=backend)
-    return y.reshape(tuple(x.shape[:-1]) + (codes.shape[0],))
+    a = _as_2d(x, codes.shape[1])
+    y = _api.matmul(a, w, (act or fmt, fmt), out_dtype=_out_name(x), backend=backend)
+    return _shaped(y, x, a, codes.shape[0])
 
 
 @torch.library.custom_op("mxcore::linear_mx", mutates_args=(),
@@ -472,10 +481,7 @@ def _scale_exp_tensor(t):
 
 def _adopt(obj, codes, other) -> None:
     """Register a caller's quantized weight as the operand for its (transposed) codes, so the op reuses it."""
-    from .. import dtypes
-
-    is_mx = dtypes.KINDS.get(dtypes.canonical_operand(obj.fmt)) == "mx"
-    key = _key("mx" if is_mx else "fp8", codes, other, obj.fmt)
+    key = _key(codes, other, obj.fmt)
     hit = _WEIGHTS.get(key)
     if hit is None or hit[0]() is not obj:
         _WEIGHTS[key] = (weakref.ref(obj, _forget(key)), (_version(codes), _version(other)))
