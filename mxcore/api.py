@@ -96,7 +96,7 @@ def matmul(a, b, dtype=None, *, out_dtype="float32", backend="auto", scale_round
 
     Device operands run on the caller's current stream (torch's for torch tensors, CuPy's otherwise), from any
     host thread, and can be captured into CUDA graphs once their layout has run eagerly on any stream (see
-    docs/calls.md); the per-call setup is cached per layout (:func:`cache_info`, :func:`clear_cache`).
+    docs/design.md, Caches); the per-call setup is cached per layout (:func:`cache_info`, :func:`clear_cache`).
     """
     if not options:  # a layout that ran before: the checks it passed are in the key (see _hot)
         hot = _hot(a, b, dtype, out_dtype, backend, scale_rounding)
