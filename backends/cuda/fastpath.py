@@ -247,11 +247,13 @@ def _no_result(cp, p) -> None:
     p._like = None
 
 
-def _new_out(cp, p, a):
-    """An uninitialised output like the plan's, of ``a``'s kind (a torch tensor on a's device, or CuPy)."""
+def _new_out(cp, p, a, shape=None):
+    """An uninitialised output like the plan's (of ``shape`` where given), of ``a``'s kind (a torch tensor on a's
+    device, or CuPy)."""
+    shape = p.out.shape if shape is None else shape
     if array_kind(a) == "torch":
-        return a.new_empty(p.out.shape, dtype=_TORCH_OUT[p.out_dtype])
-    return cp.empty(p.out.shape, dtype=p.out.dtype)
+        return a.new_empty(shape, dtype=_TORCH_OUT[p.out_dtype])
+    return cp.empty(shape, dtype=p.out.dtype)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -313,8 +315,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
             if not swap_weight(p, staged):
                 return None  # another staged form: the generic path
             if entry[0] == "wonly":
-                out = a.new_empty(entry[2], dtype=_TORCH_OUT[p.out_dtype]) if ka == "torch" else \
-                    cp.empty(entry[2], dtype=p.out.dtype)
+                out = _new_out(cp, p, a, entry[2])
                 p.launch(stream_h, int(staged.buf.data.ptr), pa, address_of(out))  # (the layout's stream)
                 return out
             if entry[0] == "direct":  # the staged path's GEMM: A read in place, the weight decoded once

@@ -448,9 +448,9 @@ def matmul(a, b, dtype=None, *, out_dtype=None, scale_rounding: str = "floor", b
     od = "" if out_dtype is None else _out_arg(out_dtype)
     if _grad_wanted(b) and b.requires_grad:
         _refuse_weight_grad(ds, gd or _grad_dtype(ds, ""))
-    k = b.shape[0]
-    y = torch.ops.mxcore.mm(_as_2d(a, k), b, ds, od, scale_rounding, backend, gd)
-    return y.reshape(tuple(a.shape[:-1]) + (b.shape[1],))
+    rows = _as_2d(a, b.shape[0])
+    y = torch.ops.mxcore.mm(rows, b, ds, od, scale_rounding, backend, gd)
+    return _shaped(y, a, rows, b.shape[1])
 
 
 def as_torch(x):
