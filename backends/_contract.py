@@ -13,7 +13,7 @@ Division of labour:
   the device-side preparation alone (both asynchronous on the plan's stream), ``result()`` returns the output as
   the caller's kind of array.
 * ``timer()`` measures a callable between two device events on the current stream.
-* ``emit_kernels(arch, out_dir)`` compiles every variant offline and returns :class:`KernelRecord` rows (one
+* ``emit_kernels(arch, out_dir)`` compiles the default kernels offline and returns :class:`KernelRecord` rows (one
   manifest schema for every vendor).
 """
 

@@ -9,6 +9,8 @@
 // then sums the slices in z order.  Without a split: gridDim.z = 1, k_split >= K.
 // Batch: block y multiplies batch element y: A + y * a_bstride, B + y * b_bstride, C + y * c_bstride (elements;
 // a stride of 0 shares that operand across the batch).  Unbatched: gridDim.y = 1.
+// f8_pair (last): the fp8 formats of MX_F8_CVT builds, bit 0: A is e5m2, bit 1: B is e5m2 (gemm_block.cuh); every
+// other build takes and ignores it (one signature for every build).
 
 #include "gemm_block.cuh"
 
@@ -16,7 +18,7 @@ extern "C" __global__ void __launch_bounds__(NT)
 mx_gemm(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C, int M, int N, int K, i64 lda,
         i64 ldb, i64 ldc, int exp0, const void* __restrict__ exp_a,
         const void* __restrict__ exp_b, int exp_u8, int out_kind, int k_split, i64 split_stride,
-        i64 a_bstride, i64 b_bstride, i64 c_bstride) {
+        i64 a_bstride, i64 b_bstride, i64 c_bstride, int f8_pair) {
     gemm_block<FullLoop>(A, B, C, M, N, K, lda, ldb, ldc, exp0, exp_a, exp_b, exp_u8, out_kind, k_split, split_stride,
-                         a_bstride, b_bstride, c_bstride);
+                         a_bstride, b_bstride, c_bstride, f8_pair);
 }

@@ -11,10 +11,13 @@
 //   MX_GROUP_M      rows of blocks per L2 group (grid swizzle)
 //   MX_F8_CVT       1 (fp8, MX_ESIZE 1, for sm_90 where fp8 mma.sync is not native): the fp8 fragments that
 //                   ldmatrix loads in the m16n8k32 layout are converted ONCE per mma step to f16 (cvt.rn.f16x2.
-//                   MX_A_CVT / MX_B_CVT, exact for e4m3 and e5m2) and multiplied by two m16n8k16 f16 mma
-//                   (MX_MMA_OP is then the f16 mnemonic).  Each 32-bit fp8 register (4 consecutive K) gives its
-//                   low and high byte pairs to the two K halves of one f16 mma; A and B are split the same way, so
-//                   both see the same permutation of K inside the 32-wide step and the sum is the same products.
+//                   e4m3x2 / e5m2x2, exact) and multiplied by two m16n8k16 f16 mma (MX_MMA_OP is then the f16
+//                   mnemonic).  Each 32-bit fp8 register (4 consecutive K) gives its low and high byte pairs to the
+//                   two K halves of one f16 mma; A and B are split the same way, so both see the same permutation
+//                   of K inside the 32-wide step and the sum is the same products.  The operands' fp8 formats are
+//                   the runtime argument f8_pair (bit 0: A is e5m2, bit 1: B is e5m2; e4m3 otherwise), so one build
+//                   serves all four pairs: the main loop is instantiated per pair and chosen once per block, before
+//                   the loop (no per-element or per-step select).  Other builds ignore f8_pair.
 //   Fragment index formulas (generated from one Python table that tests/test_cuda_index.py checks against
 //   mxcore.layouts; see backends/cuda/variants.py FRAGMENT_FORMULAS):
 //   MX_LDSM_A_ROW(l) MX_LDSM_A_CHUNK(l) MX_LDSM_B_ROW(l) MX_LDSM_B_CHUNK(l): the tile row and 16-byte chunk whose
@@ -91,16 +94,23 @@ __device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// the operands' fp8 formats of the converted path as types (F8_PAIR: the kernel's f8_pair code), one main loop
+// instantiation each
+template <int F8_PAIR>
+struct F8Pair {
+    static constexpr bool A_E5 = (F8_PAIR & 1) != 0, B_E5 = (F8_PAIR & 2) != 0;
+};
+
 #if MX_F8_CVT
-// two fp8 codes of operand B_OP (false: A, true: B), byte pair HI of r -> f16x2, exact
-template <bool B_OP, int HI>
+// two fp8 codes (E5: e5m2, else e4m3), byte pair HI of r -> f16x2, exact
+template <bool E5, int HI>
 __device__ __forceinline__ u32 f8x2_to_f16x2(u32 r) {
     const u16 pair = (u16)(HI ? r >> 16 : r);
     u32 d;
-    if (B_OP)
-        asm("cvt.rn.f16x2." MX_B_CVT " %0, %1;" : "=r"(d) : "h"(pair));
+    if (E5)
+        asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(d) : "h"(pair));
     else
-        asm("cvt.rn.f16x2." MX_A_CVT " %0, %1;" : "=r"(d) : "h"(pair));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(pair));
     return d;
 }
 #endif
@@ -199,12 +209,13 @@ struct FullLoop {
 };
 
 // The GEMM of one block: D tile = 2^e * (A @ B) (e: out_scale) over this block's batch element and K range (see
-// gemm.cu for the arguments).  LOOP: which parts of the main loop run (FullLoop for the GEMM).
+// gemm.cu for the arguments).  LOOP: which parts of the main loop run (FullLoop for the GEMM).  f8_pair: the fp8
+// formats of MX_F8_CVT builds (see the top of this file), ignored by the others.
 template <class LOOP>
 __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C,
                                            int M, int N, int K, i64 lda, i64 ldb, i64 ldc, int exp0,
                                            const void* exp_a, const void* exp_b, int exp_u8, int out_kind, int k_split, i64 split_stride,
-                                           i64 a_bstride, i64 b_bstride, i64 c_bstride) {
+                                           i64 a_bstride, i64 b_bstride, i64 c_bstride, int f8_pair) {
     extern __shared__ __align__(128) u8 smem[];
     {  // this block's batch element (y) and K range (z)
         const int kbeg = blockIdx.z * k_split;
@@ -296,8 +307,9 @@ __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* _
         }
     };
 
-    // the mma of one step
-    auto mma_step = [&]() {
+    // the mma of one step; PAIR: F8Pair, the fp8 formats of the converted path (a type: no runtime select)
+    auto mma_step = [&](auto pair) {
+        using PAIR = decltype(pair);
 #if MX_F8_CVT
         // f16 mma h (K half h of the fp8 step): registers from the generated MX_CVT_* formulas, which
         // tests/test_cuda_index.py checks against the layout tables
@@ -306,18 +318,18 @@ __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* _
         for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                bh[ni][h][0] = f8x2_to_f16x2<true, MX_CVT_B_HI(h, 0)>(bf[ni][MX_CVT_B_REG(h, 0)]);
-                bh[ni][h][1] = f8x2_to_f16x2<true, MX_CVT_B_HI(h, 1)>(bf[ni][MX_CVT_B_REG(h, 1)]);
+                bh[ni][h][0] = f8x2_to_f16x2<PAIR::B_E5, MX_CVT_B_HI(h, 0)>(bf[ni][MX_CVT_B_REG(h, 0)]);
+                bh[ni][h][1] = f8x2_to_f16x2<PAIR::B_E5, MX_CVT_B_HI(h, 1)>(bf[ni][MX_CVT_B_REG(h, 1)]);
             }
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const u32(&a)[4] = af[mi];
-                const u32 ah[4] = {f8x2_to_f16x2<false, MX_CVT_A_HI(h, 0)>(a[MX_CVT_A_REG(h, 0)]),
-                                   f8x2_to_f16x2<false, MX_CVT_A_HI(h, 1)>(a[MX_CVT_A_REG(h, 1)]),
-                                   f8x2_to_f16x2<false, MX_CVT_A_HI(h, 2)>(a[MX_CVT_A_REG(h, 2)]),
-                                   f8x2_to_f16x2<false, MX_CVT_A_HI(h, 3)>(a[MX_CVT_A_REG(h, 3)])};
+                const u32 ah[4] = {f8x2_to_f16x2<PAIR::A_E5, MX_CVT_A_HI(h, 0)>(a[MX_CVT_A_REG(h, 0)]),
+                                   f8x2_to_f16x2<PAIR::A_E5, MX_CVT_A_HI(h, 1)>(a[MX_CVT_A_REG(h, 1)]),
+                                   f8x2_to_f16x2<PAIR::A_E5, MX_CVT_A_HI(h, 2)>(a[MX_CVT_A_REG(h, 2)]),
+                                   f8x2_to_f16x2<PAIR::A_E5, MX_CVT_A_HI(h, 3)>(a[MX_CVT_A_REG(h, 3)])};
 #pragma unroll
                 for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], ah, bh[ni][h][0], bh[ni][h][1]);
             }
@@ -333,24 +345,38 @@ __device__ __forceinline__ void gemm_block(const u8* __restrict__ A, const u8* _
     static_assert(STAGES >= 3, "the pipeline below needs at least 3 stages");
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    int read_stage = 0, write_stage = STAGES - 1;
-    for (int kt = 0; kt < KT; ++kt) {
-        const u32 sa = sbase + read_stage * STAGE_BYTES;
+    // the main loop for fp8 formats `pair` (an F8Pair)
+    auto main_loop = [&](auto pair) {
+        int read_stage = 0, write_stage = STAGES - 1;
+        for (int kt = 0; kt < KT; ++kt) {
+            const u32 sa = sbase + read_stage * STAGE_BYTES;
 #pragma unroll
-        for (int kk = 0; kk < KK; ++kk) {
-            if (LOOP::MATH) load_frags(sa, kk);
-            if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
-                const int nk = kt + STAGES - 1;
-                if (LOOP::LOADS && nk < KT) issue(write_stage);
-                cp_async_commit();
-                write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+            for (int kk = 0; kk < KK; ++kk) {
+                if (LOOP::MATH) load_frags(sa, kk);
+                if (kk == 0) {  // refill the stage everyone finished reading before the last barrier
+                    const int nk = kt + STAGES - 1;
+                    if (LOOP::LOADS && nk < KT) issue(write_stage);
+                    cp_async_commit();
+                    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+                }
+                if (LOOP::MATH) mma_step(pair);
             }
-            if (LOOP::MATH) mma_step();
+            if (LOOP::LOADS) cp_async_wait<STAGES - 2>();
+            if (LOOP::SYNC) __syncthreads();
+            read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
         }
-        if (LOOP::LOADS) cp_async_wait<STAGES - 2>();
-        if (LOOP::SYNC) __syncthreads();
-        read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+    };
+#if MX_F8_CVT
+    switch (f8_pair & 3) {  // uniform over the grid: one loop instantiation per pair, chosen once
+        case 0: main_loop(F8Pair<0>{}); break;
+        case 1: main_loop(F8Pair<1>{}); break;
+        case 2: main_loop(F8Pair<2>{}); break;
+        default: main_loop(F8Pair<3>{}); break;
     }
+#else
+    (void)f8_pair;
+    main_loop(F8Pair<0>{});
+#endif
     cp_async_wait<0>();
 
     const float alpha = out_scale(exp0, exp_a, exp_b, exp_u8);  // device exponents are read here

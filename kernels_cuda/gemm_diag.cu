@@ -20,7 +20,7 @@ extern "C" __global__ void __launch_bounds__(NT)
 mx_gemm_diag(const u8* __restrict__ A, const u8* __restrict__ B, void* __restrict__ C, int M, int N, int K, i64 lda,
              i64 ldb, i64 ldc, int exp0, const void* __restrict__ exp_a,
         const void* __restrict__ exp_b, int exp_u8, int out_kind, int k_split, i64 split_stride,
-             i64 a_bstride, i64 b_bstride, i64 c_bstride) {
+             i64 a_bstride, i64 b_bstride, i64 c_bstride, int f8_pair) {
     gemm_block<DiagLoop>(A, B, C, M, N, K, lda, ldb, ldc, exp0, exp_a, exp_b, exp_u8, out_kind, k_split, split_stride,
-                         a_bstride, b_bstride, c_bstride);
+                         a_bstride, b_bstride, c_bstride, f8_pair);
 }

@@ -40,8 +40,6 @@
 //                 code, max live code, any NaN block, 0}; when every live pair has E in [-126, 127] the fast promotion
 //                 runs, otherwise (codes near 0x00 / 0xFE whose sum leaves fp32's normal exponents) each element's 2^E
 //                 is applied as two normal factors (s * 2^e1) * 2^e2, exact whenever the term is a normal number.
-//   SM90_MX_PINGPONG  1: the consumers promote in turns (named barriers), each one's next wgmma running meanwhile
-//   SM90_MX_DUAL   1: two scratch accumulators per consumer: block j+1's wgmma runs during block j's promotion
 //                 MXFP4 / MXFP6 operands arrive folded into e4m3 (gemm_sm90_mx.cu's mx_sm90_fold: per 128-K window a
 //                 shared power of two where the blocks' exponents allow it, exactly): fold_a / fold_b (uint8 per
 //                 window, null: none folded); a window folded in both operands runs its 4 k32 wgmma into the scratch
@@ -111,19 +109,7 @@
 #ifndef SM90_MX
 #define SM90_MX 0  // 1: exact OCP-MX fp8 (per-32-K E8M0 block scales applied in fp32 after each k32 wgmma)
 #endif
-#ifndef SM90_MX_PINGPONG
-#define SM90_MX_PINGPONG 0  // 1: the two consumers take turns at the promotion (named barriers 3 and 4)
-#endif
-#ifndef SM90_MX_DUAL
-#define SM90_MX_DUAL 0  // 1: two scratch accumulators, block j+1's wgmma issued before block j's promotion
-#endif
-#if SM90_MX_DUAL && SM90_MX_PINGPONG
-#error "SM90_MX_DUAL and SM90_MX_PINGPONG are alternatives"
-#endif
 #define SM90_SCRATCH (SM90_ELEM == 3 && (SM90_PROMOTE || SM90_MX))  // a scratch accumulator promoted into main
-// folded MX windows (fold_a / fold_b, from gemm_sm90_mx.cu's mx_sm90_fold): one promotion per 128 K where both
-// operands' window is folded; the per-32 loop elsewhere (and always in the ping-pong / dual forms)
-#define SM90_MX_FOLDS (SM90_MX && !SM90_MX_PINGPONG && !SM90_MX_DUAL)  // a scratch accumulator promoted into main
 #if SM90_MX && (SM90_ELEM != 3 || SM90_TA || SM90_TB || SM90_SWAP)
 #error "SM90_MX: fp8 operands, K-major, not swapped"
 #endif
@@ -208,9 +194,6 @@ __device__ __forceinline__ void bar_sync(u32 id, u32 threads) {
 }
 __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(u32 id, u32 threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -414,9 +397,9 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[SM90_ACC], float* __res
 
 // A consumer warpgroup has read stage buffers: tell the producer(s) that may refill them (called by every thread
 // of the warpgroup; lane 0 of warp r signals block r of the cluster).
-// (the folded MX variants: every warp arrives once it is done with the stage, so that a warp still reading the
+// (the MX variants: every warp arrives once it is done with the stage, so that a warp still reading the
 // stage's factors keeps it, with no barrier among the warps)
-#define SM90_WARP_RELEASE (SM90_MX_FOLDS && SM90_CLUSTER == 1)
+#define SM90_WARP_RELEASE (SM90_MX && SM90_CLUSTER == 1)
 __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
 #if SM90_WARP_RELEASE
     if ((t & 31) == 0) mbarrier_arrive(empty_bar);
@@ -491,7 +474,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         if (threadIdx.x == 0) {
             int s = 0;
             u32 phase = 0;
-#if SM90_MX_FOLDS  // one factor per row / column over all of K (see the consumers): no per-stage factors to load
+#if SM90_MX  // one factor per row / column over all of K (see the consumers): no per-stage factors to load
             const bool no_factors = fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0;
             const u32 stage_tx = no_factors ? SM90_A_BYTES + SM90_B_BYTES : SM90_STAGE_BYTES;
 #else
@@ -530,10 +513,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     cp_async_bulk_tensor_2d(sb, &map_b, k0, n0, full);
 #endif
 #if SM90_MX  // the stage's 4 blocks of row factors RA [128][4] and column factors CB [4][BN]
-#if SM90_MX_FOLDS
-                    if (!no_factors)
-#endif
-                    {
+                    if (!no_factors) {
                         cp_async_bulk_tensor_2d(sb + SM90_B_BYTES, &map_sa, 4 * kb, m0, full);
                         cp_async_bulk_tensor_2d(sb + SM90_B_BYTES + SM90_SA_BYTES, &map_sb, n0, 4 * kb, full);
                     }
@@ -557,27 +537,19 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #if SM90_SCRATCH
         float part[SM90_ACC];
 #endif
-#if SM90_MX && SM90_MX_DUAL
-        float part2[SM90_ACC];
-#endif
 #if SM90_MX
         // fast promotion when every live pair of block codes has E = ea + eb in [-126, 127] (info: the prep's ranges)
         // (these flags and mx_whole share one register: the consumers have none to spare)
         const int mx_flags = mx_fast_pair(info_a, info_b) |
-#if SM90_MX_FOLDS
                              // every row of A and column of B folded with one factor over all of K (info[3] = 0 from
                              // mx_sm90_fold): the stages' scratch is added unscaled and 2^(Ea + Eb) applied once, in
                              // the epilogue
                              (fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0) << 1 |
-#endif
                              ((info_a[2] | info_b[2]) != 0) << 2;
 #define mx_fast ((mx_flags & 1) != 0)
 #define mx_whole ((mx_flags & 2) != 0)
 #define mx_nan ((mx_flags & 4) != 0)
         const int r_loc = 64 * c + 16 * warp + lane / 4;  // this thread's first row in the tile (the other: + 8)
-#if SM90_MX_PINGPONG
-        if (c == 1) bar_arrive(3, 256);  // consumer 0 promotes first
-#endif
 #endif
         for (int u = unit0; u < units; u += unit_step) {
             const Work w = unit_work(u, tail0, splits, per, kblocks);
@@ -589,63 +561,12 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
 #pragma unroll
             for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
 #endif
-#if SM90_MX && SM90_MX_DUAL
-            // two scratch accumulators: block j+1's wgmma (into the other one) is issued before block j's promotion
-            mbarrier_wait(full0 + 8 * s, phase);
-            wgmma_fence();
-            wgmma_mma_async(part, wgmma_desc(ring + s * SM90_STAGE_BYTES + c * 64 * 128, 16, 1024),
-                            wgmma_desc(ring + s * SM90_STAGE_BYTES + SM90_A_BYTES, 16, 1024), 0);
-            wgmma_commit_group();
-            for (int kb = kb0; kb < kb1; ++kb) {
-                const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
-                const u32 fs = sb + SM90_B_BYTES;
-                const int4 ra0 = ld_shared_v4(fs + 16 * r_loc), ra1 = ld_shared_v4(fs + 16 * (r_loc + 8));
-                const int rr0[4] = {ra0.x, ra0.y, ra0.z, ra0.w}, rr1[4] = {ra1.x, ra1.y, ra1.z, ra1.w};
-                const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
-                int sn = s + 1;
-                u32 pn = phase;
-                if (sn == SM90_STAGES) {
-                    sn = 0;
-                    pn ^= 1;
-                }
-#pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {
-                    bool issued = true;
-                    if (kk < 3) {
-                        wgmma_fence();
-                        wgmma_mma_async((kk & 1) ? part : part2, wgmma_desc(sa + c * 64 * 128 + (kk + 1) * 32, 16, 1024),
-                                        wgmma_desc(sb + (kk + 1) * 32, 16, 1024), 0);
-                        wgmma_commit_group();
-                    } else if (kb + 1 < kb1) {
-                        mbarrier_wait(full0 + 8 * sn, pn);
-                        const u32 na = ring + sn * SM90_STAGE_BYTES;
-                        wgmma_fence();
-                        wgmma_mma_async(part, wgmma_desc(na + c * 64 * 128, 16, 1024),
-                                        wgmma_desc(na + SM90_A_BYTES, 16, 1024), 0);
-                        wgmma_commit_group();
-                    } else {
-                        issued = false;
-                    }
-                    if (issued)
-                        wgmma_wait_group<1>();  // block kk is done (the one just issued may run on)
-                    else
-                        wgmma_wait_group<0>();
-                    if (mx_fast)
-                        mx_promote_fast(acc, (kk & 1) ? part2 : part, rr0[kk], rr1[kk], cb + kk * (SM90_BN * 4));
-                    else
-                        mx_promote_exact(acc, (kk & 1) ? part2 : part, rr0[kk], rr1[kk], cb + kk * (SM90_BN * 4));
-                }
-                release_stage(empty0 + 8 * s, t);
-                s = sn;
-                phase = pn;
-            }
-#elif SM90_MX
+#if SM90_MX
             for (int kb = kb0; kb < kb1; ++kb) {  // one ring stage = 4 MX blocks of 32 K
                 mbarrier_wait(full0 + 8 * s, phase);
                 const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
                 const u32 fs = sb + SM90_B_BYTES;  // RA [128][4] int32, then CB [4][BN] int32
                 const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
-#if SM90_MX_FOLDS
                 if (mx_whole || (fold_a != nullptr && fold_b != nullptr && (fold_a[kb] & fold_b[kb]))) {
                     // a folded window (both operands): its 4 blocks share one factor: 4 wgmma, one promotion
                     wgmma_fence();
@@ -673,7 +594,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     }
                     continue;
                 }
-#endif
 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) {  // block kk: one k32 wgmma into the scratch, then the scaled add
                     wgmma_fence();
@@ -681,9 +601,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                                     wgmma_desc(sb + kk * 32, 16, 1024), 0);
                     wgmma_commit_group();
                     wgmma_wait_group<0>();
-#if SM90_MX_PINGPONG
-                    bar_sync(3 + c, 256);  // the other consumer's promotion is done: the FP32 pipe is ours
-#endif
                     // the rows' factors of block kk (loaded here, not once per stage: registers are few)
                     const int ra0 = (int)ld_shared_u32(fs + 16 * r_loc + 4 * kk);
                     const int ra1 = (int)ld_shared_u32(fs + 16 * (r_loc + 8) + 4 * kk);
@@ -691,9 +608,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                         mx_promote_fast(acc, part, ra0, ra1, cb + kk * (SM90_BN * 4));
                     else
                         mx_promote_exact(acc, part, ra0, ra1, cb + kk * (SM90_BN * 4));
-#if SM90_MX_PINGPONG
-                    bar_arrive(4 - c, 256);  // its turn (its next wgmma ran meanwhile)
-#endif
                 }
                 release_stage(empty0 + 8 * s, t);  // after the last block's factor loads
                 if (++s == SM90_STAGES) {
@@ -748,7 +662,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                 !split_fixup(acc, ws, counters, flags + 4 * c, (w.tile - tail0) * SM90_CLUSTER + rank, w.z, splits,
                              c, t))
                 continue;  // another unit of this tile finishes it
-#if SM90_MX_FOLDS
+#if SM90_MX
             if (mx_whole) {  // the rows' and columns' one factor each (window 0's), applied once (as the promotion)
                 // every factor load issued before the first use (one memory latency per tile, not one per group)
                 const int row0 = tm * SM90_BM + r_loc;
@@ -767,8 +681,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                         acc[i] = mx_fast ? f32_mul(acc[i], __int_as_float(r + cf)) : mx_add_exact(0.f, acc[i], r, cf);
                     });
             }
-#endif
-#if SM90_MX
             if (mx_nan) {  // a NaN block (code 0xFF) makes its whole row of A / column of B NaN, as in the reference
                 const int row0 = tm * SM90_BM + r_loc, col0 = tn * SM90_BN + 2 * (lane % 4);
 #pragma unroll
@@ -851,9 +763,6 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
             }
 #endif
         }
-#if SM90_MX && SM90_MX_PINGPONG
-        if (c == 0) bar_sync(3, 256);  // consumer 1's last arrive
-#endif
 #if SM90_TMA_STORE
         if (t == 0) cp_async_bulk_wait_group0();  // the last stores are complete
 #endif

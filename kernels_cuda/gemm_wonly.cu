@@ -26,9 +26,28 @@
 #define WO_NT (WO_WARPS * WO_R)       // n16 tiles per block
 #define WO_STAGE_BYTES (WO_NT * WO_REC + WO_MT * 8 * WO_XS)
 
+// The warp's tiles times one chunk of activations in shared memory (xs), block by block: lane (g, t) holds X^T k =
+// 32 blk + 8 t .. + 8 of row g (the packed K order, WO_KPHYS, makes them contiguous): word 2 s2 + j is register j of
+// k16 step s2.  KIND: the weight's format (wonly_common.cuh).
+template <int KIND>
+__device__ __forceinline__ void wo_ring_chunk(float (&acc)[WO_R][WO_MT][4], const uint4 (&q)[WO_R],
+                                              const u32 (&sc)[WO_R], const u8* xs, bool special, int lane) {
+#pragma unroll
+    for (int blk = 0; blk < WO_BPC; ++blk) {
+        uint4 xv[WO_MT];
+#pragma unroll
+        for (int mt = 0; mt < WO_MT; ++mt)
+            xv[mt] = *reinterpret_cast<const uint4*>(xs + (mt * 8 + WO_B_N(lane)) * WO_XS +
+                                                     WO_KPHYS(blk, 0, WO_B_K(lane, 0, 0)) * 2);
+#pragma unroll
+        for (int r = 0; r < WO_R; ++r) wo_block<WO_MT, KIND>(acc[r], q[r], xv, sc[r], blk, special, lane);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(WO_THREADS)
 mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
-              u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
+              u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per,
+              u32 kind) {
     extern __shared__ __align__(16) u8 smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int nt0 = blockIdx.x * WO_NT;  // first n16 tile of the block
@@ -95,28 +114,16 @@ mx_wonly_gemm(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
         for (int r = 0; r < WO_R; ++r) {
             const u8* rec = st + (warp * WO_R + r) * WO_REC;
             q[r] = *reinterpret_cast<const uint4*>(rec + lane * 16);
-#if WO_BPC == 2
-            sc[r] = *reinterpret_cast<const u32*>(rec + 512 + g * 4);
-#else
-            sc[r] = *reinterpret_cast<const u16*>(rec + 512 + g * 2);
-#endif
+            sc[r] = WO_BPC == 2 ? *reinterpret_cast<const u32*>(rec + 512 + g * 4)
+                                : *reinterpret_cast<const u16*>(rec + 512 + g * 2);
         }
         u32 any = 0;
 #pragma unroll
         for (int r = 0; r < WO_R; ++r) any |= wo_special(wo_scale_word(sc[r]));
         const bool special = __any_sync(0xffffffffu, any != 0);
-#pragma unroll
-        for (int blk = 0; blk < WO_BPC; ++blk) {
-            // X^T fragments of the block: lane (g, t) holds k = 32 blk + 8 t .. + 8 of row g (the packed K order,
-            // WO_KPHYS, makes them contiguous): word 2 s2 + j is register j of k16 step s2
-            uint4 xv[WO_MT];
-#pragma unroll
-            for (int mt = 0; mt < WO_MT; ++mt)
-                xv[mt] = *reinterpret_cast<const uint4*>(xs + (mt * 8 + WO_B_N(lane)) * WO_XS +
-                                                         WO_KPHYS(blk, 0, WO_B_K(lane, 0, 0)) * 2);
-#pragma unroll
-            for (int r = 0; r < WO_R; ++r) wo_block<WO_MT>(acc[r], q[r], xv, sc[r], blk, special, lane);
-        }
+#define WO_CHUNK(K) wo_ring_chunk<K>(acc, q, sc, xs, special, lane)
+        WO_BY_KIND(kind, WO_CHUNK)
+#undef WO_CHUNK
     }
     cp_async_wait<0>();
 

@@ -8,7 +8,7 @@
 // its own, loading every lane's 16 code bytes and scale word with 16-byte / 4-byte non-coherent loads (L1 not
 // allocated) WG_PF chunks ahead of the chunk it decodes, and its activation fragments (lane (g, t): row g, the 8
 // consecutive K that WO_KPHYS gives it) with 16-byte loads that stay in L1 (every warp of the block reads them).
-// The decode costs 13 operations per 4 registers of bf16 (wo4_reg); the block factors take a slower path only in
+// The decode costs 13 operations per 4 registers of bf16 (wo4_place and one multiply); the block factors take a slower path only in
 // chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
 //
 // Under WO_PDL the records of the first WG_PF chunks are requested before the dependent part (wonly_common.cuh:
@@ -48,7 +48,7 @@ struct WgChunk {  // what a warp loads of one K chunk
 
 // Decode and multiply the chunk in `ch`, loading chunk `next` into it as its parts are used (record r as soon as
 // it is decoded, the activations at the end): WG_PF chunks stay in flight with WG_PF chunk buffers of registers.
-template <bool SPECIAL, typename Load>
+template <bool SPECIAL, int KIND, typename Load>
 __device__ __forceinline__ void wg_chunk(WgChunk& ch, float (&acc)[WG_R][WO_MT][4], int lane, bool more,
                                          const Load& load) {
 #pragma unroll
@@ -57,7 +57,7 @@ __device__ __forceinline__ void wg_chunk(WgChunk& ch, float (&acc)[WG_R][WO_MT][
         const u32 sc = wo_scale_word(ch.sc[r]);
         if (more) load.record(ch, r);
 #pragma unroll
-        for (int blk = 0; blk < WO_BPC; ++blk) wo_block<WO_MT>(acc[r], q, ch.x[blk], sc, blk, SPECIAL, lane);
+        for (int blk = 0; blk < WO_BPC; ++blk) wo_block<WO_MT, KIND>(acc[r], q, ch.x[blk], sc, blk, SPECIAL, lane);
     }
     if (more) load.acts(ch);
 }
@@ -82,9 +82,32 @@ struct WgLoad {  // the loads of one chunk of a warp (chunk index set before use
     }
 };
 
+// The warp's chunks from c_begin to c_end (the first WG_PF already requested into ring), each decoded as format
+// KIND (wonly_common.cuh) while the chunk WG_PF ahead loads into its buffer.
+template <int KIND>
+__device__ __forceinline__ void wg_loop(WgChunk (&ring)[WG_PF], float (&acc)[WG_R][WO_MT][4], WgLoad& ld, int c_begin,
+                                        int c_end, int lane) {
+    for (int c = c_begin; c < c_end; c += WG_PF) {
+#pragma unroll
+        for (int p = 0; p < WG_PF; ++p) {
+            if (c + p >= c_end) break;
+            ld.chunk = c + p + WG_PF;
+            const bool more = ld.chunk < c_end;
+            u32 any = 0;
+#pragma unroll
+            for (int r = 0; r < WG_R; ++r) any |= wo_special(wo_scale_word(ring[p].sc[r]));
+            if (__any_sync(0xffffffffu, any != 0))
+                wg_chunk<true, KIND>(ring[p], acc, lane, more, ld);
+            else
+                wg_chunk<false, KIND>(ring[p], acc, lane, more, ld);
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(WG_THREADS)
 mx_wonly_gemv(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
-              u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per) {
+              u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per,
+              u32 kind) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     const int nt0 = blockIdx.x * WG_NT, wt0 = nt0 + warp * WG_R;  // first n16 tile of the block, of the warp
     const int m0 = blockIdx.y * (WO_MT * 8);
@@ -126,21 +149,9 @@ mx_wonly_gemv(const u8* __restrict__ W, const u8* __restrict__ X, void* __restri
                 ld.chunk = c_begin + p;
                 ld.acts(ring[p]);
             }
-        for (int c = c_begin; c < c_end; c += WG_PF) {
-#pragma unroll
-            for (int p = 0; p < WG_PF; ++p) {
-                if (c + p >= c_end) break;
-                ld.chunk = c + p + WG_PF;
-                const bool more = ld.chunk < c_end;
-                u32 any = 0;
-#pragma unroll
-                for (int r = 0; r < WG_R; ++r) any |= wo_special(wo_scale_word(ring[p].sc[r]));
-                if (__any_sync(0xffffffffu, any != 0))
-                    wg_chunk<true>(ring[p], acc, lane, more, ld);
-                else
-                    wg_chunk<false>(ring[p], acc, lane, more, ld);
-            }
-        }
+#define WG_LOOP(K) wg_loop<K>(ring, acc, ld, c_begin, c_end, lane)
+        WO_BY_KIND(kind, WG_LOOP)
+#undef WG_LOOP
     }
 
     wo_epilogue<WG_R>(acc, C, ws, counters, M, N, ldc, out_kind, m0, wt0, WG_NT, lane);

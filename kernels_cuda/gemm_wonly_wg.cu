@@ -8,7 +8,7 @@
 // memory (K-major, 128-byte swizzle, one 128-byte row of 64 K per token).  Warp w of the consumer warpgroup owns
 // tiles 2w and 2w + 1 of the group: half r's wgmma covers tiles r, 2 + r, 4 + r, 6 + r.
 //
-// Block scales: on a chunk whose every scale byte s lies in [WW_SLO, WW_SHI] (the producer tests the chunk's range
+// Block scales: on a chunk whose every scale byte s lies in [slo, shi] (the producer tests the chunk's range
 // of scale codes, stored after the records, and publishes one bit per chunk with the stage: the decision is the
 // same in every consumer warp), each code is decoded straight to its scaled value,
 // the placed bits times 2^(target bias - element bias) * 2^(s - 127) in one exact 16-bit multiply (the range is
@@ -46,9 +46,11 @@
 // (wonly_common.cuh: wo_dependent_part); activations, workspace and output come after it.
 //
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
-// per stage; even), WW_SLO / WW_SHI / WW_EOFF (the scale codes decoded with their factor, whose exponent field is
-// the code + WW_EOFF), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
-// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA, WW_PIN.
+// per stage; even), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
+// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA, WW_PIN.  Kernel arguments besides the
+// operands: the weight's format (kind: wonly_common.cuh's WO_FORMATS) and its fold range (slo, shi, eoff4: the scale
+// codes decoded with their factor, whose exponent field is the code + eoff, eoff4 = eoff * 0x01010101 mod 2^32;
+// backends/cuda/wonly/ fold_range).
 
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
@@ -305,22 +307,48 @@ __device__ __forceinline__ u32 ww_factor(u32 e) {
 
 // The chunks of a stage that fold, one bit per chunk (chunk cc of the stage: bit cc): the producer's lanes read the
 // scale-code range of the record group's chunks (pack_weight stores min | max << 8 of its 8 records' scale bytes
-// after the records, [group][chunk]) and test it against [WW_SLO, WW_SHI]
-__device__ __forceinline__ u32 ww_fold_bits(u32 range) {
-    const bool ok = (range & 0xffu) >= WW_SLO && (range >> 8) <= WW_SHI;
+// after the records, [group][chunk]) and test it against [slo, shi]
+__device__ __forceinline__ u32 ww_fold_bits(u32 range, u32 slo, u32 shi) {
+    const bool ok = (range & 0xffu) >= slo && (range >> 8) <= shi;
     return __ballot_sync(0xffffffffu, ok) & ((1u << WW_CPS) - 1u);
 }
 // the range of chunk c0 + lane for the lanes below WW_CPS (a folding range for the others and past c_end: a stage's
 // fold bits are all set where every chunk of it before c_end folds)
-__device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, int lane) {
-    return lane < WW_CPS && c0 + lane < c_end ? (u32)__ldg(ranges + c0 + lane) : (u32)(WW_SLO | WW_SHI << 8);
+__device__ __forceinline__ u32 ww_range(const u16* ranges, int c0, int c_end, int lane, u32 slo, u32 shi) {
+    return lane < WW_CPS && c0 + lane < c_end ? (u32)__ldg(ranges + c0 + lane) : slo | shi << 8;
 }
+
+// A folding chunk's registers (lane's 16 code bytes q): k16 step u, block u / 2; registers 0, 2: row g, 1, 3: g + 8,
+// each code decoded straight to its scaled value with the factors f of its block and row (ww_factor)
+template <int KIND>
+__device__ __forceinline__ void ww_decode_fold(u32 (&a)[2 * WO_BPC][4], const uint4& q, const u32 (&f)[4]) {
+#pragma unroll
+    for (int u = 0; u < 2 * WO_BPC; ++u) {
+        const u32 f0 = f[2 * (u >> 1)], f1 = f[2 * (u >> 1) + 1];
+        a[u][0] = wo_reg_by<0, KIND>(q, u, f0);
+        a[u][1] = wo_reg_by<1, KIND>(q, u, f1);
+        a[u][2] = wo_reg_by<2, KIND>(q, u, f0);
+        a[u][3] = wo_reg_by<3, KIND>(q, u, f1);
+    }
+}
+// block blk's registers of a chunk that does not fold: its two k16 steps, decoded without the block scale
+template <int KIND>
+__device__ __forceinline__ void ww_decode_block(u32 (&b2)[2][4], const uint4& q, int blk) {
+#pragma unroll
+    for (int s2 = 0; s2 < 2; ++s2) {
+        b2[s2][0] = wo_reg<0, KIND>(q, 2 * blk + s2);
+        b2[s2][1] = wo_reg<1, KIND>(q, 2 * blk + s2);
+        b2[s2][2] = wo_reg<2, KIND>(q, 2 * blk + s2);
+        b2[s2][3] = wo_reg<3, KIND>(q, 2 * blk + s2);
+    }
+}
+
 
 #define WW_MINB (WO_MT <= 4 || WW_FOLD_ONLY ? 2 : 1)  // blocks per SM the registers must allow
 extern "C" __global__ void WW_CLUSTER __launch_bounds__(WW_THREADS, WW_MINB)
 mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
             u32* __restrict__ counters, int M, int N, int K, i64 lda, i64 ldc, int out_kind, int nchunks, int per,
-            const __grid_constant__ TmaMap xmap) {
+            u32 kind, u32 slo, u32 shi, u32 eoff4, const __grid_constant__ TmaMap xmap) {
     extern __shared__ u8 smem_raw[];
     __shared__ __align__(8) u64 bars[2 * WW_STAGES];  // full[s], then empty[s]
     __shared__ u32 fold_bits[WW_STAGES];               // stage s's chunks that fold (ww_fold_bits)
@@ -376,7 +404,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         // records, before the dependent part
         const u16* ranges = reinterpret_cast<const u16*>(W + (i64)gridDim.x * nchunks * (WO_GROUP * WO_REC)) +
                             (i64)blockIdx.x * nchunks;
-        u32 range = ww_range(ranges, c_begin, c_end, lane);
+        u32 range = ww_range(ranges, c_begin, c_end, lane, slo, shi);
         // stage st's slot, once its previous stage was released, with its records requested (the first WW_STAGES
         // were above); and the chunk ranges of the stage after st
         const auto claim = [&](int st) {
@@ -385,14 +413,16 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                 if (copier) records(st);
             }
         };
-        const auto next_range = [&](int st) { return ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane); };
+        const auto next_range = [&](int st) {
+            return ww_range(ranges, c_begin + (st + 1) * WW_CPS, c_end, lane, slo, shi);
+        };
 #if WW_TMA
         if (copier) prefetch_tensormap(&xmap);
         wo_dependent_part();
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
             claim(st);
-            const u32 bits = ww_fold_bits(range);  // stage st's (slot s is free), published by the arrive below
+            const u32 bits = ww_fold_bits(range, slo, shi);  // stage st's (slot s is free), published by the arrive below
             if (copier) {
                 fold_bits[s] = bits;
                 ww_load_act(ring + s * WW_STAGE_BYTES, &xmap, (c_begin + st * WW_CPS) * WO_KC, m0, full0 + 8 * s);
@@ -443,7 +473,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
             ww_cp_commit();
             // stage st's fold bits (slot s is free: its previous stage was released above), published by this
             // lane's arrive on full[s] below; then the next stage's ranges, in flight during its gather
-            const u32 bits = ww_fold_bits(range);
+            const u32 bits = ww_fold_bits(range, slo, shi);
             if (copier) fold_bits[s] = bits;
             range = next_range(st);
             if (st >= WW_LAG) {  // stage st - LAG's gather is complete: hand it to the async proxy, then arrive
@@ -529,19 +559,13 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                     const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
                     ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
                     release(st, cc);
-                    // each live byte + WW_EOFF lies in [1, 254]: no carry or borrow between them (the padding bytes
+                    // each live byte + eoff lies in [1, 254]: no carry or borrow between them (the padding bytes
                     // of a one-block word sit above the live ones)
-                    const u32 e = WW_EOFF >= 0 ? sc + (u32)WW_EOFF * 0x01010101u : sc - (u32)(-WW_EOFF) * 0x01010101u;
+                    const u32 e = sc + eoff4;
                     const u32 f[4] = {ww_factor<0>(e), ww_factor<1>(e), ww_factor<2>(e), ww_factor<3>(e)};
-#pragma unroll
-                    // k16 step u: block u / 2; registers 0, 2: row g, 1, 3: g + 8
-                    for (int u = 0; u < 2 * WO_BPC; ++u) {
-                        const u32 f0 = f[2 * (u >> 1)], f1 = f[2 * (u >> 1) + 1];
-                        a[buf][u][0] = wo_reg_by<0>(q, u, f0);
-                        a[buf][u][1] = wo_reg_by<1>(q, u, f1);
-                        a[buf][u][2] = wo_reg_by<2>(q, u, f0);
-                        a[buf][u][3] = wo_reg_by<3>(q, u, f1);
-                    }
+#define WW_FOLD(K) ww_decode_fold<K>(a[buf], q, f)
+                    WO_BY_KIND(kind, WW_FOLD)
+#undef WW_FOLD
                     ww_fence();
 #pragma unroll
                     for (int u = 0; u < 2 * WO_BPC; ++u) {
@@ -555,13 +579,9 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #pragma unroll
                     for (int blk = 0; blk < WO_BPC; ++blk) {
                         u32 b2[2][4];
-#pragma unroll
-                        for (int s2 = 0; s2 < 2; ++s2) {
-                            b2[s2][0] = wo_reg<0>(q, 2 * blk + s2);
-                            b2[s2][1] = wo_reg<1>(q, 2 * blk + s2);
-                            b2[s2][2] = wo_reg<2>(q, 2 * blk + s2);
-                            b2[s2][3] = wo_reg<3>(q, 2 * blk + s2);
-                        }
+#define WW_BLOCK(K) ww_decode_block<K>(b2, q, blk)
+                        WO_BY_KIND(kind, WW_BLOCK)
+#undef WW_BLOCK
                         ww_fence();
 #pragma unroll
                         for (int s2 = 0; s2 < 2; ++s2) ww_mma(t, b2[s2], ww_desc(desc0, cc * WO_BPC + blk, s2), s2);

@@ -25,8 +25,8 @@
 // -ftz=true, so every fp32 operation that may meet a subnormal is explicit PTX without .ftz (mx_common.cuh: f32_fma,
 // f32_add).
 //
-// -D: WO_EBITS WO_MBITS WO_SPECIAL (0 none, 1 e4m3fn NaN, 2 e5m2 inf/NaN) WO_PACK4 (4-bit codes) WO_BF16 (activation
-// type bf16, else f16) WO_MUL (the 16-bit x2 bits of 2^(target bias - element bias)) WO_MT (m8 tiles per block)
+// -D: WO_PACK4 (4-bit codes, else byte codes) WO_FORMATS (the formats a build decodes: WoFormat) WO_BF16 (activation
+// type bf16, else f16) WO_MT (m8 tiles per block)
 // WO_MMA (the mma mnemonic, from the layout record) and the fragment formulas WO_A_ROW WO_A_K WO_B_K WO_B_N
 // WO_C_ROW WO_C_COL WO_KPHYS; WO_PDL (sm_90: launched with programmatic dependent launch, see wo_dependent_part).
 //
@@ -67,35 +67,71 @@ __device__ __forceinline__ u32 wo_mul2(u32 x, u32 y) {
     return r;
 #endif
 }
-__device__ __forceinline__ u32 wo_scale2(u32 r) {  // times 2^(target bias - element bias); times 1 needs nothing
-    return (WO_MUL != 0x3c003c00u && WO_MUL != 0x3f803f80u) ? wo_mul2(r, WO_MUL) : r;
-}
 
-// two byte codes in spread form (even k in bits 0..7, odd k in 16..23) -> their bits placed in two 16-bit values
-// (magnitude under the target exponent, sign to bit 15; low half: the even k), not yet multiplied
+// The weight's element format: the kernels take its index `kind` (a kernel argument, warp-uniform) into the build's
+// table WO_FORMATS (-D: {ebits, mbits, special, mul} per format, from backends/cuda/wonly/: every byte-code format in
+// one build, e2m1 alone in a WO_PACK4 build; special 1: e4m3fn's NaN code, 2: e5m2's inf / NaN codes; mul: the
+// 16-bit x2 bits of 2^(target bias - element bias)).  Each kernel branches on kind once per chunk into code
+// specialised for that format (KIND: a compile-time index), so the decode costs what a build per format costs.
+struct WoFormat {
+    int ebits, mbits, special;
+    u32 mul;
+};
+__host__ __device__ constexpr WoFormat wo_format(int k) {
+    constexpr WoFormat t[] = WO_FORMATS;
+    return t[k < (int)(sizeof(t) / sizeof(t[0])) ? k : 0];
+}
+__host__ __device__ constexpr int wo_formats() {
+    constexpr WoFormat t[] = WO_FORMATS;
+    return (int)(sizeof(t) / sizeof(t[0]));
+}
+// `CALL(K)` with K the compile-time index of the weight's format `kind`
+#define WO_BY_KIND(kind, CALL)                                  \
+    if (wo_formats() == 1 || (kind) == 0) {                    \
+        CALL(0);                                                \
+    } else if (wo_formats() == 2 || (kind) == 1) {             \
+        CALL(1);                                                \
+    } else if (wo_formats() == 3 || (kind) == 2) {             \
+        CALL(2);                                                \
+    } else {                                                    \
+        CALL(3);                                                \
+    }
+
+// two byte codes in spread form -> their bits placed in two 16-bit values (low half: the even k), not yet multiplied
+template <int KIND>
 __device__ __forceinline__ u32 wo_place2(u32 s) {
-    constexpr int NB = WO_EBITS + WO_MBITS;                 // magnitude bits
-    constexpr u32 MAG = ((1u << NB) - 1u) * 0x10001u;
-    constexpr u32 SGN = (1u << NB) * 0x10001u;
-    constexpr int TM = WO_BF16 ? 7 : 10;                    // target mantissa bits
-    return ((s & MAG) << (TM - WO_MBITS)) | ((s & SGN) << (15 - NB));
+    constexpr WoFormat F = wo_format(KIND);
+    constexpr int NB = F.ebits + F.mbits;  // magnitude bits
+    constexpr u32 MAG = ((1u << NB) - 1u) * 0x10001u, SGN = (1u << NB) * 0x10001u;
+    constexpr int TM = WO_BF16 ? 7 : 10;   // target mantissa bits
+    return ((s & MAG) << (TM - F.mbits)) | ((s & SGN) << (15 - NB));
+}
+// times 2^(target bias - element bias); times 1 needs nothing
+template <int KIND>
+__device__ __forceinline__ u32 wo_scale2(u32 r) {
+    constexpr u32 MUL = wo_format(KIND).mul;
+    return (MUL != 0x3c003c00u && MUL != 0x3f803f80u) ? wo_mul2(r, MUL) : r;
 }
 // the special codes of the spread pair s set in its multiplied values r
+template <int KIND>
 __device__ __forceinline__ u32 wo_fix2(u32 r, u32 s) {
-    constexpr u32 MAG = ((1u << (WO_EBITS + WO_MBITS)) - 1u) * 0x10001u;
-    const u32 mag = s & MAG;
-#if WO_SPECIAL == 1  // e4m3fn: magnitude 0x7f is NaN
-    r |= __vcmpeq2(mag, 0x007f007fu) & (WO_BF16 ? 0x7fc07fc0u : 0x7e007e00u);
-#elif WO_SPECIAL == 2 && WO_BF16  // e5m2: exponent 31 is inf (mantissa 0) or NaN; f16 keeps them by placement
-    const u32 sp = __vcmpgeu2(mag, 0x007c007cu);
-    const u32 v = (r & 0x80008000u) | 0x7f807f80u | (__vcmpgtu2(mag, 0x007c007cu) & 0x00400040u);
-    r = (r & ~sp) | (v & sp);
-#endif
-    (void)mag;
+    constexpr WoFormat F = wo_format(KIND);
+    constexpr u32 MAG = ((1u << (F.ebits + F.mbits)) - 1u) * 0x10001u;
+    if constexpr (F.special == 1) {  // e4m3fn: magnitude 0x7f is NaN
+        r |= __vcmpeq2(s & MAG, 0x007f007fu) & (WO_BF16 ? 0x7fc07fc0u : 0x7e007e00u);
+    } else if constexpr (F.special == 2 && WO_BF16) {  // e5m2: exponent 31 is inf (mantissa 0) or NaN; f16 keeps them
+        const u32 mag = s & MAG;                        // by placement
+        const u32 sp = __vcmpgeu2(mag, 0x007c007cu);
+        const u32 v = (r & 0x80008000u) | 0x7f807f80u | (__vcmpgtu2(mag, 0x007c007cu) & 0x00400040u);
+        r = (r & ~sp) | (v & sp);
+    }
     return r;
 }
 // two byte codes in spread form -> two 16-bit values of the activation type
-__device__ __forceinline__ u32 wo_decode2(u32 s) { return wo_fix2(wo_scale2(wo_place2(s)), s); }
+template <int KIND>
+__device__ __forceinline__ u32 wo_decode2(u32 s) {
+    return wo_fix2<KIND>(wo_scale2<KIND>(wo_place2<KIND>(s)), s);
+}
 
 __device__ __forceinline__ u32 wo_rotl(u32 x, int n) { return __funnelshift_l(x, x, n); }
 
@@ -116,8 +152,6 @@ __device__ __forceinline__ u32 wo4_place(u32 w) {
                   : ((w >> 5) & 0x02000200u) | ((w << 3) & 0x0c000c00u) | (w & SGN);
 #endif
 }
-template <int J>
-__device__ __forceinline__ u32 wo4_reg(u32 w) { return wo_scale2(wo4_place<J>(w)); }
 
 // the codes of register J (0..3) of k16 step s in a lane's 16 fragment bytes: the step's word of 8 4-bit codes, or
 // the register's two byte codes in spread form
@@ -127,17 +161,17 @@ __device__ __forceinline__ u32 wo_codes(const uint4& q, int s) {
     return WO_PACK4 ? w[s] : (w[2 * s + (J >> 1)] >> (8 * (J & 1))) & 0x00ff00ffu;
 }
 // register J (0..3) of k16 step s from a lane's 16 fragment bytes
-template <int J>
+template <int J, int KIND>
 __device__ __forceinline__ u32 wo_reg(const uint4& q, int s) {
     const u32 c = wo_codes<J>(q, s);
-    return WO_PACK4 ? wo4_reg<J>(c) : wo_decode2(c);
+    return WO_PACK4 ? wo_scale2<KIND>(wo4_place<J>(c)) : wo_decode2<KIND>(c);
 }
-// the same register multiplied by f (two equal 16-bit powers of two: 2^(target bias - element bias) times the
+// the same register multiplied by m (two equal 16-bit powers of two: 2^(target bias - element bias) times the
 // block scale, which the caller has checked keeps every value of the format exact)
-template <int J>
-__device__ __forceinline__ u32 wo_reg_by(const uint4& q, int s, u32 f) {
+template <int J, int KIND>
+__device__ __forceinline__ u32 wo_reg_by(const uint4& q, int s, u32 m) {
     const u32 c = wo_codes<J>(q, s);
-    return WO_PACK4 ? wo_mul2(wo4_place<J>(c), f) : wo_fix2(wo_mul2(wo_place2(c), f), c);
+    return WO_PACK4 ? wo_mul2(wo4_place<J>(c), m) : wo_fix2<KIND>(wo_mul2(wo_place2<KIND>(c), m), c);
 }
 
 // 2^(code - 127) in fp32 for the scale byte at bit sh of `sc`, exact: code 0 is the subnormal 2^-127, 0xff is NaN.
@@ -198,17 +232,17 @@ __device__ __forceinline__ void wo_store(void* C, i64 idx, float v, int out_kind
 // One n16 tile's 32-K block blk: t = the block's two k16 steps of mma from zero (the lane's 16 code bytes q, the
 // activation fragments x of the block, one per m8 tile), then acc += 2^(scale - 127) * t in fp32 (rows g and g + 8
 // of the fragment take their own scale byte of the word sc).
-template <int MT>
+template <int MT, int KIND>
 __device__ __forceinline__ void wo_block(float (&acc)[MT][4], const uint4& q, const uint4 (&x)[MT], u32 sc, int blk,
                                          bool special, int lane) {
     float t[MT][4] = {};
 #pragma unroll
     for (int s2 = 0; s2 < 2; ++s2) {
         u32 a[4];
-        a[0] = wo_reg<0>(q, blk * 2 + s2);
-        a[1] = wo_reg<1>(q, blk * 2 + s2);
-        a[2] = wo_reg<2>(q, blk * 2 + s2);
-        a[3] = wo_reg<3>(q, blk * 2 + s2);
+        a[0] = wo_reg<0, KIND>(q, blk * 2 + s2);
+        a[1] = wo_reg<1, KIND>(q, blk * 2 + s2);
+        a[2] = wo_reg<2, KIND>(q, blk * 2 + s2);
+        a[3] = wo_reg<3, KIND>(q, blk * 2 + s2);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) wo_mma(t[mt], a, s2 ? x[mt].z : x[mt].x, s2 ? x[mt].w : x[mt].y);
     }

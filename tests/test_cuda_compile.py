@@ -217,12 +217,15 @@ def test_variant_machine_code(arch, stem):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_emit_kernels_writes_every_variant(arch, tmp_path):
+def test_emit_kernels_writes_the_default_builds(arch, tmp_path):
     _need_tools()
+    from mxcore.backends.cuda.default_builds import emit_jobs
+
     batch = _batch(arch)
     t0 = time.time()
     rows = [r.as_dict() for r in cuda.CudaBackend().emit_kernels(arch, tmp_path)]
-    assert {r["variant"] for r in rows} == {j["stem"] for j in JOBS[arch]}, "emit_kernels must cover every kernel"
+    assert {r["variant"] for r in rows} == {j["stem"] for j in emit_jobs(arch)}, "emit_kernels: the default builds"
+    assert {j["stem"] for j in emit_jobs(arch)} <= {j["stem"] for j in JOBS[arch]}
     table = [f"{arch}: {len(rows)} kernels compiled in {batch['_seconds']:.1f}s (emitted in {time.time() - t0:.1f}s)",
              f"{'variant':34} {'regs':>5} {'smem':>7} {'HMMA':>5} {'QMMA':>5} {'LDSM':>5} {'LDGSTS':>6}"]
     for r in rows:
@@ -238,11 +241,11 @@ def test_emit_kernels_writes_every_variant(arch, tmp_path):
 
 def test_variant_counts_per_arch():
     counts = {arch: len(cuda.all_variants(arch)) for arch in ARCHS}
-    # fp16/bf16: 4 majorness x tiles; tf32: 1 x tiles; fp8 pairs: 4 x tiles from sm_89 (native m16n8k32 on sm_89,
-    # fragments converted to f16 on sm_90)
+    # fp16/bf16: 4 majorness x tiles; tf32: 1 x tiles; fp8 from sm_89: native m16n8k32 on sm_89, one build per
+    # pair and tile; on sm_90 fragments converted to f16, one build per tile for every pair (formats at launch)
     t = {e: len(cuda.element_tiles(e)) for e in cuda.ELEMENTS}
-    assert t["f16"] == t["bf16"] == 3 and t["tf32"] == 3 and t["e4m3.e4m3"] == 3 and t["e4m3.e4m3.f16"] == 4
-    assert counts == {"sm_80": 3 * 3 * 3, "sm_89": 3 * 3 * 3 + 4 * 3, "sm_90": 3 * 3 * 3 + 4 * 4}
+    assert t["f16"] == t["bf16"] == 3 and t["tf32"] == 3 and t["e4m3.e4m3"] == 3 and t["f8.f8.f16"] == 4
+    assert counts == {"sm_80": 3 * 3 * 3, "sm_89": 3 * 3 * 3 + 4 * 3, "sm_90": 3 * 3 * 3 + 4}
     assert all(bool(v.element.cvt) == (arch == "sm_90") for arch in ARCHS for v in cuda.all_variants(arch)
                if v.element.esize == 1)
     assert cuda.native_fp8("sm_89") and not cuda.native_fp8("sm_90") and cuda.native_fp8("sm_120")

@@ -116,7 +116,7 @@ def test_kernel_takes_every_index_from_the_formula_macros():
     re-typed in the kernel: the B split and the cvt split are read through the macros)."""
     from mxcore.kernels import kernel_source
 
-    v = cuda.Variant("e4m3.e4m3.f16", True, True, "128x128k128s3")
+    v = cuda.Variant("f8.f8.f16", True, True, "128x128k128s3")
     defined = {o[2:].split("(")[0].split("=")[0] for o in cuda.gemm_options(v) if o.startswith("-D")}
     text = kernel_source("nvidia", cuda.GEMM_FILE)
     for name in ("MX_LDSM_A_ROW", "MX_LDSM_B_CHUNK", "MX_LDSM_B_BLOCK", "MX_LDSM_B_REG", "MX_CVT_A_REG", "MX_CVT_A_HI",
@@ -156,8 +156,8 @@ def test_tile_choice():
     assert cuda.choose_tile(8192, 1024) == "128x128"
     assert cuda.choose_tile(100, 100) == "64x64"
     assert cuda.choose_tile(4096, 4096, elem="tf32") == "128x128"
-    assert cuda.choose_tile(512, 1024, elem="e4m3.e4m3.f16") == "64x64"  # 32 blocks of 128x128 < 132 SMs
-    assert cuda.choose_tile(4096, 4096, elem="e4m3.e4m3.f16") == "128x128k128s3"
+    assert cuda.choose_tile(512, 1024, elem="f8.f8.f16") == "64x64"  # 32 blocks of 128x128 < 132 SMs
+    assert cuda.choose_tile(4096, 4096, elem="f8.f8.f16") == "128x128k128s3"
     assert cuda.choose_tile(4096, 4096, elem="e4m3.e4m3") == "128x128"
     for e in cuda.ELEMENTS:
         assert set(cuda.element_tiles(e)) <= set(cuda.TILES) and cuda.element_tiles(e)[-2:] == ("64x64", "32x64")
@@ -178,8 +178,8 @@ CVT_A, CVT_B = _cvt("cvt_a", 4), _cvt("cvt_b", 2)  # [h][j] -> (fp8 register, hi
 def test_fp8_to_f16_fragment_conversion_permutes_k_consistently(pair):
     """Both operands must see the same permutation of K inside the 32-wide step, and the two f16 mma together
     must cover every K exactly once: then the sum of products is the fp8 mma's (checked on the layout tables)."""
-    r8, r16 = layouts.get(cuda.ELEMENTS[pair].record), layouts.get(cuda.ELEMENTS[f"{pair}.f16"].record)
-    assert cuda.ELEMENTS[f"{pair}.f16"].cvt == tuple(f"{x}x2" for x in pair.split("."))
+    r8, r16 = layouts.get(cuda.ELEMENTS[pair].record), layouts.get(cuda.ELEMENTS["f8.f8.f16"].record)
+    assert cuda.ELEMENTS["f8.f8.f16"].cvt
     def pairs(operand, cvt, h):
         """(fp8 coords, f16 coords) of every lane and f16 slot of operand ``operand`` in f16 mma ``h``."""
         f8, f16 = getattr(r8, operand), getattr(r16, operand)
@@ -220,3 +220,25 @@ def test_kernel_source_inlines_local_includes(tmp_path, monkeypatch):
     for name in ("gemm.cu", "gemm_diag.cu", "gemm_prep.cu"):
         real = kernels.kernel_source("nvidia", name)
         assert real.count("typedef unsigned int u32;") == 1 and "f32_to_bf16(float v)" in real
+
+
+def test_fp8_pairs_share_the_converted_build():
+    """sm_90 (fp8 converted to f16): every fp8 pair chooses one build per tile, the formats are the launch's f8_pair
+    (bit 0: A is e5m2, bit 1: B is e5m2) and the kernel switches on it once into per-pair main loops; natively
+    (sm_89) each pair is its own build and f8_pair is 0."""
+    from mxcore.backends.cuda.variants import choose, f8_pair
+
+    pairs = [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e5m2")]
+    conv = [choose(a, b, True, True, 4096, 4096, 132, fp8_convert=True) for a, b in pairs]
+    assert len(set(conv)) == 1 and conv[0].elem == "f8.f8.f16" and conv[0].tile == "128x128k128s3"
+    opts = cuda.gemm_options(conv[0])
+    assert "-DMX_F8_CVT=1" in opts and not any(o.startswith(("-DMX_A_CVT", "-DMX_B_CVT")) for o in opts)
+    assert [f8_pair(conv[0], a, b) for a, b in pairs] == [0, 1, 2, 3]
+    native = [choose(a, b, True, True, 4096, 4096, 132, fp8_convert=False) for a, b in pairs]
+    assert len(set(native)) == 4 and [f8_pair(v, a, b) for v, (a, b) in zip(native, pairs)] == [0] * 4
+    assert f8_pair(choose("f16", "f16", True, True, 64, 64, 132), "f16", "f16") == 0
+    from mxcore.kernels import kernel_source
+
+    text = kernel_source("nvidia", cuda.GEMM_FILE)
+    assert "cvt.rn.f16x2.e4m3x2" in text and "cvt.rn.f16x2.e5m2x2" in text and "MX_A_CVT" not in text
+    assert all(f"main_loop(F8Pair<{p}>{{}})" in text for p in range(4))

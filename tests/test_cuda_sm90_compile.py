@@ -77,7 +77,7 @@ def test_variant_compiles_to_wgmma_and_tma(binaries, v):
     mma, other = ("QGMMA", "HGMMA") if fp8 else ("HGMMA", "QGMMA")
     kstep = 32 // v.esize
     lines = nvrtc_tools.sass_lines(b.sass, mma)
-    folds = v.mx and not (v.pingpong or v.dual)  # the folded-window loop (4 wgmma) beside the per-32 one
+    folds = v.mx  # the folded-window loop (4 wgmma) beside the per-32 one
     assert len(lines) == (8 if folds else 4) and counts[other] == 0, counts
     assert all(f".64x{v.bn}x{kstep}." in line for line in lines), lines
     assert counts["UTMALDG"] >= (4 if v.mx else 2) and counts["USETMAXREG"] == 2

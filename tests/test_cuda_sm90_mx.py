@@ -306,10 +306,10 @@ def test_large_exact(backend, rng):
     np.testing.assert_array_equal(got, cp.asnumpy(a64 @ b64).astype(np.float32).astype(np.float64))
 
 
-def test_rule_and_decode_option(backend, rng, monkeypatch):
-    """The rule (families.MX_EXACT_FROM) takes the exact variant for an mxfp8 pair where K and M N reach its bounds
-    and decodes below either (shown with the bounds set at this problem's K and M N); mx_path="decode" runs the
-    bf16-decoded wgmma kernel whatever the bounds; all bit-exact on exact inputs."""
+def test_rule_and_decode_option(backend, rng):
+    """Without options a plan takes the variant the rule (families.exact_pays over MX_EXACT_FROM) names for an mxfp8
+    pair; mx_path="decode" runs the bf16-decoded wgmma kernel and mx_path="exact" the exact variant whatever the
+    rule says; all bit-exact on exact inputs.  (The rule's bounds themselves: test_gpu_api.test_exact_path_bounds.)"""
     from mxcore.backends.cuda import families
 
     m, n, k = 2048, 2048, 512
@@ -318,28 +318,15 @@ def test_rule_and_decode_option(backend, rng, monkeypatch):
     rule = families.exact_pays((1, m, n, k), 0, "mxfp8")  # the landed bounds: decode at this size
     np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", expect_exact=rule, family=None, mx_path=None),
                                   want)
-    for bound, exact in (((k, m * n), True), ((k + 32, m * n), False), ((k, m * n + 1), False)):
-        monkeypatch.setattr(families, "MX_EXACT_FROM", {**families.MX_EXACT_FROM, (0, "mxfp8"): bound})
-        np.testing.assert_array_equal(
-            _run(backend, a, b, "mxfp8_e4m3", expect_exact=exact, family=None, mx_path=None), want)
-        np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", expect_exact=False, mx_path="decode"), want)
+    np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", expect_exact=False, mx_path="decode"), want)
     np.testing.assert_array_equal(_run(backend, a, b, "mxfp8_e4m3", mx_path="exact"), want)
 
 
-OVERLAPS = [("128x192", False, False), ("128x192", True, False), ("128x128", False, False), ("128x128", True, False),
-            ("128x128", False, True)]
-
-
-@pytest.mark.parametrize("overlap", OVERLAPS, ids=lambda o: f"{o[0]}{'-pingpong' if o[1] else ''}{'-dual' if o[2] else ''}")
+@pytest.mark.parametrize("tile", ["128x192", "128x128"])
 @pytest.mark.parametrize("dtype", ["mxfp8_e4m3", ("mxfp8_e5m2", "mxfp8_e4m3"), "mxfp4"], ids=_id)
-def test_tiles_and_overlap_forms_bit_exact(backend, rng, monkeypatch, dtype, overlap):
-    """Every form of the exact variant (tile, consumers taking turns, two scratch accumulators) on exact inputs and
-    on extreme scale codes (the exact promotion), several tiles per block and K tails."""
-    from mxcore.backends.cuda import sm90
-
-    tile, pingpong, dual = overlap
-    monkeypatch.setattr(sm90, "MX_PINGPONG", pingpong)
-    monkeypatch.setattr(sm90, "MX_DUAL", dual)
+def test_tiles_bit_exact(backend, rng, dtype, tile):
+    """The exact variant's tiles on exact inputs and on extreme scale codes (the exact promotion), several tiles per
+    block and K tails."""
     fmts = _fmts(dtype)
     for m, n, k in [(300, 600, 1000), (129, 200, 4100), (1000, 520, 384)]:
         a, b = _exact_operands(rng, m, n, k, fmts)
@@ -613,15 +600,12 @@ def test_mxfp8_lost_bits_window_tier(backend, rng, dtype):
     assert int(plan.da.mx.info[3]) == 1 and int(cp.asnumpy(plan.da.mx.lo_cnt).sum()) > 0
 
 
-@pytest.mark.parametrize("form", ["pingpong", "dual"])
-def test_mxfp8_lost_bits_overlap_forms(backend, rng, monkeypatch, form):
-    """The turn-taking and dual-scratch forms, a lossy fold's lost bits added after them by mx_lo_fix: bit-exact."""
-    from mxcore.backends.cuda import sm90
-
-    monkeypatch.setattr(sm90, "MX_PINGPONG", form == "pingpong")
-    monkeypatch.setattr(sm90, "MX_DUAL", form == "dual")
+@pytest.mark.parametrize("tile", [None, "128x128"])
+def test_mxfp8_lost_bits_tiles(backend, rng, tile):
+    """A lossy fold's lost bits added by mx_lo_fix after the exact variant's GEMM (its default tile, and 128 x 128):
+    bit-exact."""
     m, n, k = 200, 300, 512
     a = _lossy_operand(rng, m, k, "mxfp8_e4m3", 1, span=1)
     b = _lossy_operand(rng, n, k, "mxfp8_e4m3", 0, span=1)
-    got = _run(backend, a, b, "mxfp8_e4m3", tile="128x128" if form == "dual" else None)
+    got = _run(backend, a, b, "mxfp8_e4m3", tile=tile)
     np.testing.assert_array_equal(got, _ref(a, b, "mxfp8_e4m3"))

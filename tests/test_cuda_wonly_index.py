@@ -8,6 +8,8 @@ activation types, bit for bit; and the packed record geometry must be what the k
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -80,25 +82,31 @@ def _mul16(bits: np.ndarray, mul_bits: int, act: str) -> np.ndarray:
     return (x * m).astype(np.float32).astype(dt).view(np.uint16)
 
 
-def _decode_mul(element: str, act: str) -> int:
-    """The 16-bit multiplier of the decode (WO_MUL's low half)."""
+def _format_args(element: str, act: str) -> tuple[int, int, int, int]:
+    """(ebits, mbits, special, 16-bit multiplier): ``element``'s entry of the build's format table (-DWO_FORMATS,
+    wonly_common.cuh's WoFormat) at the index the kernel argument gives."""
     v = wonly.WonlyVariant(element, act, 1)
-    opts = dict(o[2:].split("=", 1) for o in v.options() if o.startswith("-DWO_") and "(" not in o.split("=")[0])
-    return int(opts["WO_MUL"].rstrip("u"), 16) & 0xFFFF
+    opts = dict(o[2:].split("=", 1) for o in v.options() if o.startswith("-DWO_FORMATS="))
+    entries = re.findall(r"\{(\d+), (\d+), (\d+), (0x[0-9a-f]+)u\}", opts["WO_FORMATS"])
+    eb, mb, special, mul = entries[int(v.format_args()[0])]
+    return int(eb), int(mb), int(special), int(mul, 16) & 0xFFFF
+
+
+def _decode_mul(element: str, act: str) -> int:
+    """The 16-bit multiplier of the decode (the argument mul's low half)."""
+    return _format_args(element, act)[3]
 
 
 def _decode_like_kernel(codes: np.ndarray, element: str, act: str) -> np.ndarray:
-    """The kernel's wo_decode2 / wo_reg<J> on one code per element (numpy mirror of the bit placement)."""
-    v = wonly.WonlyVariant(element, act, 1)
-    opts = dict(o[2:].split("=", 1) for o in v.options() if o.startswith("-DWO_") and "(" not in o.split("=")[0])
-    eb, mb, special = int(opts["WO_EBITS"]), int(opts["WO_MBITS"]), int(opts["WO_SPECIAL"])
-    mul = int(opts["WO_MUL"].rstrip("u"), 16) & 0xFFFF
+    """The kernel's wo_decode2<KIND> / wo_reg<J, KIND> on one code per element (numpy mirror of the bit placement,
+    from the kernel arguments)."""
+    eb, mb, special, mul = _format_args(element, act)
     tm = 7 if act == "bf16" else 10
     c = codes.astype(np.uint32)
     nb = eb + mb
     mag = c & ((1 << nb) - 1)
     r = (mag << (tm - mb)) | ((c >> nb) & 1) << 15
-    if mul not in (0x3C00, 0x3F80):
+    if not (special == 2 and act == "f16"):  # f16 x e5m2 is the placement itself (wo_scale2)
         r = _mul16(r, mul, act).astype(np.uint32)
     if special == 1:
         r = np.where(mag == 0x7F, r | (0x7FC0 if act == "bf16" else 0x7E00), r)

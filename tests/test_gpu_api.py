@@ -99,6 +99,24 @@ def _host(x):
     return out.astype(np.float64)
 
 
+def _exact_shape(pair: str, per_call: int, n: int | None = None) -> tuple:
+    """(m, k, n), multiples of 128, where the MX path rule as it is (families.MX_EXACT_FROM) takes the exact variant
+    for a ``pair`` ("mxfp8" | "mixed") with ``per_call`` operands quantized by the call: K at the rule's bound, N =
+    ``n`` (None: K), M the fewest rows that reach its M N bound.  Skips where the rule never takes it (the per-call
+    paths choose by the rule alone: they take no options)."""
+    from mxcore.backends.cuda import families
+
+    bound = families.MX_EXACT_FROM.get((per_call, pair))
+    if bound is None:
+        pytest.skip(f"the rule never takes the exact MX path for {pair} with {per_call} operand(s) quantized per call")
+    up = lambda x: -(-x // 128) * 128  # noqa: E731
+    k = up(bound[0])
+    n = k if n is None else n
+    m = up(-(-bound[1] // n))
+    assert families.exact_pays((1, m, n, k), per_call, pair)
+    return m, k, n
+
+
 @gpu
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=_id)
@@ -407,12 +425,31 @@ def test_operands_quantized_by_the_call_are_marked():
     assert not operands.made_per_call(x) and not operands.made_per_call(3)
 
 
+def test_exact_path_bounds():
+    """The MX path rule's bounds (families.exact_pays over a given table): the exact variant from K and M N at the
+    bounds of the (per_call, pair) entry, decoding below either, for no shape, and where the entry is None or
+    missing."""
+    from mxcore.backends.cuda import families
+
+    m, n, k = 2048, 2048, 512
+    table = {(0, "mxfp8"): (k, m * n), (1, "mxfp8"): None}
+    assert families.exact_pays((1, m, n, k), 0, "mxfp8", table)
+    assert families.exact_pays((1, m, n + 128, k + 32), 0, "mxfp8", table)
+    assert not families.exact_pays((1, m, n, k - 32), 0, "mxfp8", table)
+    assert not families.exact_pays((1, m, n - 1, k), 0, "mxfp8", table)
+    assert not families.exact_pays(None, 0, "mxfp8", table)
+    assert not families.exact_pays((1, m, n, k), 1, "mxfp8", table)
+    assert not families.exact_pays((1, m, n, k), 0, "mixed", table)
+    assert families.exact_pays((1, m, n, k), 2, "mixed") == families.exact_pays((1, m, n, k), 2, "mixed",
+                                                                                  families.MX_EXACT_FROM)
+
+
 @gpu
 def test_rule_agrees_between_a_weights_first_call_and_its_kept_layout(cupy_device, monkeypatch):
-    """With bounds that take the exact MX path only for two quantized objects of the caller: float activations x a
-    weight quantized once decode both on the weight's first (generic) call and in the kept layout, so the layout is
-    kept and serves a second weight (each call equal to the uncached decode path bit for bit); two quantized objects
-    take the exact path (sm_90, wgmma)."""
+    """At a shape where the rule's bounds (families.MX_EXACT_FROM, as they are) take the exact MX path only for two
+    quantized objects of the caller: float activations x a weight quantized once decode both on the weight's first
+    (generic) call and in the kept layout, so the layout is kept and serves a second weight (each call equal to the
+    uncached decode path bit for bit); two quantized objects take the exact path (sm_90, wgmma)."""
     import cupy as cp
 
     from mxcore import dtypes as _dt
@@ -423,14 +460,14 @@ def test_rule_agrees_between_a_weights_first_call_and_its_kept_layout(cupy_devic
     be = get("cuda")
     if be.target().arch != "sm_90":
         pytest.skip("the exact MX path runs on sm_90")
-    monkeypatch.setattr(families, "MX_EXACT_FROM", {key: (0, 0) if key[0] == 0 else None
-                                                    for key in families.MX_EXACT_FROM})
+    m, k, n = _exact_shape("mxfp8", 0, n=8192)  # two quantized objects: the exact path
+    if families.exact_pays((1, m, n, k), 1, "mxfp8"):
+        pytest.skip("the rule's bounds take the exact MX path for float activations at this shape too")
     from mxcore.backends.cuda.callcache import CallCache
 
     monkeypatch.setattr(be, "_fast", CallCache())  # this test's entries only (a layout kept by another test serves it)
     mdt = _dt.resolve("mxfp8", be.target().arch)
     rng = np.random.default_rng(17)
-    m, k, n = 1024, 512, 2304
     ws = [mx.quantize_mx(cp.asarray(rng.standard_normal((k, n)).astype(np.float32)), "mxfp8", axis=0)
           for _ in range(2)]
     for which in (0, 0, 1, 1, 0):
@@ -458,7 +495,8 @@ def test_two_operands_quantized_once_keep_the_plan(cupy_device, monkeypatch, kin
     operands and launch into a new output, switching between two A's and two B's of one layout.  Every call equals
     the uncached path (the backend's own matmul of the same objects, a plan each) bit for bit; earlier outputs are
     not overwritten; a kept call builds no plan; one entry serves all four operands and keeps none alive.
-    "-exact": the exact MX path on sm_90 (the lossy fold, the GEMM, mx_lo_fix), whose kept plan is rebound."""
+    "-exact": the exact MX path on sm_90 (the lossy fold, the GEMM, mx_lo_fix), whose kept plan is rebound, at a
+    shape where the rule takes it (these calls take no options)."""
     import gc
     import weakref
 
@@ -467,7 +505,6 @@ def test_two_operands_quantized_once_keep_the_plan(cupy_device, monkeypatch, kin
     from mxcore import dtypes as _dt
     from mxcore import mx
     from mxcore.backends import get
-    from mxcore.backends.cuda import families
 
     torch = pytest.importorskip("torch") if kind == "torch" else None
     be = get("cuda")
@@ -477,7 +514,7 @@ def test_two_operands_quantized_once_keep_the_plan(cupy_device, monkeypatch, kin
             pytest.skip("the exact MX path runs on sm_90")
         dtype = dtype[:-len("-exact")]
         dtype = tuple(dtype.split("+")) if "+" in dtype else dtype
-        monkeypatch.setattr(families, "MX_EXACT_FROM", dict.fromkeys(families.MX_EXACT_FROM, (0, 0)))
+        exact_mkn = _exact_shape("mxfp8" if dtype == "mxfp8" else "mixed", 0, n=8704)  # the rule takes the exact path
     from mxcore.backends.cuda.callcache import CallCache
 
     monkeypatch.setattr(be, "_fast", CallCache())  # this test's entries only
@@ -491,7 +528,7 @@ def test_two_operands_quantized_once_keep_the_plan(cupy_device, monkeypatch, kin
         return mx.quantize_tensor(x, od.element) if od.kind == "fp8" else mx.quantize_mx(x, od.name,
                                                                                        axis=1 if role == "a" else 0)
 
-    cases = [((256, 8704, 8704), "float32")] if exact else [((96, 256, 80), "float32"), ((96, 256, 80), "bfloat16"),
+    cases = [(exact_mkn, "float32")] if exact else [((96, 256, 80), "float32"), ((96, 256, 80), "bfloat16"),
                                                              ((1024, 512, 2304), "float32")]
     for (m, k, n), od in cases:
         As, Bs = [quantized((m, k), "a") for _ in range(2)], [quantized((k, n), "b") for _ in range(2)]
@@ -526,35 +563,37 @@ def test_two_operands_quantized_once_keep_the_plan(cupy_device, monkeypatch, kin
 @pytest.mark.parametrize("dtype", [("bf16", "mxfp4"), ("bf16", "mxfp8"), "fp8", "mxfp8", "mxfp8-exact",
                                    "mxfp8+mxfp4-exact", "mxfp4", "bf16"], ids=_id)
 @pytest.mark.parametrize("m", [1, 16, 256])
-def test_linear_calls_capture_in_a_cuda_graph(cupy_device, monkeypatch, dtype, m):
+def test_linear_calls_capture_in_a_cuda_graph(cupy_device, dtype, m):
     """A region of linear calls (two layers, two weights; quantized once where the dtype is quantized) whose layouts
     ran on a stream (seen, kept, replayed) is captured on it into a torch CUDA graph.  Each replay on new
     activations (copied into the graph's input) equals the same calls made eagerly on that data bit for bit, also
     after an eviction of the backend's per-call cache (the graph's entries are pinned); M = 256 takes the weight-only
     pairs' staged path; "-exact" takes the exact MX path on sm_90 (the lossy fold, the GEMM, then mx_lo_fix by
-    programmatic dependent launch; M = 256 and K = N = 8704: enough tiles for the wgmma family), whose staging the
-    kept entries replay (with mxfp4 weights too: their fold writes the transposed elements mx_lo_fix reads).  A layout not warmed up on the capture stream is a typed error raised before
-    anything is enqueued, not a broken capture."""
+    programmatic dependent launch; K = N and M at the rule's bounds for float activations, where it takes that
+    path by itself: these calls take no options), whose staging the kept entries replay (with mxfp4 weights too:
+    their fold writes the transposed elements mx_lo_fix reads).  A layout not warmed up on the capture stream is a
+    typed error raised before anything is enqueued, not a broken capture."""
     import warnings
 
     torch = pytest.importorskip("torch")
     from mxcore import dtypes as _dt
     from mxcore.backends import get
-    from mxcore.backends.cuda import families
     from mxcore.errors import UnsupportedError
 
     be = get("cuda")
     exact = isinstance(dtype, str) and dtype.endswith("-exact")
     if exact:
         if be.target().arch != "sm_90" or m != 256:
-            pytest.skip("the exact MX path runs on sm_90, for problems with enough tiles (M = 256 here)")
+            pytest.skip("the exact MX path runs on sm_90, at the rule's own shape (once: the M = 256 case)")
         dtype = dtype[:-len("-exact")]
         dtype = tuple(dtype.split("+")) if "+" in dtype else dtype
-        monkeypatch.setattr(families, "MX_EXACT_FROM", dict.fromkeys(families.MX_EXACT_FROM, (0, 0)))
+        # float activations x weights quantized once, both layers (N = K) where the rule takes the exact path
+        m, k, n = _exact_shape("mxfp8" if dtype == "mxfp8" else "mixed", 1)
     mdt = _dt.resolve(dtype, be.target().arch)
     quantized = mdt.kind != "float"
     act = torch.bfloat16
-    k, n = (8704, 8704) if exact else (512, 384)
+    if not exact:
+        k, n = 512, 384
     gen = torch.Generator(device="cuda").manual_seed(5)
 
     def weight(rows, cols):

@@ -279,6 +279,34 @@ def test_mirrored_gemm_choices_match_the_plans(monkeypatch, arch, sms):
                                                            (4096, 4096, 4096), ob, mx=True)
 
 
+@pytest.mark.parametrize("arch", ["sm_90", "sm_89"])
+def test_mma_sync_launches_pass_the_fp8_pair_last(arch):
+    """CudaPlan packs mx_gemm's last argument, f8_pair, in every launch it makes (the plain launch, the split-K
+    launch of Relaunch and the loop diagnostics' _args): the fp8 formats on sm_90's converted build (one build for
+    every pair), 0 natively (sm_89)."""
+    from types import SimpleNamespace as NS
+
+    from mxcore.backends.cuda.plan import CudaPlan
+    from mxcore.backends.cuda.stage import DevOperand
+
+    dev = device.DeviceInfo(0, "fake", arch, 132, {})
+    for shape, split in (((4096, 4096, 4096), False), ((16, 8192, 8192), True)):
+        m, n, k = shape
+        builds = set()
+        for code, (ea, eb) in enumerate((("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e5m2"))):
+            rec = _Recorder()
+            da, db_ = DevOperand(_Buf(), k, True, ea, 0, k), DevOperand(_Buf(), k, True, eb, 0, k)
+            p = CudaPlan(NS(kernels=rec), _PlanCupy(), dev, NS(ptr=0), da, db_, _Buf((m, n)), m, n, None, "float32",
+                         None, None, fp8_convert=arch == "sm_90")
+            builds |= {o for f, o, name in rec.asked if name == "mx_gemm"}
+            want = code if arch == "sm_90" else 0
+            assert (p._splits > 1) == split
+            main = p.launcher().main
+            assert len(main.vals) == 20 and main.vals[-1].value == want, (shape, ea, eb)
+            assert p._args(None, n, p._scale, 0, 0, 0)[-1] == want
+        assert len(builds) == (1 if arch == "sm_90" else 4), builds
+
+
 @pytest.mark.parametrize("arch, sms", [("sm_90", 132), ("sm_90", 114), ("sm_80", 108)])
 def test_mirrored_weight_only_choices_match_the_plan(arch, sms):
     """default_builds._wonly asks wonly.choose as WonlyPlan.__init__ does: the real plan binds that build for every

@@ -155,13 +155,9 @@ class CudaBackend(Backend):
             arch = self.target().arch
             if arch is None:
                 return []
-        sm = sm_of(arch)
-        if sm < 80:
-            return []
-        out = ["fp32", "tf32", "fp16", "bf16", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"]
-        if sm >= 89:
-            out[4:4] = ["e4m3fn", "e5m2"]
-        return out
+        from .variants import supported_dtypes
+
+        return supported_dtypes(arch)
 
     def supports(self, mdt) -> str | None:
         reason = self.is_available()
@@ -405,9 +401,11 @@ class CudaBackend(Backend):
 
     # ---- offline --------------------------------------------------------------------------------------------
     def emit_kernels(self, arch: str, out_dir, *, workers: int | None = None):
+        """The kernels the default choice uses on ``arch`` (``default_builds.emit_jobs``), compiled into ``out_dir``."""
+        from .default_builds import emit_jobs
         from .emit import emit_kernels
 
-        return emit_kernels(arch, out_dir, workers=workers)
+        return emit_kernels(arch, out_dir, emit_jobs(arch), workers=workers)
 
 
 def _new_output(cp, shape, store, out_dtype: str, a, b, like):

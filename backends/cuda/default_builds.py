@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-__all__ = ["DTYPES", "SHAPES", "TARGETS", "Build", "Target", "codec_builds", "default_builds", "problem_builds",
-           "target_for"]
+__all__ = ["DTYPES", "SHAPES", "TARGETS", "Build", "Target", "codec_builds", "default_builds", "emit_jobs",
+           "problem_builds", "target_for"]
 
 
 @dataclass(frozen=True)
@@ -251,9 +251,9 @@ def default_builds(target) -> tuple[Build, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _default_builds(t: Target) -> tuple[Build, ...]:
-    from .backend import CudaBackend
+    from .variants import supported_dtypes
 
-    ok = set(CudaBackend().supported_dtypes(t.arch))
+    ok = set(supported_dtypes(t.arch))
     builds = []
     for dtype in DTYPES:
         names = (dtype,) if isinstance(dtype, str) else dtype
@@ -263,3 +263,18 @@ def _default_builds(t: Target) -> tuple[Build, ...]:
             for shape in SHAPES:
                 builds += problem_builds(t.arch, sms, dtype, shape)
     return tuple(sorted(_merge(builds), key=lambda b: (b.file, b.arch, b.options)))
+
+
+def emit_jobs(arch: str) -> list[dict]:
+    """``kernels --emit``'s jobs on ``arch``: the offline compile jobs (``emit.compile_jobs``, one per build) of the
+    builds the default choice uses (:func:`default_builds`; the codec has its own).  Variants that only an option
+    selects compile on first use."""
+    from .emit import compile_jobs
+
+    chosen = {(b.file, _plain(b.options)) for b in default_builds(target_for(arch))}
+    return [j for j in compile_jobs(arch) if (j["file"], _plain(j["options"])) in chosen]
+
+
+def _plain(options) -> tuple:
+    """A build's options without the arch flag and the flush-to-zero flag every offline job carries."""
+    return tuple(o for o in options if not o.startswith(("--gpu-architecture", "-ftz")))

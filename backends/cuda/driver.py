@@ -170,7 +170,8 @@ def _ctype(ctypes, a):
         return val
     if isinstance(a, np.generic):
         return {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
-                np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float}[a.dtype](a.item())
+                np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.uint32): ctypes.c_uint32,
+                np.dtype(np.float32): ctypes.c_float}[a.dtype](a.item())
     return ctypes.c_uint64(int(a.data.ptr))
 
 

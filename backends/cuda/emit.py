@@ -26,13 +26,16 @@ _DTYPE_OF_ELEM = {"f16": "fp16", "bf16": "bf16 (and MX decoded)", "tf32": "tf32,
 
 def _dtype_label(v: Variant) -> str:
     if v.element.cvt:
-        return f"fp8 {' x '.join(v.elem.split('.')[:2])} (fragments converted to f16)"
+        return "fp8, every e4m3 / e5m2 pair (fragments converted to f16; the pair a kernel argument)"
     return _DTYPE_OF_ELEM.get(v.elem, f"fp8 {v.elem.replace('.', ' x ')}")
 
 
 def compile_jobs(arch: str) -> list[dict]:
-    """Every kernel ``matmul`` and the benchmark's ceiling can launch on ``arch``: GEMM variants, prep kernels,
-    ceiling loops.  (The loop diagnostics of ``bench --loop-ceilings``, gemm_diag.cu, are compiled when used.)"""
+    """Every kernel a call can launch on ``arch``, one job per build (a build's entry points in ``entries``): the
+    variants the families' rules return and those a documented option selects (``tile=``, ``family=``, ``config=``,
+    ``fp8_accumulate=``), and the benchmark's ceiling loops; the offline checks compile them all.
+    ``default_builds.emit_jobs`` keeps those the default choice uses (``kernels --emit``, the prebuilt package).
+    (The loop diagnostics of ``bench --loop-ceilings``, gemm_diag.cu, are compiled when used.)"""
     from mxcore import layouts
 
     from ..nvrtc_tools import FTZ_FLAG
@@ -56,9 +59,30 @@ def compile_jobs(arch: str) -> list[dict]:
                      "smem": 0, "threads": 256})
     for family_jobs in _FAMILY_JOBS.values():  # the families' own builds (registered by sm90.py, wonly/)
         jobs += family_jobs(arch)
+    jobs = _one_per_build(jobs)
     for job in jobs:  # every kernel compiled as CuPy compiles it (with -ftz=true): the SASS checks see the same
         job["options"] = [*job["options"], FTZ_FLAG]
     return jobs
+
+
+def _plain(options) -> tuple:
+    """A build's options without the arch flag (a job names its arch apart)."""
+    return tuple(o for o in options if not o.startswith("--gpu-architecture"))
+
+
+def _one_per_build(jobs: list[dict]) -> list[dict]:
+    """Jobs of the same source and options (several entry points of one module, element formats that share a
+    build) merged into the first one, which lists every entry point in ``entries``."""
+    out: dict = {}
+    for j in jobs:
+        key = (j["file"], _plain(j["options"]), j.get("arch"))
+        if key in out:
+            first = out[key]
+            if j["kernel"] not in first["entries"]:
+                first["entries"].append(j["kernel"])
+        else:
+            out[key] = {**j, "entries": [j["kernel"]]}
+    return list(out.values())
 
 
 def compile_all(jobs: list[dict], *, arch: str, workers: int | None = None):
@@ -77,12 +101,13 @@ def compile_all(jobs: list[dict], *, arch: str, workers: int | None = None):
         yield from zip(jobs, pool.map(one, jobs))
 
 
-def emit_kernels(arch: str, out_dir, *, workers: int | None = None) -> list[KernelRecord]:
-    """Compile every kernel for ``arch``; write ``<stem>.cubin`` and ``<stem>.ptx`` under ``out_dir``."""
+def emit_kernels(arch: str, out_dir, jobs: list[dict], *, workers: int | None = None) -> list[KernelRecord]:
+    """Compile ``jobs`` (:func:`compile_jobs`' or a subset) for ``arch``; write ``<stem>.cubin`` and ``<stem>.ptx``
+    under ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for job, binary in compile_all(compile_jobs(arch), arch=arch, workers=workers):
+    for job, binary in compile_all(jobs, arch=arch, workers=workers):
         cubin_path, _ = binary.write(out_dir, job["stem"])
         res = binary.resources.get(job["kernel"], next(iter(binary.resources.values()), {}))
         rows.append(KernelRecord(

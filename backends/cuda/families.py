@@ -74,10 +74,11 @@ def mx_path(family: str, mdt, option: str | None = None, shape=None, per_call: i
     return "mx_exact" if exact_pays(shape, per_call, "mxfp8" if eights == 2 else "mixed") else None
 
 
-def exact_pays(shape, per_call: int, pair: str) -> bool:
+def exact_pays(shape, per_call: int, pair: str, bounds: dict | None = None) -> bool:
     """Whether :data:`MX_EXACT_FROM` takes the exact variant for ``shape`` ((batch, m, n, k) or None) of a ``pair``
-    ("mxfp8" | "mixed") with ``per_call`` (0-2) operands staged per call."""
-    bound = MX_EXACT_FROM.get((per_call, pair)) if shape is not None else None
+    ("mxfp8" | "mixed") with ``per_call`` (0-2) operands staged per call.  ``bounds``: a table of the same form read
+    instead of :data:`MX_EXACT_FROM`."""
+    bound = (MX_EXACT_FROM if bounds is None else bounds).get((per_call, pair)) if shape is not None else None
     if bound is None:
         return False
     _, m, n, k = shape

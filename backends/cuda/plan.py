@@ -22,7 +22,7 @@ from .device import address_of
 from .driver import RawLaunch
 from .operand import OUT_KIND, DevOperand
 from .tables import table
-from .variants import TILES, gemm_options
+from .variants import TILES, f8_pair, gemm_options
 from .variants import choose as choose_variant
 
 __all__ = ["OUT_KIND", "CudaPlan", "scale_args", "split_k"]
@@ -119,10 +119,13 @@ class CudaPlan(Plan):
                                np.int64(ldc), *self._scale, np.int32(OUT_KIND[self.out_dtype])))
 
     def _args(self, c, ldc: int, scale, out_kind: int, split_stride: int, c_bstride: int) -> tuple:
+        """mx_gemm's (and mx_gemm_diag's) arguments in kernel order (gemm.cu); the last, f8_pair, is the fp8
+        formats of a converted build (0 for the others, which ignore it)."""
         a, b = self.da, self.db
         return (a.buf, b.buf, c, np.int32(self.m), np.int32(self.n), np.int32(a.k), np.int64(a.ld), np.int64(b.ld),
                 np.int64(ldc), *scale, np.int32(out_kind), np.int32(self._k_split),
-                np.int64(split_stride), np.int64(a.bstride), np.int64(b.bstride), np.int64(c_bstride))
+                np.int64(split_stride), np.int64(a.bstride), np.int64(b.bstride), np.int64(c_bstride),
+                np.int32(f8_pair(self.variant_, a.elem, b.elem)))
 
     # ---- the contract -------------------------------------------------------------------------------------
     def gemm(self) -> None:

@@ -87,8 +87,8 @@ def _transposed_elements(cp, d):
 _T = table("dense")
 #: block tiles: name -> (BN, stages, cluster size along M) (tuning/dense.json, sm90_tiles)
 SM90_TILES = {name: tuple(v) for name, v in _T["sm90_tiles"]["value"].items()}
-#: exact MX fp8: the tile, and the consumers' promotion in turns / with two scratch accumulators (benchmark options)
-MX_TILE, MX_PINGPONG, MX_DUAL = _T["mx_exact"]["tile"], _T["mx_exact"]["pingpong"], _T["mx_exact"]["dual"]
+#: exact MX fp8: the tile
+MX_TILE = _T["mx_exact"]["tile"]
 SWAP_MAX_M = _T["sm90_swap_max_m"]["value"]  # M at or below which A and B are swapped (C^T = B^T A^T)
 #: the last wave's K splits: at least this many ring stages per split, at most this many splits (split_tail)
 MIN_SPLIT_STAGES, MAX_SPLITS = _T["sm90_split"]["min_stages"], _T["sm90_split"]["max_splits"]
@@ -109,8 +109,6 @@ class Sm90Variant:
     swap: bool = False  # the host swapped A and B; the kernel stores D transposed (direct stores)
     group_m: int = 16
     mx: bool = False  # exact OCP-MX fp8: per-32-K E8M0 block scales applied after each k32 wgmma
-    pingpong: bool = False  # mx: the two consumers take turns at the promotion (named barriers)
-    dual: bool = False  # mx: two scratch accumulators (block j+1's wgmma runs during block j's promotion)
 
     def __post_init__(self):
         if self.elem not in _ELEM_CODE or self.b_elem not in _ELEM_CODE:
@@ -124,10 +122,6 @@ class Sm90Variant:
             raise UnsupportedError(f"tile {self.tile!r} is not a wgmma tile; choose one of {', '.join(SM90_TILES)}")
         if self.swap and self.tma_store:
             raise UnsupportedError("the swapped (transposed-output) wgmma variant stores directly (tma_store=0)")
-        if (self.pingpong or self.dual) and not self.mx or (self.pingpong and self.dual):
-            raise UnsupportedError("pingpong or dual (not both) are options of the exact MX variant")
-        if self.dual and self.bn > 128:
-            raise UnsupportedError("dual (two scratch accumulators) fits tiles of at most 128 columns (registers)")
         if self.mx and (self.elem not in _FP8 or not (self.a_kmajor and self.b_kmajor) or self.swap):
             raise UnsupportedError("the exact MX variant multiplies K-major fp8 operands (mxfp8), not swapped")
 
@@ -183,8 +177,7 @@ class Sm90Variant:
     @property
     def name(self) -> str:
         e = self.elem if self.elem == self.b_elem else f"{self.elem}_{self.b_elem}"
-        mx = "_mx32" + ("pp" if self.pingpong else "") + ("x2" if self.dual else "")
-        acc = "" if self.elem not in _FP8 else (mx if self.mx else "_promote" if self.promote else "_fast")
+        acc = "" if self.elem not in _FP8 else ("_mx32" if self.mx else "_promote" if self.promote else "_fast")
         epi = f"_tmastore{8 * self.tma_store}" if self.tma_store else ("_swap" if self.swap else "")
         return f"sm90_{e}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}_{self.tile}{acc}{epi}"
 
@@ -199,7 +192,7 @@ class Sm90Variant:
             o += [f"-DSM90_PROMOTE={int(self.promote)}", f"-DSM90_A_E5M2={int(self.elem == 'e5m2')}",
                   f"-DSM90_B_E5M2={int(self.b_elem == 'e5m2')}"]
         if self.mx:
-            o += ["-DSM90_MX=1", f"-DSM90_MX_PINGPONG={int(self.pingpong)}", f"-DSM90_MX_DUAL={int(self.dual)}"]
+            o.append("-DSM90_MX=1")
         return o
 
 
@@ -210,8 +203,7 @@ def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote:
     ``swap``: the operands are swapped (small M; the element names and majorness are the swapped ones).
     ``mx``: exact MX fp8 (block scales in the kernel; never swapped)."""
     if mx:
-        return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or MX_TILE, True, tma_store, mx=True,
-                           pingpong=MX_PINGPONG, dual=MX_DUAL)
+        return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or MX_TILE, True, tma_store, mx=True)
     if swap:
         return Sm90Variant(elem, b_elem, a_kmajor, b_kmajor, tile or _T["sm90_tiles"]["swapped"], promote, 0, True)
     if tile is None:

@@ -20,7 +20,7 @@ from mxcore.errors import UnsupportedError
 from .tables import table
 
 __all__ = ["ELEMENTS", "FRAGMENT_FORMULAS", "TILES", "Element", "Tile", "Variant", "all_variants", "ceiling_element",
-           "choose", "choose_tile", "element_tiles", "eval_formula", "gemm_options", "native_fp8", "sm_of"]
+           "choose", "choose_tile", "element_tiles", "eval_formula", "f8_pair", "gemm_options", "native_fp8", "sm_of"]
 
 # ------------------------------------------------------------------------------------------------------------
 # the single source of the kernel's fragment index formulas (C and Python share the syntax: & >> << + only)
@@ -74,7 +74,7 @@ class Element:
     esize: int
     record: str
     min_sm: int = 80
-    cvt: tuple[str, str] | None = None  # fp8 fragments converted in registers to f16 (A, B cvt source types)
+    cvt: bool = False  # fp8 fragments converted in registers to f16 (formats: the launch's f8_pair)
 
 
 ELEMENTS = {
@@ -85,10 +85,10 @@ ELEMENTS = {
 for _pair in ("e4m3.e4m3", "e4m3.e5m2", "e5m2.e4m3", "e5m2.e5m2"):
     ELEMENTS[_pair] = Element(_pair, 1, f"mma.sync.aligned.m16n8k32.row.col.f32.{_pair}.f32", 89)
 # fp8 where mma.sync fp8 is not native (sm_90): fp8 bytes in memory and shared memory, fragments loaded in the
-# m16n8k32 layout, converted once per mma step to f16 and multiplied by two m16n8k16 (gemm.cu MX_F8_CVT)
-for _pair in ("e4m3.e4m3", "e4m3.e5m2", "e5m2.e4m3", "e5m2.e5m2"):
-    ELEMENTS[f"{_pair}.f16"] = Element(f"{_pair}.f16", 1, ELEMENTS["f16"].record, 89,
-                                       cvt=tuple(f"{x}x2" for x in _pair.split(".")))
+# m16n8k32 layout, converted once per mma step to f16 and multiplied by two m16n8k16 (gemm_block.cuh MX_F8_CVT).
+# One element for every pair: the A and B formats are a launch argument (:func:`f8_pair`), not a build option.
+F8_CVT = "f8.f8.f16"
+ELEMENTS[F8_CVT] = Element(F8_CVT, 1, ELEMENTS["f16"].record, 89, cvt=True)
 
 
 @dataclass(frozen=True)
@@ -173,8 +173,7 @@ def gemm_options(v: Variant) -> tuple[str, ...]:
         f"-DMX_WARPS_N={t.warps_n}",
         f"-DMX_STAGES={t.stages}",
         f"-DMX_GROUP_M={t.group_m}",
-        *(["-DMX_F8_CVT=1", f'-DMX_A_CVT="{v.element.cvt[0]}"', f'-DMX_B_CVT="{v.element.cvt[1]}"']
-          if v.element.cvt else []),
+        *(["-DMX_F8_CVT=1"] if v.element.cvt else []),
         _macro("MX_LDSM_A_ROW", "lane", a[0]),
         _macro("MX_LDSM_A_CHUNK", "lane", a[1]),
         _macro("MX_LDSM_B_ROW", "lane", b[0]),
@@ -185,6 +184,15 @@ def gemm_options(v: Variant) -> tuple[str, ...]:
     return tuple(opts)
 
 
+def f8_pair(v: Variant, a_elem: str, b_elem: str) -> int:
+    """The kernel's last argument, ``f8_pair``, for staged operands ``a_elem`` / ``b_elem`` on variant ``v``: the fp8
+    formats of a converted build (bit 0: A is e5m2, bit 1: B is e5m2; e4m3 otherwise), 0 for every other build
+    (which ignores it)."""
+    if not v.element.cvt:
+        return 0
+    return int(a_elem == "e5m2") | int(b_elem == "e5m2") << 1
+
+
 # ------------------------------------------------------------------------------------------------------------
 # archs, variants, tile rule
 # ------------------------------------------------------------------------------------------------------------
@@ -193,6 +201,17 @@ def sm_of(arch: str) -> int:
     if not m:
         raise UnsupportedError(f"not an NVIDIA architecture: {arch!r} (expected e.g. 'sm_90')")
     return int(m.group(1))
+
+
+def supported_dtypes(arch: str) -> list[str]:
+    """The dtypes the CUDA kernels run on ``arch`` (none below sm_80; fp8 from sm_89)."""
+    sm = sm_of(arch)
+    if sm < 80:
+        return []
+    out = ["fp32", "tf32", "fp16", "bf16", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"]
+    if sm >= 89:
+        out[4:4] = ["e4m3fn", "e5m2"]
+    return out
 
 
 def native_fp8(arch: str) -> bool:
@@ -225,10 +244,13 @@ def all_variants(arch: str) -> list[Variant]:
 def choose(a_elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, m: int, n: int, sms: int, batch: int = 1,
            tile: str | None = None, fp8_convert: bool = True) -> Variant:
     """The mma.sync family's one rule: the build for staged operands A (``a_elem``: "f16" | "bf16" | "tf32" | "e4m3"
-    | "e5m2", ``a_kmajor``) and B, ``batch`` products of m x n on ``sms`` SMs: fp8 pairs as one element (converted
-    to f16 fragments where ``fp8_convert``: sm_90), the tile by :func:`choose_tile` unless ``tile`` forces one."""
+    | "e5m2", ``a_kmajor``) and B, ``batch`` products of m x n on ``sms`` SMs: fp8 pairs as one element (natively;
+    where ``fp8_convert``, sm_90, every pair as the converted element, its formats passed at launch: :func:`f8_pair`),
+    the tile by :func:`choose_tile` unless ``tile`` forces one."""
     if a_elem in ("e4m3", "e5m2"):
-        elem = f"{a_elem}.{b_elem}" + (".f16" if fp8_convert else "")
+        if b_elem not in ("e4m3", "e5m2"):
+            raise UnsupportedError(f"internal: operands staged as {a_elem} and {b_elem}")
+        elem = F8_CVT if fp8_convert else f"{a_elem}.{b_elem}"
     elif b_elem != a_elem:
         raise UnsupportedError(f"internal: operands staged as {a_elem} and {b_elem}")
     else:

@@ -96,7 +96,7 @@ def _cmd_kernels(argv) -> int:
 
         return cli(argv)
     p = argparse.ArgumentParser(prog="mxcore kernels",
-                                description="compile every kernel variant for an arch (no GPU needed) and write a manifest")
+                                description="compile the kernels the default choice launches on an arch (NVIDIA: one per build; no GPU needed) and write a manifest")
     p.add_argument("--vendor", required=True, choices=["nvidia", "amd"])
     p.add_argument("--arch", required=True, help="sm_80, sm_89, sm_90 (nvidia) or gfx942, gfx950 (amd)")
     p.add_argument("--emit", required=True, metavar="DIR", help="folder for binaries and manifest.json")
@@ -132,7 +132,7 @@ def _cmd_kernels(argv) -> int:
 _LOCAL = {
     "info": (_cmd_info, "backends, devices, archs and versions"),
     "demo": (_cmd_demo, "run matmul for every supported dtype on 512x512x512 and print error and time"),
-    "kernels": (_cmd_kernels, "compile every kernel variant offline: kernels --vendor V --arch A --emit DIR; "
+    "kernels": (_cmd_kernels, "compile the default kernels offline: kernels --vendor V --arch A --emit DIR; "
                               "kernels --prebuild [--arch A] [--jobs N]: the default kernels into the cache"),
 }
 

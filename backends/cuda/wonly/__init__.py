@@ -51,6 +51,7 @@ import numpy as np
 from mxcore.errors import UnsupportedError
 
 from ..emit import register_jobs
+from ..operand import _SPECIAL
 from ..tables import table
 from ..variants import sm_of
 from .records import PACK_FILE, GROUP, chunk_k, formula_options, record_bytes, record_groups
@@ -84,7 +85,6 @@ def wg_cps(mt: int) -> int:
 
 _RECORD = {"f16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
            "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"}
-_SPECIAL = {"none": 0, "fn": 1, "ieee": 2}
 
 
 @dataclass(frozen=True)
@@ -219,22 +219,29 @@ class WonlyVariant:
             return f"wonly_{self.kernel}_{self.act}_{self.element}_m{self.mt * 8}{tail}"
         return f"wonly_{self.act}_{self.element}_m{self.mt * 8}{tail}"
 
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The element formats the build decodes (one build serves every byte-code format; e2m1 has its own)."""
+        return ("e2m1",) if self.pack4 else byte_formats()
+
+    def format_args(self) -> tuple:
+        """The kernel arguments after the operands: the weight's index in the build's format table (WO_FORMATS) and,
+        for the wgmma kernel, its fold range (slo, shi, eoff4 = eoff * 0x01010101 mod 2^32: :func:`fold_range`)."""
+        args = (np.uint32(self.formats.index(self.element)),)
+        if self.kernel == "wg":
+            lo, hi, off = fold_range(self.element, self.act)
+            args += (np.uint32(lo), np.uint32(hi), np.uint32((off * 0x01010101) & 0xFFFFFFFF))
+        return args
+
     def options(self) -> tuple:
         from mxcore import layouts
 
-        sp = self.spec
-        tbias, tmant = (127, 7) if self.act == "bf16" else (15, 10)
-        mul = 2.0 ** (tbias - sp.bias)  # the exact multiply that turns placed bits into the value
-        bits = int(np.float32(mul).view(np.uint32) >> 16) if self.act == "bf16" else int(np.float16(mul).view(np.uint16))
-        if sp.ebits + sp.mbits + 1 != sp.bits or sp.mbits > tmant:
-            raise UnsupportedError(f"internal: {self.element} is not a sign-magnitude minifloat the decode places")
         ring = _T["ring"]
-        return ("-std=c++17", f"-DWO_EBITS={sp.ebits}", f"-DWO_MBITS={sp.mbits}",
-                f"-DWO_SPECIAL={_SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0}", f"-DWO_PACK4={int(self.pack4)}",
-                f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MUL={bits * 0x10001:#x}u", f"-DWO_MT={self.mt}",
+        table = ", ".join(_format_entry(e, self.act) for e in self.formats)
+        return ("-std=c++17", f"-DWO_PACK4={int(self.pack4)}", f"-DWO_FORMATS={{{table}}}",
+                f"-DWO_BF16={int(self.act == 'bf16')}", f"-DWO_MT={self.mt}",
                 *{"gemv": (f"-DWG_R={self.r}", f"-DWG_WARPS={self.warps}", f"-DWG_PF={self.pf}"),
                   "wg": ("--gpu-architecture=sm_90a", f"-DWW_STAGES={self.pf}", f"-DWW_CPS={self.cps}",
-                         *(f"-DWW_{k}={v}" for k, v in zip(("SLO", "SHI", "EOFF"), fold_range(self.element, self.act))),
                          f'-DWW_MMA_ASM="{_wgmma_asm(self.mt, self.act)}"', f"-DWW_FOLD_ONLY={int(self.fold_only)}",
                          f"-DWW_GATHER_WARPS={self.gather_warps}",
                          f"-DWW_GATHER_ROWS={int(self.gather_rows)}",
@@ -244,6 +251,30 @@ class WonlyVariant:
                            f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
+
+
+@functools.lru_cache(maxsize=None)
+def byte_formats() -> tuple[str, ...]:
+    """The MX element formats stored one code per byte (fp6, fp8), in the order of a byte-code build's format table."""
+    from mxcore import dtypes as _dt, formats
+
+    return tuple(e for e in dict.fromkeys(_dt.MX_ELEMENT.values()) if formats.get(e).bits != 4)
+
+
+def _format_entry(element: str, act: str) -> str:
+    """``element``'s entry of the kernels' format table (wonly_common.cuh, WoFormat): {ebits, mbits, special, mul},
+    mul the 16-bit x2 bits of 2^(target bias - element bias), the exact multiply that turns placed bits into the
+    value."""
+    from mxcore import formats
+
+    sp = formats.get(element)
+    tbias, tmant = (127, 7) if act == "bf16" else (15, 10)
+    if sp.ebits + sp.mbits + 1 != sp.bits or sp.mbits > tmant:
+        raise UnsupportedError(f"internal: {element} is not a sign-magnitude minifloat the decode places")
+    mul = 2.0 ** (tbias - sp.bias)
+    bits = int(np.float32(mul).view(np.uint32) >> 16) if act == "bf16" else int(np.float16(mul).view(np.uint16))
+    special = _SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0  # e4m3fn: 1, e5m2: 2
+    return f"{{{sp.ebits}, {sp.mbits}, {special}, {bits * 0x10001:#x}u}}"
 
 
 # ------------------------------------------------------------------------------------------------------------------

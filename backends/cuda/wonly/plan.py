@@ -55,10 +55,10 @@ class WonlyPlan(Plan):
         v = self.variant_
         self._nchunks = -(-da.k // v.kc)
         with cp.cuda.Device(dev.ordinal):
-            self._kernel = backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, v.entry, v.options(),
-                                               v.smem_bytes)
+            # keyed by the build (its options): the element formats that share it share the module
+            self._kernel = backend.kernels.get(cp, dev.ordinal, "wonly", v.file, v.entry, v.options(), v.smem_bytes)
             # the permuted copy of the activations that a WW_TMA build loads (the same module's second entry)
-            self._xperm_kernel = (backend.kernels.get(cp, dev.ordinal, ("wonly", v), v.file, "mx_wonly_xperm",
+            self._xperm_kernel = (backend.kernels.get(cp, dev.ordinal, "wonly", v.file, "mx_wonly_xperm",
                                                       v.options()) if v.tma_x else None)
             small = v.kernel in ("gemv", "wg")
             per_sm = v.ctas_per_sm
@@ -116,7 +116,7 @@ class WonlyPlan(Plan):
         self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (v.threads,), self._smem, (
             b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
             np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
-            np.int32(self._per), *xmap), pdl=v.pdl)
+            np.int32(self._per), *v.format_args(), *xmap), pdl=v.pdl)
 
     def takes(self, db: DevOperand) -> bool:
         """Whether the plan's kernel multiplies the packed weight ``db`` (of the same form as its own): the
