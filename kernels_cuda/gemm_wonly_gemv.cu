@@ -8,8 +8,8 @@
 // its own, loading every lane's 16 code bytes and scale word with 16-byte / 4-byte non-coherent loads (L1 not
 // allocated) WG_PF chunks ahead of the chunk it decodes, and its activation fragments (lane (g, t): row g, the 8
 // consecutive K that WO_KPHYS gives it) with 16-byte loads that stay in L1 (every warp of the block reads them).
-// The decode costs 13 operations per 4 registers of bf16 (wo4_place and one multiply); the block factors take a slower path only in
-// chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
+// The decode costs 13 operations per 4 registers of bf16 (wo4_place and one multiply); the block factors take a
+// slower path only in chunks where some scale byte is 0x00 or 0xFF (a warp vote per chunk).
 //
 // Under WO_PDL the records of the first WG_PF chunks are requested before the dependent part (wonly_common.cuh:
 // wo_dependent_part), the activations after it.

@@ -422,7 +422,8 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         for (int st = 0; st < stages; ++st) {
             const int s = st % WW_STAGES;
             claim(st);
-            const u32 bits = ww_fold_bits(range, slo, shi);  // stage st's (slot s is free), published by the arrive below
+            // stage st's fold bits (slot s is free), published by the arrive below
+            const u32 bits = ww_fold_bits(range, slo, shi);
             if (copier) {
                 fold_bits[s] = bits;
                 ww_load_act(ring + s * WW_STAGE_BYTES, &xmap, (c_begin + st * WW_CPS) * WO_KC, m0, full0 + 8 * s);

@@ -1,6 +1,6 @@
 """The CUDA kernel set is what the rules choose: ``kernels --emit`` compiles exactly the builds the default choice
-uses (``default_builds.emit_jobs``), one job per build, at most 80 on sm_90, and the weight-only kernels take the element
-format at run time (one build per kernel form serves every byte-code format).  No GPU, no compiler needed."""
+uses (``default_builds.emit_jobs``), one job per build, at most 80 on sm_90, and the weight-only kernels take the
+element format at run time (one build per kernel form serves every byte-code format).  No GPU, no compiler needed."""
 
 from __future__ import annotations
 
@@ -14,18 +14,15 @@ from mxcore.backends.cuda import emit, wonly
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def _plain(options) -> tuple:
-    return tuple(o for o in options if not o.startswith(("--gpu-architecture", "-ftz")))
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
 def test_emit_is_the_chosen_set(arch):
     jobs = db.emit_jobs(arch)
-    built = collections.Counter((j["file"], _plain(j["options"])) for j in jobs)
+    built = collections.Counter((j["file"], emit.plain_options(j["options"])) for j in jobs)
     assert max(built.values()) == 1  # one job per build
-    chosen = {(b.file, _plain(b.options)) for b in db.default_builds(db.target_for(arch)) if b.file != "codec.cu"}
+    chosen = {(b.file, emit.plain_options(b.options)) for b in db.default_builds(db.target_for(arch))
+              if b.file != "codec.cu"}
     assert set(built) == chosen  # every build chosen, every chosen build compiled (the codec has its own checks)
-    every = {(j["file"], _plain(j["options"])) for j in emit.compile_jobs(arch)}
+    every = {(j["file"], emit.plain_options(j["options"])) for j in emit.compile_jobs(arch)}
     assert set(built) <= every  # what options can select includes the default
 
 

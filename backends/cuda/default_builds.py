@@ -269,12 +269,8 @@ def emit_jobs(arch: str) -> list[dict]:
     """``kernels --emit``'s jobs on ``arch``: the offline compile jobs (``emit.compile_jobs``, one per build) of the
     builds the default choice uses (:func:`default_builds`; the codec has its own).  Variants that only an option
     selects compile on first use."""
-    from .emit import compile_jobs
+    from .emit import compile_jobs, plain_options
 
-    chosen = {(b.file, _plain(b.options)) for b in default_builds(target_for(arch))}
-    return [j for j in compile_jobs(arch) if (j["file"], _plain(j["options"])) in chosen]
+    chosen = {(b.file, plain_options(b.options)) for b in default_builds(target_for(arch))}
+    return [j for j in compile_jobs(arch) if (j["file"], plain_options(j["options"])) in chosen]
 
-
-def _plain(options) -> tuple:
-    """A build's options without the arch flag and the flush-to-zero flag every offline job carries."""
-    return tuple(o for o in options if not o.startswith(("--gpu-architecture", "-ftz")))

@@ -9,7 +9,7 @@ from .._contract import KernelRecord
 from .compile import CEILING_FILE, GEMM_FILE, PREP_FILE, PREP_KERNELS, source
 from .variants import ELEMENTS, Variant, all_variants, gemm_options, sm_of
 
-__all__ = ["compile_all", "compile_jobs", "emit_kernels", "register_jobs"]
+__all__ = ["compile_all", "compile_jobs", "emit_kernels", "plain_options", "register_jobs"]
 
 #: family name -> its offline compile jobs on an arch (a family registers them when it is imported: this module
 #: imports no family)
@@ -65,9 +65,10 @@ def compile_jobs(arch: str) -> list[dict]:
     return jobs
 
 
-def _plain(options) -> tuple:
-    """A build's options without the arch flag (a job names its arch apart)."""
-    return tuple(o for o in options if not o.startswith("--gpu-architecture"))
+def plain_options(options) -> tuple:
+    """A build's options without the arch flag (a job names its arch apart) and the flush-to-zero flag every offline
+    job carries: what identifies a build of a source."""
+    return tuple(o for o in options if not o.startswith(("--gpu-architecture", "-ftz")))
 
 
 def _one_per_build(jobs: list[dict]) -> list[dict]:
@@ -75,7 +76,7 @@ def _one_per_build(jobs: list[dict]) -> list[dict]:
     build) merged into the first one, which lists every entry point in ``entries``."""
     out: dict = {}
     for j in jobs:
-        key = (j["file"], _plain(j["options"]), j.get("arch"))
+        key = (j["file"], plain_options(j["options"]), j.get("arch"))
         if key in out:
             first = out[key]
             if j["kernel"] not in first["entries"]:

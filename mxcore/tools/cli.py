@@ -96,7 +96,8 @@ def _cmd_kernels(argv) -> int:
 
         return cli(argv)
     p = argparse.ArgumentParser(prog="mxcore kernels",
-                                description="compile the kernels the default choice launches on an arch (NVIDIA: one per build; no GPU needed) and write a manifest")
+                                description="compile the kernels the default choice launches on an arch (NVIDIA: one "
+                                            "per build; no GPU needed) and write a manifest")
     p.add_argument("--vendor", required=True, choices=["nvidia", "amd"])
     p.add_argument("--arch", required=True, help="sm_80, sm_89, sm_90 (nvidia) or gfx942, gfx950 (amd)")
     p.add_argument("--emit", required=True, metavar="DIR", help="folder for binaries and manifest.json")
