@@ -344,6 +344,135 @@ __device__ __forceinline__ void ww_decode_block(u32 (&b2)[2][4], const uint4& q,
 }
 
 
+// A consumer warp's part (warp w of the consumer warpgroups multiplies tile 2 (w % 4) + w / 4 of the record group):
+// every stage's chunks, folded or block by block, into acc (fb: the fp32 block-scale path's sum).  KIND >= 0: the
+// weight's format (wonly_common.cuh), fixed for the whole loop (the kernel branches on `kind` once, outside); -1:
+// the loop branches on `kind` in every chunk.  WW_KIND_LOOP (-D, backends/cuda/tuning/wonly.json wg_kind_loop) picks
+// the first form where it measured faster and ptxas neither spills nor serializes the wgmma.
+template <int KIND>
+__device__ __forceinline__ void ww_consume(float (&acc)[4 * WO_MT], float (&fb)[4 * WO_MT], const u32* fold_bits,
+                                           const u8* ring_ptr, u32 ring, u32 full0, u32 empty0, int stages,
+                                           int c_begin, int c_end, int warp, int lane, u32 rank, u32 eoff4,
+                                           u32 kind) {
+    constexpr int D = 4 * WO_MT;
+    const int g = lane >> 2, tile = 2 * (warp & 3) + (warp >> 2);
+    u32 a[2][2 * WO_BPC][4];  // [buffer][k16 step of the chunk][register]
+    // the previous stage is free once the second chunk of this one passed its wait (every wgmma of the previous
+    // stage completed): one arrive per warp
+    const auto release = [&](int st, int cc) {
+        if (cc == WW_CPS - 1 && st > 0 && lane == 0) {
+            const u32 empty = empty0 + 8 * ((WW_PIN ? st + WW_STAGES - 1 : st - 1) % WW_STAGES);
+            mbarrier_arrive(empty);
+#if WW_PAIR
+#pragma unroll
+            for (int r = 1; r < WW_PAIR; ++r)  // the peers write into this slot too
+                mbarrier_arrive_cluster(mapa(empty, (rank + r) % WW_PAIR));
+#endif
+        }
+    };
+    bool unfolded = false;    // a chunk outside the fold range (a fold-only build gives NaN: never a wrong sum)
+#if WW_PIN  // the lane's shared addresses, formed once: the ring, the barriers, the fold bits, and the offsets of its
+        // fragment of tile `tile` and of its scale word in a stage's first record chunk
+    const u32 ring0 = ww_pin(ring), full = ww_pin(full0), folds0 = ww_pin(smem_u32(fold_bits));
+    const u32 q_off = ww_pin(WW_ACT_BYTES + tile * WO_REC + lane * 16);
+    const u32 sc_off = ww_pin(WW_ACT_BYTES + tile * WO_REC + 512 + g * (WO_BPC == 2 ? 4 : 2));
+#endif
+    float t[D];               // the fp32 path's block product (written by wgmma only)
+#pragma unroll
+    for (int i = 0; i < D; ++i) t[i] = 0.f;
+    for (int st = 0; st < stages; ++st) {
+        const int s = st % WW_STAGES;
+#if WW_PIN
+        const u32 stage = ring0 + s * WW_STAGE_BYTES;
+        mbarrier_wait(full + 8 * s, (st / WW_STAGES) & 1);
+        const u32 folds = ld_shared_u32(folds0 + 4 * s);
+        const u64 desc0 = ww_desc0(stage);
+#else
+        mbarrier_wait(full0 + 8 * s, (st / WW_STAGES) & 1);
+        const u32 folds = fold_bits[s];
+        const u64 desc0 = ww_desc0(ring + s * WW_STAGE_BYTES);
+        const u8* recs = ring_ptr + s * WW_STAGE_BYTES + WW_ACT_BYTES;
+#endif
+        if (WW_FOLD_ONLY) unfolded |= folds != (1u << WW_CPS) - 1u;  // (chunks past c_end read as folding)
+#pragma unroll
+        for (int cc = 0; cc < WW_CPS; ++cc) {
+            const int c = c_begin + st * WW_CPS + cc;
+            if (c >= c_end) {  // a K tail's last stage: see WW_TAIL_SKIP
+                if (WW_TAIL_SKIP) continue;
+                break;
+            }
+#if WW_PIN
+            const u32 chunk = stage + cc * WO_GROUP * WO_REC;
+            const int4 q4 = ld_shared_v4(chunk + q_off);
+            const uint4 q = make_uint4(q4.x, q4.y, q4.z, q4.w);
+            const u32 sc = WO_BPC == 2 ? ld_shared_u32(chunk + sc_off)
+                                       : wo_scale_word(ld_shared_u16(chunk + sc_off));
+#else
+            const u8* rec = recs + cc * WO_GROUP * WO_REC + tile * WO_REC;
+            const uint4 q = *reinterpret_cast<const uint4*>(rec + lane * 16);
+            const u32 sc = WO_BPC == 2 ? *reinterpret_cast<const u32*>(rec + 512 + g * 4)
+                                       : wo_scale_word(*reinterpret_cast<const u16*>(rec + 512 + g * 2));
+#endif
+            const bool fold = (folds >> cc) & 1u;
+            if (WW_FOLD_ONLY || fold) {
+                const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
+                ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
+                release(st, cc);
+                // each live byte + eoff lies in [1, 254]: no carry or borrow between them (the padding bytes
+                // of a one-block word sit above the live ones)
+                const u32 e = sc + eoff4;
+                const u32 f[4] = {ww_factor<0>(e), ww_factor<1>(e), ww_factor<2>(e), ww_factor<3>(e)};
+                if constexpr (KIND >= 0) {
+                    ww_decode_fold<KIND>(a[buf], q, f);
+                } else {
+#define WW_FOLD(K) ww_decode_fold<K>(a[buf], q, f)
+                    WO_BY_KIND(kind, WW_FOLD)
+#undef WW_FOLD
+                }
+                ww_fence();
+#pragma unroll
+                for (int u = 0; u < 2 * WO_BPC; ++u) {
+                    ww_mma(acc, a[buf][u], ww_desc(desc0, cc * WO_BPC + (u >> 1), u & 1), 1);
+                }
+                ww_commit();
+            } else {  // block by block: the block's wgmma into t, then fb += 2^(s - 127) t in fp32
+                ww_wait<0>();
+                release(st, cc);
+                const bool special = __any_sync(0xffffffffu, wo_special(sc));
+#pragma unroll
+                for (int blk = 0; blk < WO_BPC; ++blk) {
+                    u32 b2[2][4];
+                    if constexpr (KIND >= 0) {
+                        ww_decode_block<KIND>(b2, q, blk);
+                    } else {
+#define WW_BLOCK(K) ww_decode_block<K>(b2, q, blk)
+                        WO_BY_KIND(kind, WW_BLOCK)
+#undef WW_BLOCK
+                    }
+                    ww_fence();
+#pragma unroll
+                    for (int s2 = 0; s2 < 2; ++s2) ww_mma(t, b2[s2], ww_desc(desc0, cc * WO_BPC + blk, s2), s2);
+                    ww_commit();
+                    ww_wait<0>();
+                    const float f0 = wo_factor(sc, 16 * blk, special);      // W^T row g
+                    const float f1 = wo_factor(sc, 16 * blk + 8, special);  // row g + 8
+#pragma unroll
+                    for (int i = 0; i < D; ++i) fb[i] = f32_fma(t[i], (i & 2) ? f1 : f0, fb[i]);
+                }
+            }
+        }
+    }
+    ww_wait<0>();
+    if (WW_FOLD_ONLY) {
+        if (unfolded)
+#pragma unroll
+            for (int i = 0; i < D; ++i) acc[i] = __int_as_float(0x7fffffff);
+    } else {
+#pragma unroll
+        for (int i = 0; i < D; ++i) acc[i] = f32_add(acc[i], fb[i]);
+    }
+}
+
 #define WW_MINB (WO_MT <= 4 || WW_FOLD_ONLY ? 2 : 1)  // blocks per SM the registers must allow
 extern "C" __global__ void WW_CLUSTER __launch_bounds__(WW_THREADS, WW_MINB)
 mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict__ C, float* __restrict__ ws,
@@ -353,9 +482,7 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
     __shared__ __align__(8) u64 bars[2 * WW_STAGES];  // full[s], then empty[s]
     __shared__ u32 fold_bits[WW_STAGES];               // stage s's chunks that fold (ww_fold_bits)
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
-#if WW_PAIR
-    const u32 rank = cluster_ctarank();
-#endif
+    const u32 rank = WW_PAIR ? cluster_ctarank() : 0u;
     u8* const ring_ptr = smem_raw + (ring - smem_u32(smem_raw));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int m0 = blockIdx.y * WW_MP;
@@ -497,114 +624,15 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
 #endif
     } else {  // consumer warpgroup h = warp / 4 multiplies half h of the group: warp w's tile is 2 (w % 4) + h
         wo_dependent_part();
-        const int g = lane >> 2, tile = 2 * (warp & 3) + (warp >> 2);
-        u32 a[2][2 * WO_BPC][4];  // [buffer][k16 step of the chunk][register]
-        // the previous stage is free once the second chunk of this one passed its wait (every wgmma of the previous
-        // stage completed): one arrive per warp
-        const auto release = [&](int st, int cc) {
-            if (cc == WW_CPS - 1 && st > 0 && lane == 0) {
-                const u32 empty = empty0 + 8 * ((WW_PIN ? st + WW_STAGES - 1 : st - 1) % WW_STAGES);
-                mbarrier_arrive(empty);
-#if WW_PAIR
-#pragma unroll
-                for (int r = 1; r < WW_PAIR; ++r)  // the peers write into this slot too
-                    mbarrier_arrive_cluster(mapa(empty, (rank + r) % WW_PAIR));
-#endif
-            }
-        };
-        bool unfolded = false;    // a chunk outside the fold range (a fold-only build gives NaN: never a wrong sum)
-#if WW_PIN  // the lane's shared addresses, formed once: the ring, the barriers, the fold bits, and the offsets of its
-            // fragment of tile `tile` and of its scale word in a stage's first record chunk
-        const u32 ring0 = ww_pin(ring), full = ww_pin(full0), folds0 = ww_pin(smem_u32(fold_bits));
-        const u32 q_off = ww_pin(WW_ACT_BYTES + tile * WO_REC + lane * 16);
-        const u32 sc_off = ww_pin(WW_ACT_BYTES + tile * WO_REC + 512 + g * (WO_BPC == 2 ? 4 : 2));
-#endif
-        float t[D];               // the fp32 path's block product (written by wgmma only)
-#pragma unroll
-        for (int i = 0; i < D; ++i) t[i] = 0.f;
-        for (int st = 0; st < stages; ++st) {
-            const int s = st % WW_STAGES;
-#if WW_PIN
-            const u32 stage = ring0 + s * WW_STAGE_BYTES;
-            mbarrier_wait(full + 8 * s, (st / WW_STAGES) & 1);
-            const u32 folds = ld_shared_u32(folds0 + 4 * s);
-            const u64 desc0 = ww_desc0(stage);
-#else
-            mbarrier_wait(full0 + 8 * s, (st / WW_STAGES) & 1);
-            const u32 folds = fold_bits[s];
-            const u64 desc0 = ww_desc0(ring + s * WW_STAGE_BYTES);
-            const u8* recs = ring_ptr + s * WW_STAGE_BYTES + WW_ACT_BYTES;
-#endif
-            if (WW_FOLD_ONLY) unfolded |= folds != (1u << WW_CPS) - 1u;  // (chunks past c_end read as folding)
-#pragma unroll
-            for (int cc = 0; cc < WW_CPS; ++cc) {
-                const int c = c_begin + st * WW_CPS + cc;
-                if (c >= c_end) {  // a K tail's last stage: see WW_TAIL_SKIP
-                    if (WW_TAIL_SKIP) continue;
-                    break;
-                }
-#if WW_PIN
-                const u32 chunk = stage + cc * WO_GROUP * WO_REC;
-                const int4 q4 = ld_shared_v4(chunk + q_off);
-                const uint4 q = make_uint4(q4.x, q4.y, q4.z, q4.w);
-                const u32 sc = WO_BPC == 2 ? ld_shared_u32(chunk + sc_off)
-                                           : wo_scale_word(ld_shared_u16(chunk + sc_off));
-#else
-                const u8* rec = recs + cc * WO_GROUP * WO_REC + tile * WO_REC;
-                const uint4 q = *reinterpret_cast<const uint4*>(rec + lane * 16);
-                const u32 sc = WO_BPC == 2 ? *reinterpret_cast<const u32*>(rec + 512 + g * 4)
-                                           : wo_scale_word(*reinterpret_cast<const u16*>(rec + 512 + g * 2));
-#endif
-                const bool fold = (folds >> cc) & 1u;
-                if (WW_FOLD_ONLY || fold) {
-                    const int buf = cc & 1;  // chunk parity (WW_CPS is even): a constant after unrolling
-                    ww_wait<1>();            // the chunk that used this buffer two chunks ago is done
-                    release(st, cc);
-                    // each live byte + eoff lies in [1, 254]: no carry or borrow between them (the padding bytes
-                    // of a one-block word sit above the live ones)
-                    const u32 e = sc + eoff4;
-                    const u32 f[4] = {ww_factor<0>(e), ww_factor<1>(e), ww_factor<2>(e), ww_factor<3>(e)};
-#define WW_FOLD(K) ww_decode_fold<K>(a[buf], q, f)
-                    WO_BY_KIND(kind, WW_FOLD)
-#undef WW_FOLD
-                    ww_fence();
-#pragma unroll
-                    for (int u = 0; u < 2 * WO_BPC; ++u) {
-                        ww_mma(acc, a[buf][u], ww_desc(desc0, cc * WO_BPC + (u >> 1), u & 1), 1);
-                    }
-                    ww_commit();
-                } else {  // block by block: the block's wgmma into t, then fb += 2^(s - 127) t in fp32
-                    ww_wait<0>();
-                    release(st, cc);
-                    const bool special = __any_sync(0xffffffffu, wo_special(sc));
-#pragma unroll
-                    for (int blk = 0; blk < WO_BPC; ++blk) {
-                        u32 b2[2][4];
-#define WW_BLOCK(K) ww_decode_block<K>(b2, q, blk)
-                        WO_BY_KIND(kind, WW_BLOCK)
-#undef WW_BLOCK
-                        ww_fence();
-#pragma unroll
-                        for (int s2 = 0; s2 < 2; ++s2) ww_mma(t, b2[s2], ww_desc(desc0, cc * WO_BPC + blk, s2), s2);
-                        ww_commit();
-                        ww_wait<0>();
-                        const float f0 = wo_factor(sc, 16 * blk, special);      // W^T row g
-                        const float f1 = wo_factor(sc, 16 * blk + 8, special);  // row g + 8
-#pragma unroll
-                        for (int i = 0; i < D; ++i) fb[i] = f32_fma(t[i], (i & 2) ? f1 : f0, fb[i]);
-                    }
-                }
-            }
-        }
-        ww_wait<0>();
-        if (WW_FOLD_ONLY) {
-            if (unfolded)
-#pragma unroll
-                for (int i = 0; i < D; ++i) acc[i] = __int_as_float(0x7fffffff);
+#define WW_CONSUME(K)                                                                                         \
+    ww_consume<K>(acc, fb, fold_bits, ring_ptr, ring, full0, empty0, stages, c_begin, c_end, warp, lane, rank, \
+                  eoff4, kind)
+        if constexpr (WW_KIND_LOOP) {
+            WO_BY_KIND(kind, WW_CONSUME)
         } else {
-#pragma unroll
-            for (int i = 0; i < D; ++i) acc[i] = f32_add(acc[i], fb[i]);
+            WW_CONSUME(-1);
         }
+#undef WW_CONSUME
     }
 
 #if WW_PAIR

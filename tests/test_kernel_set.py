@@ -39,3 +39,18 @@ def test_byte_formats_share_a_build():
         kinds = [int(wonly.WonlyVariant.wg(e, act, 2).format_args()[0]) for e in wonly.byte_formats()]
         assert kinds == list(range(len(wonly.byte_formats())))
     assert wonly.WonlyVariant.wg("e2m1", "bf16", 2).options() != opts["e4m3fn"]
+
+
+def test_kind_loop_follows_the_table():
+    """The wgmma kernel compiles its consumer loop once per format (WW_KIND_LOOP=1) exactly where the tuning table's
+    wg_kind_loop says: byte codes, the listed activations, M tiles up to max_mt, not fold-only; 4-bit builds (one
+    format) never."""
+    t = wonly.TUNING["wg_kind_loop"]
+    for act in ("f16", "bf16"):
+        for mt in range(1, 9):
+            for fold_only in (False, True):
+                for e in ("e4m3fn", "e2m1"):
+                    v = wonly.WonlyVariant.wg(e, act, mt, fold_only=fold_only)
+                    want = e != "e2m1" and act in t["acts"] and mt <= t["max_mt"] and not fold_only
+                    assert v.kind_loop == want and f"-DWW_KIND_LOOP={int(want)}" in v.options(), (act, mt, e)
+    assert wonly.WonlyVariant.gemv("e4m3fn", "bf16", 1).kind_loop is False

@@ -132,6 +132,14 @@ class WonlyVariant:
         return 32 * {"gemv": self.warps, "wg": 8 + self.gather_warps}.get(self.kernel, _T["ring"]["warps"])
 
     @property
+    def kind_loop(self) -> bool:
+        """wg, byte codes: the consumer loop is compiled once per element format and the kernel branches on the
+        format once (WW_KIND_LOOP), not in every chunk (tuning: wg_kind_loop)."""
+        t = _T["wg_kind_loop"]
+        return (self.kernel == "wg" and not self.pack4 and not self.fold_only and self.act in t["acts"]
+                and self.mt <= t["max_mt"])
+
+    @property
     def gather_warps(self) -> int:
         """wg: the producer warps that gather the activations (per token row, or per row group)."""
         if self.kernel != "wg":
@@ -246,7 +254,8 @@ class WonlyVariant:
                          f"-DWW_GATHER_WARPS={self.gather_warps}",
                          f"-DWW_GATHER_ROWS={int(self.gather_rows)}",
                          f"-DWW_WHOLE={int(self.whole_rows)}",
-                         f"-DWW_PAIR={self.pair}", f"-DWW_TMA={int(self.tma_x)}"),
+                         f"-DWW_PAIR={self.pair}", f"-DWW_TMA={int(self.tma_x)}",
+                         f"-DWW_KIND_LOOP={int(self.kind_loop)}"),
                   "ring": (f"-DWO_R={GROUP // ring['warps']}", f"-DWO_WARPS={ring['warps']}",
                            f"-DWO_STAGES={self.stages}")}[self.kernel],
                 f"-DWO_PDL={int(self.pdl)}",
