@@ -19,25 +19,21 @@
 // with one float32 add whose result is provably the same (see its comment).
 //
 // Vendor differences are confined to the shim below (count-leading-zeros, atomics, bit casts, non-contracted
-// float ops, the lane-pair exchange).  Launch: 1-D grids of MXC_THREADS threads (blockDim and gridDim are not
-// read, so the same code runs under hip_shim.h).
+// float ops, the lane-pair exchange, CTA-level staging).  Launch: 1-D grids of MXC_THREADS threads (from the host,
+// backends/codec_runtime.py; blockDim and gridDim are not read, so the same code runs under hip_shim.h).
+//
+// Three builds: CUDA (NVRTC), HIP (hiprtc, clang-22), and the host (MXC_HOST defined as 1: a plain C++ build for
+// CPU tests; tests/test_codec_compile.py runs the kernels' arithmetic on the host, one thread at a time, against
+// numpy; its harness maps __device__, __shared__, threadIdx, __syncthreads ... to host forms).
 
-#ifndef MXC_CODEC_CUH
-#define MXC_CODEC_CUH
-
-#if defined(__HIP__) || defined(__HIPCC__) || defined(__HIPCC_RTC__) || defined(__HIP_DEVICE_COMPILE__)
+#if defined(MXC_HOST)
+#define MXC_HIP 0
+#elif defined(__HIP__) || defined(__HIPCC__) || defined(__HIPCC_RTC__) || defined(__HIP_DEVICE_COMPILE__)
+#define MXC_HOST 0
 #define MXC_HIP 1
 #else
-#define MXC_HIP 0
-#endif
-// MXC_HOST: a plain C++ build for CPU tests (tests/test_codec_compile.py runs the kernels' arithmetic on the
-// host, one thread at a time, against numpy); the CTA-level staging of maxima is then skipped.
-#ifndef MXC_HOST
 #define MXC_HOST 0
-#endif
-
-#ifndef MXC_THREADS
-#define MXC_THREADS 256
+#define MXC_HIP 0
 #endif
 
 typedef unsigned char mxc_u8;
@@ -47,161 +43,115 @@ typedef unsigned long long mxc_u64;
 typedef long long mxc_i64;
 
 // ---- vendor shim ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ int mxc_bitlen(mxc_u32 x) {
-#if MXC_HIP || MXC_HOST
-    return x ? 32 - __builtin_clz(x) : 0;
-#else
-    return 32 - __clz(x);
-#endif
+// bit length, float bits, non-contracted float arithmetic (each op rounds once, RNE), |x|, per-halfword unsigned
+// max, byte permute: clang's builtins and plain C++ (host, HIP), or CUDA's intrinsics
+#if MXC_HOST || MXC_HIP
+__device__ __forceinline__ int mxc_bitlen(mxc_u32 x) { return x ? 32 - __builtin_clz(x) : 0; }
+__device__ __forceinline__ int mxc_bitlen(mxc_u64 x) { return x ? 64 - __builtin_clzll(x) : 0; }
+__device__ __forceinline__ mxc_u32 mxc_f2u(float f) { return __builtin_bit_cast(mxc_u32, f); }
+__device__ __forceinline__ float mxc_u2f(mxc_u32 u) { return __builtin_bit_cast(float, u); }
+__device__ __forceinline__ float mxc_fmul(float a, float b) { return a * b; }
+__device__ __forceinline__ float mxc_fadd(float a, float b) { return a + b; }
+__device__ __forceinline__ float mxc_fabs(float a) { return __builtin_fabsf(a); }
+__device__ __forceinline__ mxc_u32 mxc_vmaxu2(mxc_u32 a, mxc_u32 b) {
+    const mxc_u32 lo = (a & 0xffffu) > (b & 0xffffu) ? (a & 0xffffu) : (b & 0xffffu);
+    const mxc_u32 hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+    return lo | (hi << 16);
 }
-__device__ __forceinline__ int mxc_bitlen(mxc_u64 x) {
-#if MXC_HIP || MXC_HOST
-    return x ? 64 - __builtin_clzll(x) : 0;
-#else
-    return 64 - __clzll((long long)x);
-#endif
+// bytes of the 8-byte value b:a picked by the four selector nibbles of s (low nibble: result byte 0)
+__device__ __forceinline__ mxc_u32 mxc_byte_perm(mxc_u32 a, mxc_u32 b, mxc_u32 s) {
+    const mxc_u64 v = ((mxc_u64)b << 32) | a;
+    mxc_u32 r = 0u;
+    for (int i = 0; i < 4; ++i) r |= (mxc_u32)((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
 }
-__device__ __forceinline__ void mxc_atomic_max(mxc_u32* p, mxc_u32 v) {
+#else
+__device__ __forceinline__ int mxc_bitlen(mxc_u32 x) { return 32 - __clz(x); }
+__device__ __forceinline__ int mxc_bitlen(mxc_u64 x) { return 64 - __clzll((long long)x); }
+__device__ __forceinline__ mxc_u32 mxc_f2u(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ float mxc_u2f(mxc_u32 u) { return __uint_as_float(u); }
+__device__ __forceinline__ float mxc_fmul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float mxc_fadd(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float mxc_fabs(float a) { return fabsf(a); }
+__device__ __forceinline__ mxc_u32 mxc_vmaxu2(mxc_u32 a, mxc_u32 b) { return __vmaxu2(a, b); }
+__device__ __forceinline__ mxc_u32 mxc_byte_perm(mxc_u32 a, mxc_u32 b, mxc_u32 s) { return __byte_perm(a, b, s); }
+#endif
+
+// atomics (device scope, relaxed), float16 bits -> float32 exactly (subnormals included: the hardware conversion
+// on the GPUs, integer operations in the host build, which may run with float32 subnormals flushed), the
+// out-of-line function attribute, and `v` of the partner lane (lane ^ 1; every lane of the warp / wavefront
+// executes this; the host build runs one thread at a time, so there it evaluates `partner()`: the partner lane's
+// own computation of the value)
 #if MXC_HOST
-    *p = *p > v ? *p : v;
+__device__ __forceinline__ void mxc_atomic_max(mxc_u32* p, mxc_u32 v) { *p = *p > v ? *p : v; }
+__device__ __forceinline__ void mxc_atomic_max(mxc_u64* p, mxc_u64 v) { *p = *p > v ? *p : v; }
+__device__ __forceinline__ void mxc_atomic_add(mxc_u32* p, mxc_u32 v) { *p += v; }
+__device__ __forceinline__ float mxc_h2f(mxc_u16 h) {
+    const mxc_u32 e = (h >> 10) & 0x1fu, m = h & 0x3ffu, sign = (mxc_u32)(h >> 15) << 31;
+    if (e == 0) return mxc_u2f(mxc_f2u((float)m * mxc_u2f(103u << 23)) | sign);  // m * 2^-24: normal or 0
+    return mxc_u2f(sign | ((e == 31 ? 0xffu : e + 112u) << 23) | (m << 13));
+}
+#define MXC_NOINLINE __attribute__((noinline))
+template <class F>
+__device__ __forceinline__ mxc_u32 mxc_lane_xor1(mxc_u32 v, F partner) {
+    (void)v;
+    return partner();
+}
 #elif MXC_HIP
+__device__ __forceinline__ void mxc_atomic_max(mxc_u32* p, mxc_u32 v) {
     __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#else
-    atomicMax(p, v);
-#endif
 }
 __device__ __forceinline__ void mxc_atomic_max(mxc_u64* p, mxc_u64 v) {
-#if MXC_HOST
-    *p = *p > v ? *p : v;
-#elif MXC_HIP
     __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#else
-    atomicMax((unsigned long long*)p, (unsigned long long)v);
-#endif
 }
 __device__ __forceinline__ void mxc_atomic_add(mxc_u32* p, mxc_u32 v) {
-#if MXC_HOST
-    *p += v;
-#elif MXC_HIP
     __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#else
-    atomicAdd(p, v);
-#endif
 }
+__device__ __forceinline__ float mxc_h2f(mxc_u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
+#define MXC_NOINLINE __device__ __attribute__((noinline))
+template <class F>
+__device__ __forceinline__ mxc_u32 mxc_lane_xor1(mxc_u32 v, F partner) {
+    (void)partner;
+    return (mxc_u32)__builtin_amdgcn_mov_dpp((int)v, 0xB1, 0xF, 0xF, false);  // quad_perm [1,0,3,2]
+}
+#else
+__device__ __forceinline__ void mxc_atomic_max(mxc_u32* p, mxc_u32 v) { atomicMax(p, v); }
+__device__ __forceinline__ void mxc_atomic_max(mxc_u64* p, mxc_u64 v) {
+    atomicMax((unsigned long long*)p, (unsigned long long)v);
+}
+__device__ __forceinline__ void mxc_atomic_add(mxc_u32* p, mxc_u32 v) { atomicAdd(p, v); }
+__device__ __forceinline__ float mxc_h2f(mxc_u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+#define MXC_NOINLINE __device__ __noinline__
+template <class F>
+__device__ __forceinline__ mxc_u32 mxc_lane_xor1(mxc_u32 v, F partner) {
+    (void)partner;
+    return __shfl_xor_sync(0xffffffffu, v, 1);
+}
+#endif
 
 // a per-CTA maximum staged in shared memory and folded into *global by one atomic per CTA (the host build, one
 // thread at a time, folds straight into *global)
 template <typename T>
 __device__ __forceinline__ T* mxc_cta_max_begin(T* global) {
-#if MXC_HOST
-    return global;
-#else
-    __shared__ T cta_max;
-    if (threadIdx.x == 0) cta_max = 0;
-    __syncthreads();
-    return &cta_max;
-#endif
+    if constexpr (MXC_HOST) {
+        return global;
+    } else {
+        __shared__ T cta_max;
+        if (threadIdx.x == 0) cta_max = 0;
+        __syncthreads();
+        return &cta_max;
+    }
 }
 template <typename T>
 __device__ __forceinline__ void mxc_cta_max_end(T* cta, T* global) {
-#if !MXC_HOST
-    __syncthreads();
-    if (threadIdx.x == 0 && *cta) mxc_atomic_max(global, *cta);
-#endif
-}
-
-// float bits, non-contracted float arithmetic (each op rounds once, RNE), |x|, per-halfword unsigned max
-__device__ __forceinline__ mxc_u32 mxc_f2u(float f) {
-#if MXC_HIP || MXC_HOST
-    return __builtin_bit_cast(mxc_u32, f);
-#else
-    return __float_as_uint(f);
-#endif
-}
-__device__ __forceinline__ float mxc_u2f(mxc_u32 u) {
-#if MXC_HIP || MXC_HOST
-    return __builtin_bit_cast(float, u);
-#else
-    return __uint_as_float(u);
-#endif
-}
-__device__ __forceinline__ float mxc_fmul(float a, float b) {
-#if MXC_HIP || MXC_HOST
-    return a * b;
-#else
-    return __fmul_rn(a, b);
-#endif
-}
-// float16 bits -> float32, exact (subnormals included): the hardware conversion on the GPUs, integer
-// operations in the host build (which may run with float32 subnormals flushed)
-__device__ __forceinline__ float mxc_h2f(mxc_u16 h) {
-#if MXC_HOST
-    const mxc_u32 e = (h >> 10) & 0x1fu, m = h & 0x3ffu, sign = (mxc_u32)(h >> 15) << 31;
-    if (e == 0) return mxc_u2f(mxc_f2u((float)m * mxc_u2f(103u << 23)) | sign);  // m * 2^-24: normal or 0
-    return mxc_u2f(sign | ((e == 31 ? 0xffu : e + 112u) << 23) | (m << 13));
-#elif MXC_HIP
-    return (float)__builtin_bit_cast(_Float16, h);
-#else
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-#endif
-}
-#if MXC_HOST
-#define MXC_NOINLINE __attribute__((noinline))
-#elif MXC_HIP
-#define MXC_NOINLINE __device__ __attribute__((noinline))
-#else
-#define MXC_NOINLINE __device__ __noinline__
-#endif
-__device__ __forceinline__ float mxc_fadd(float a, float b) {
-#if MXC_HIP || MXC_HOST
-    return a + b;
-#else
-    return __fadd_rn(a, b);
-#endif
-}
-__device__ __forceinline__ float mxc_fabs(float a) {
-#if MXC_HIP || MXC_HOST
-    return __builtin_fabsf(a);
-#else
-    return fabsf(a);
-#endif
-}
-__device__ __forceinline__ mxc_u32 mxc_vmaxu2(mxc_u32 a, mxc_u32 b) {
-#if MXC_HIP || MXC_HOST
-    const mxc_u32 lo = (a & 0xffffu) > (b & 0xffffu) ? (a & 0xffffu) : (b & 0xffffu);
-    const mxc_u32 hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
-    return lo | (hi << 16);
-#else
-    return __vmaxu2(a, b);
-#endif
-}
-// bytes of the 8-byte value b:a picked by the four selector nibbles of s (low nibble: result byte 0)
-__device__ __forceinline__ mxc_u32 mxc_byte_perm(mxc_u32 a, mxc_u32 b, mxc_u32 s) {
-#if MXC_HIP || MXC_HOST
-    const mxc_u64 v = ((mxc_u64)b << 32) | a;
-    mxc_u32 r = 0u;
-    for (int i = 0; i < 4; ++i) r |= (mxc_u32)((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
-    return r;
-#else
-    return __byte_perm(a, b, s);
-#endif
-}
-// `v` of the partner lane (lane ^ 1; every lane of the warp / wavefront executes this).  The CPU build runs one
-// thread at a time, so there it evaluates `partner()`: the partner lane's own computation of the value.
-template <class F>
-__device__ __forceinline__ mxc_u32 mxc_lane_xor1(mxc_u32 v, F partner) {
-#if MXC_HOST
-    (void)v;
-    return partner();
-#elif MXC_HIP
-    (void)partner;
-    return (mxc_u32)__builtin_amdgcn_mov_dpp((int)v, 0xB1, 0xF, 0xF, false);  // quad_perm [1,0,3,2]
-#else
-    (void)partner;
-    return __shfl_xor_sync(0xffffffffu, v, 1);
-#endif
+    if constexpr (!MXC_HOST) {
+        __syncthreads();
+        if (threadIdx.x == 0 && *cta) mxc_atomic_max(global, *cta);
+    }
 }
 
 // 16 bytes moved by one vector load/store (LDG.128 / global_load_dwordx4)
@@ -332,12 +282,13 @@ __device__ __forceinline__ mxc_u32 mxc_encode(typename In::bits_t b, int kshift,
     typename In::sig_t s;
     const int cls = mxc_split<In>(b, neg, e, s);
     if (cls == MXC_NAN) {
-#if MXF_HAS_NAN
-        return (MXF_SIGNED && MXF_SPECIALS != 2 && neg) ? ((mxc_u32)MXF_NAN_CODE | MXF_SIGN_BIT) : (mxc_u32)MXF_NAN_CODE;
-#else
-        if (nan_count) mxc_atomic_add(nan_count, 1u);
-        return 0u;
-#endif
+        if constexpr (MXF_HAS_NAN) {
+            return (MXF_SIGNED && MXF_SPECIALS != 2 && neg) ? ((mxc_u32)MXF_NAN_CODE | MXF_SIGN_BIT)
+                                                            : (mxc_u32)MXF_NAN_CODE;
+        } else {
+            if (nan_count) mxc_atomic_add(nan_count, 1u);
+            return 0u;
+        }
     }
     mxc_u32 mag = 0u;
     if (cls == MXC_INF) {
@@ -347,16 +298,14 @@ __device__ __forceinline__ mxc_u32 mxc_encode(typename In::bits_t b, int kshift,
         mag = mxc_round_mag(s, e - kshift, rtz, over);
         if (over) mag = (ovf_nan && !rtz && MXF_HAS_NAN) ? MXF_OVER_CODE : (mxc_u32)MXF_MAX_MAGCODE;
     }
-#if MXF_SIGNED
-#if MXF_SPECIALS == 2
-    if (mag == (mxc_u32)MXF_NAN_CODE) return (mxc_u32)MXF_NAN_CODE;  // FNUZ: one NaN, no -0
-    return (neg && mag != 0u) ? (mag | MXF_SIGN_BIT) : mag;
-#else
-    return neg ? (mag | MXF_SIGN_BIT) : mag;
-#endif
-#else
-    return (neg || cls == MXC_ZERO) ? (mxc_u32)MXF_NAN_CODE : mag;  // unsigned (e8m0): no zero, no negatives
-#endif
+    if constexpr (!MXF_SIGNED) {
+        return (neg || cls == MXC_ZERO) ? (mxc_u32)MXF_NAN_CODE : mag;  // unsigned (e8m0): no zero, no negatives
+    } else if constexpr (MXF_SPECIALS == 2) {
+        if (mag == (mxc_u32)MXF_NAN_CODE) return (mxc_u32)MXF_NAN_CODE;  // FNUZ: one NaN, no -0
+        return (neg && mag != 0u) ? (mag | MXF_SIGN_BIT) : mag;
+    } else {
+        return neg ? (mag | MXF_SIGN_BIT) : mag;
+    }
 }
 
 // a code as (class, sign, significand, exponent); value = s * 2^e
@@ -365,16 +314,16 @@ __device__ __forceinline__ int mxc_code_split(mxc_u32 c, bool& neg, mxc_u32& s, 
     const int fld = (int)(mag >> MXF_MBITS);
     const mxc_u32 mant = mag & ((1u << MXF_MBITS) - 1u);
     neg = MXF_SIGNED && ((c >> (MXF_BITS - 1)) & 1u);
-#if MXF_SPECIALS == 0
-    if (fld == (1 << MXF_EBITS) - 1) return mant ? MXC_NAN : MXC_INF;
-#elif MXF_SPECIALS == 1
-    if (mag == MXF_MAG_MASK) return MXC_NAN;
-#elif MXF_SPECIALS == 2
-    if (c == (mxc_u32)MXF_NAN_CODE) {
-        neg = false;
-        return MXC_NAN;
+    if constexpr (MXF_SPECIALS == 0) {  // ieee
+        if (fld == (1 << MXF_EBITS) - 1) return mant ? MXC_NAN : MXC_INF;
+    } else if constexpr (MXF_SPECIALS == 1) {  // fn: the all-ones magnitude is NaN
+        if (mag == MXF_MAG_MASK) return MXC_NAN;
+    } else if constexpr (MXF_SPECIALS == 2) {  // fnuz: one NaN code
+        if (c == (mxc_u32)MXF_NAN_CODE) {
+            neg = false;
+            return MXC_NAN;
+        }
     }
-#endif
     if (MXF_SUBNORMALS && fld == 0) {
         s = mant;
         e = MXF_EMIN - MXF_MBITS;
@@ -439,19 +388,14 @@ __device__ __forceinline__ mxc_u32 mxc_encode_mx(typename In::bits_t b, int k) {
     const mxc_u32 up = (rem > half) ? 1u : ((rem == half && rs) ? (r & 1u) : 0u);
     mxc_u32 mag = ((mxc_u32)(eq - MXF_EMIN) << MXF_MBITS) + r + up;
     mag = mag < (mxc_u32)MXF_MAX_MAGCODE ? mag : (mxc_u32)MXF_MAX_MAGCODE;
-#if MXF_SPECIALS == 2
-    return mag | ((neg && mag) ? MXF_SIGN_BIT : 0u);
-#else
+    if constexpr (MXF_SPECIALS == 2) return mag | ((neg && mag) ? MXF_SIGN_BIT : 0u);  // fnuz: no -0
     return mag | (neg ? MXF_SIGN_BIT : 0u);
-#endif
 }
 
 // the element code inside a finite MX block: straight-line for inputs of at most 32 bits, generic for float64
 template <class In>
 __device__ __forceinline__ mxc_u32 mxc_mx_element(typename In::bits_t b, int k) {
-#if MXF_SUBNORMALS && MXF_BITS <= 8
-    if constexpr (In::width <= 32) return mxc_encode_mx<In>(b, k);
-#endif
+    if constexpr (MXF_SUBNORMALS && MXF_BITS <= 8 && In::width <= 32) return mxc_encode_mx<In>(b, k);
     return mxc_encode<In>(b, k, false, false, 0);
 }
 
@@ -607,7 +551,6 @@ __device__ __forceinline__ mxc_u32 mxc_fast_mag_hi(float y) {
 // shift and the add fuse into one LEA / LEA.HI)
 __device__ __forceinline__ mxc_u32 mxc_shr(mxc_u32 v, int s) { return s > 0 ? v >> s : v << (-s); }
 
-#if MXC_FAST_FLOAT
 // what the four mxc_fast_mag_hi terms of a packed word add beyond the codes (MXC_FAST_MEMIN at each byte's
 // shift), negated: a compile-time constant added once per word (all arithmetic mod 2^32)
 __device__ __forceinline__ mxc_u32 mxc_fast_word_base() {
@@ -616,7 +559,6 @@ __device__ __forceinline__ mxc_u32 mxc_fast_word_base() {
     for (int j = 0; j < 4; ++j) b += mxc_shr(MXC_FAST_MEMIN, MXC_FAST_SHIFT - 8 * j);
     return 0u - b;
 }
-#endif
 
 // the sign bits of elements 4q..4q+3 at bit 7 of each byte
 template <class In>
@@ -702,7 +644,6 @@ __device__ __forceinline__ mxc_v16 mxc_mx_encode16(const mxc_u32* wd, int k) {
     return out;
 }
 
-#if MXC_FAST_FLOAT
 // 16 finite elements (a lane's words) times scale = 2^-k, encoded and packed: byte j of word q is element 4q + j
 template <class In>
 __device__ __forceinline__ mxc_v16 mxc_fast_encode16(const mxc_u32* wd, float scale) {
@@ -717,9 +658,7 @@ __device__ __forceinline__ mxc_v16 mxc_fast_encode16(const mxc_u32* wd, float sc
     }
     return out;
 }
-#endif
 
-#if MXC_FAST_FLOAT
 // a half block whose scale exponent k is below MXC_FAST_TINY_K: the exact integer encode (mxc_mx_element), kept
 // out of line so that the main loop stays short; only data below ~2^-100 gets here
 template <class In>
@@ -729,7 +668,6 @@ MXC_NOINLINE mxc_v16 mxc_fast_tiny(mxc_v16 c0, mxc_v16 c1, mxc_v16 c2, mxc_v16 c
                             c2.w[0], c2.w[1], c2.w[2], c2.w[3], c3.w[0], c3.w[1], c3.w[2], c3.w[3]};
     return mxc_mx_encode16<In>(wd, k);
 }
-#endif
 
 template <class In>
 __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::bits_t* x, mxc_u8* codes,
@@ -759,18 +697,14 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
         const bool bad = amax >= mxc_inf_bits<In>();
         const int k = mxc_fast_exp<In>((mxc_u32)amax, rceil != 0);
         mxc_v16 out;
-#if MXC_FAST_FLOAT
-        const float scale = mxc_u2f((mxc_u32)(127 - k) << 23);  // 2^-k
-#endif
-#if MXC_FAST_FLOAT
-        out = mxc_fast_encode16<In>(wd, scale);
-#else
-        out = mxc_mx_encode16<In>(wd, k);
-#endif
+        if constexpr (MXC_FAST_FLOAT)
+            out = mxc_fast_encode16<In>(wd, mxc_u2f((mxc_u32)(127 - k) << 23));  // scale 2^-k
+        else
+            out = mxc_mx_encode16<In>(wd, k);
 #pragma unroll
         for (int q = 0; q < 4; ++q) out.w[q] = bad ? 0u : out.w[q];
-#if MXC_FAST_FLOAT
-        if (In::width == 32 || In::ebits == 8) {  // float32 / bfloat16: subnormal inputs may matter
+        // float32 / bfloat16: subnormal inputs may matter
+        if constexpr (MXC_FAST_FLOAT && (In::width == 32 || In::ebits == 8)) {
             if (k < MXC_FAST_TINY_K && !bad) {
                 mxc_v16 c[4];
 #pragma unroll
@@ -778,7 +712,6 @@ __device__ __forceinline__ void mxc_quantize_mx_fast_kernel(const typename In::b
                 out = mxc_fast_tiny<In>(c[0], c[1], c[2], c[3], k);
             }
         }
-#endif
         if (live) {
             *(mxc_v16*)(codes + h * MXC_HALF) = out;
             const mxc_u32 sc = bad ? MXC_E8M0_NAN : (mxc_u32)(k + 127);
@@ -833,8 +766,7 @@ __device__ __forceinline__ void mxc_quantize_mx_cols_kernel(const typename In::b
             }
             const bool bad = amax >= (mxc_u32)mxc_inf_bits<In>();
             const int k = mxc_fast_exp<In>(amax, rceil != 0);
-#if MXC_FAST_FLOAT
-            if (!(k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8))) {
+            if (MXC_FAST_FLOAT && !(k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8))) {
                 const float scale = mxc_u2f((mxc_u32)(127 - k) << 23);  // 2^-k
 #pragma unroll
                 for (int r = 0; r < MXC_MX_BLOCK; ++r) {
@@ -844,9 +776,7 @@ __device__ __forceinline__ void mxc_quantize_mx_cols_kernel(const typename In::b
                     const mxc_u32 code = mag | ((b >> (In::width - 1)) << (MXF_BITS - 1));
                     out[r] |= (bad ? 0u : code) << (8 * c);
                 }
-            } else
-#endif
-            {
+            } else {
 #pragma unroll
                 for (int r = 0; r < MXC_MX_BLOCK; ++r) {
                     const B b = (B)((w[r] >> (16 * c)) & (C == 1 ? 0xffffffffu : 0xffffu));
@@ -958,22 +888,18 @@ __device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename I
         *scale_exp = k;
         *(mxc_u32*)scale = (mxc_u32)(k + 127) << 23;
     }
-#if MXC_FAST_FLOAT
-    // every scaled value is at most the largest normal (k's choice), so nothing saturates; 2^-k is a normal float32
+    // MXC_FAST_FLOAT: every scaled value is at most the largest normal (k's choice), so nothing saturates; 2^-k is a
+    // normal float32
     const float sc = mxc_u2f((mxc_u32)(127 - k) << 23);
     const bool exact_path = k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8);  // uniform: the whole grid
-#endif
     for (mxc_i64 h = t; h < runs; h += stride) {
         mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
         mxc_fast_load<In>(x, h, wd);
         mxc_v16 out;
-#if MXC_FAST_FLOAT
         const bool special = mxc_fast_half_amax<In>(wd) >= (mxc_u32)mxc_inf_bits<In>();  // inf / NaN in the run
-        if (!special && !exact_path) {
+        if (MXC_FAST_FLOAT && !special && !exact_path) {
             out = mxc_fast_encode16<In>(wd, sc);
-        } else
-#endif
-        {
+        } else {
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 mxc_u32 word = 0u;
@@ -1005,18 +931,12 @@ __device__ __forceinline__ void mxc_quantize_tensor_t_kernel(const typename In::
         *scale_exp = k;
         *(mxc_u32*)scale = (mxc_u32)(k + 127) << 23;
     }
-#if MXC_FAST_FLOAT
     const float sc = mxc_u2f((mxc_u32)(127 - k) << 23);  // 2^-k: normal (see mxc_quantize_tensor_fast_kernel)
-    const bool fast = !(k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8));
-#endif
-#if MXC_HOST  // one thread at a time: thread 0 does the whole CTA's work (the tile crosses threads)
-    if (threadIdx.x) return;
-    static mxc_u8 tile[MXC_T_TILE][MXC_T_TILE + 4];
-    const int first = 0, step = 1;
-#else
+    const bool fast = MXC_FAST_FLOAT && !(k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8));
+    // the host build runs one thread at a time: there thread 0 does the whole CTA's work (the tile crosses threads)
+    if (MXC_HOST && threadIdx.x) return;
     __shared__ mxc_u8 tile[MXC_T_TILE][MXC_T_TILE + 4];  // [column of x][row of x]
-    const int first = threadIdx.x, step = MXC_THREADS;
-#endif
+    const int first = MXC_HOST ? 0 : threadIdx.x, step = MXC_HOST ? 1 : MXC_THREADS;
     const mxc_i64 tiles_c = C / MXC_T_TILE;
     const mxc_i64 tr = (mxc_i64)blockIdx.x / tiles_c, tc = (mxc_i64)blockIdx.x % tiles_c;
     for (int v = first; v < MXC_T_TILE * MXC_T_TILE / EPV; v += step) {
@@ -1026,23 +946,18 @@ __device__ __forceinline__ void mxc_quantize_tensor_t_kernel(const typename In::
         for (int j = 0; j < EPV; ++j) {
             const B b = mxc_fast_bits<In>(chunk.w, j);
             mxc_u32 code;
-#if MXC_FAST_FLOAT
             const bool finite = (B)(b & (B)(~((B)1 << (In::width - 1)))) < mxc_inf_bits<In>();
             if (fast && finite) {
                 const mxc_u32 mag = (mxc_fast_mag_hi(mxc_fmul(mxc_value_of_bits<In>(b), sc)) - MXC_FAST_MEMIN) >>
                                     MXC_FAST_SHIFT;
                 code = mag | (((mxc_u32)b >> (In::width - 1)) << (MXF_BITS - 1));
-            } else
-#endif
-            {
+            } else {
                 code = mxc_tensor_element<In>(b, k, nan_count);
             }
             tile[c0 + j][r] = (mxc_u8)code;
         }
     }
-#if !MXC_HOST
     __syncthreads();
-#endif
     for (int v = first; v < MXC_T_TILE * MXC_T_TILE / 16; v += step) {
         const int c = v / (MXC_T_TILE / 16), q = v % (MXC_T_TILE / 16);
         mxc_v16 out;
@@ -1266,5 +1181,3 @@ extern "C" __global__ void __launch_bounds__(MXC_THREADS)
 #pragma unroll
     for (int j = 0; j < 4; ++j) out[4 * t + j] = (mxc_u8)((word >> (6 * j)) & 0x3Fu);
 }
-
-#endif  // MXC_CODEC_CUH

@@ -200,6 +200,7 @@ _HARNESS = r"""
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define __shared__ static
 #define MXC_HOST 1
 struct mxc_dim3 { unsigned x, y, z; };
 static mxc_dim3 threadIdx, blockIdx;
