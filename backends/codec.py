@@ -250,25 +250,48 @@ def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape
     return mod.get_function(f"mx_quantize_mx_{suf}"), (grid,), args
 
 
+def _swapped(c, axis: int) -> bool:
+    """Whether CuPy view ``c`` is a C-contiguous array with its last two axes swapped (``y.T``, ``y.mT``: a
+    transposed operand such as ``W.t()`` or ``x.t()``), quantized along one of those two axes."""
+    return c.ndim >= 2 and axis >= c.ndim - 2 and not c.flags.c_contiguous and c.swapaxes(-1, -2).flags.c_contiguous
+
+
 def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
     """Device OCP-MX quantization of ``x`` along ``axis`` (non-negative, validated by the caller): one kernel reads
     ``x`` once and writes the element codes (logical shape, uint8), the E8M0 scales and the largest finite
     scale code (0-d uint8; 127 when every block is NaN).  Returns ``(codes, scales, scale_max)`` as the caller's
-    kind of array.  No synchronisation.  The kernel is chosen by :func:`_mx_launch`."""
+    kind of array.  No synchronisation.  The kernel is chosen by :func:`_mx_launch`.
+
+    A transposed view of C-contiguous data (last two axes swapped) is quantized in place of a copy: its C-ordered
+    original along the other axis, codes and scales handed back as the same transposed views (the same blocks,
+    the same bits; a transposed B [K, N] gets its codes K-major, as the GEMMs read them)."""
     with _on(x) as call:
+        c = call.cupy_view(x)
+        if _swapped(c, axis):
+            suf, bits = INPUT_SUFFIXES[call.dtype_name(x)] if call.dtype_name(x) in INPUT_SUFFIXES else (None, None)
+            if suf is not None:
+                other = c.ndim - 1 if axis == c.ndim - 2 else c.ndim - 2
+                codes, scales, smax = _quantize_mx_bits(call, c.swapaxes(-1, -2).view(bits), suf, spec, other,
+                                                        block, rceil)
+                return codes.swapaxes(-1, -2), scales.swapaxes(-1, -2), smax
         xb, suf = call.float_bits(x)
-        shape = tuple(xb.shape)
-        nb = -(-shape[axis] // block)
-        sshape = shape[:axis] + (nb,) + shape[axis + 1:]
-        codes, codes_r = call.empty(shape, "uint8")
-        scales, scales_r = call.empty(sshape, "uint8")
-        smax1 = call.counter()
-        if xb.size:
-            fn, grid, args = _mx_launch(call, spec, xb, suf, codes, scales, smax1, shape, axis, block, rceil)
-            _run(fn, grid, args)
-        smax, smax_r = call.empty((), "uint8")
-        call.launch(spec, "mx_scale_max_finish", 1, (smax1, smax))
-        return codes_r, scales_r, smax_r
+        return _quantize_mx_bits(call, xb, suf, spec, axis, block, rceil)
+
+
+def _quantize_mx_bits(call, xb, suf: str, spec: FormatSpec, axis: int, block: int, rceil: bool):
+    """quantize_mx of the contiguous raw bits ``xb`` (kernel suffix ``suf``) inside ``call``."""
+    shape = tuple(xb.shape)
+    nb = -(-shape[axis] // block)
+    sshape = shape[:axis] + (nb,) + shape[axis + 1:]
+    codes, codes_r = call.empty(shape, "uint8")
+    scales, scales_r = call.empty(sshape, "uint8")
+    smax1 = call.counter()
+    if xb.size:
+        fn, grid, args = _mx_launch(call, spec, xb, suf, codes, scales, smax1, shape, axis, block, rceil)
+        _run(fn, grid, args)
+    smax, smax_r = call.empty((), "uint8")
+    call.launch(spec, "mx_scale_max_finish", 1, (smax1, smax))
+    return codes_r, scales_r, smax_r
 
 
 def quantize_mx_kernel_only(x, spec: FormatSpec, *, axis: int = -1, block: int = 32, rceil: bool = False,

@@ -318,3 +318,45 @@ def test_memory_back_to_baseline():
     assert abs(torch.cuda.memory_allocated() - base) <= 1 << 20, (torch.cuda.memory_allocated(), base)
     assert pool.used_bytes() <= cbase + (1 << 20), (pool.used_bytes(), cbase)
     assert mxcore.cache_info()["cuda"]["graph_bytes"] == 0
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4"])
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+def test_transposed_operands_quantize_in_place(fmt, kind):
+    """A transposed operand (B = W.t(), A = X.t(): the training step's) is quantized without a copy of its float data
+    (codes and scales come back as transposed views); the product equals the one from contiguous copies bit for bit,
+    on the first call and on later calls with fresh data (the per-call path's replay), outputs poisoned; and its
+    quantization equals the contiguous one's codes and scales."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    fresh = [(torch.randn(256, 512, device="cuda", dtype=torch.bfloat16, generator=g),
+              torch.randn(384, 512, device="cuda", dtype=torch.bfloat16, generator=g)) for _ in range(3)]
+    conv = (lambda t: t) if kind == "torch" else (lambda t: cp.from_dlpack(t.float()))
+    tr = (lambda a: a.t()) if kind == "torch" else (lambda a: a.T)
+    cont = (lambda a: a.contiguous()) if kind == "torch" else (lambda a: a.copy())
+
+    def same(p, q):
+        return _same(torch.as_tensor(p, device="cuda"), torch.as_tensor(q, device="cuda"))
+
+    for i, (x, w) in enumerate(fresh):  # y = x @ w.t() (the forward's form), x.t() @ x (the weight gradient's)
+        xa, wa = conv(x), conv(w)
+        _poison()
+        got = mxcore.matmul(xa, tr(wa), fmt, out_dtype="float32")
+        assert same(got, mxcore.matmul(xa, cont(tr(wa)), fmt, out_dtype="float32")), (fmt, kind, i)
+        _poison()
+        got = mxcore.matmul(tr(xa), xa, fmt, out_dtype="float32")
+        assert same(got, mxcore.matmul(cont(tr(xa)), xa, fmt, out_dtype="float32")), (fmt, kind, i)
+    if kind == "torch":  # below autograd (grad mode off) a parameter's transpose takes the same path, same bits
+        x, w = fresh[0]
+        wp = torch.nn.Parameter(w.clone())
+        with torch.no_grad():
+            for _ in range(2):
+                _poison()
+                assert same(mxcore.matmul(x, wp.t(), fmt, out_dtype="float32"),
+                            mxcore.matmul(x, w.t().contiguous(), fmt, out_dtype="float32"))
+    wa = conv(fresh[0][1])
+    for axis in (0, 1):
+        q, r = mxcore.quantize_mx(tr(wa), fmt, axis=axis), mxcore.quantize_mx(cont(tr(wa)), fmt, axis=axis)
+        for name in ("codes", "scales"):
+            a, b = torch.as_tensor(getattr(q, name), device="cuda"), torch.as_tensor(getattr(r, name), device="cuda")
+            assert a.stride() != b.stride() and torch.equal(a.contiguous(), b), (name, axis)
+        assert int(torch.as_tensor(q.scale_max)) == int(torch.as_tensor(r.scale_max))

@@ -3,10 +3,10 @@
 * :func:`fast_call` — fp16/bf16 device operands the kernel reads in place: the plan is built once per layout and
   later calls only allocate the output and relaunch it (:class:`~.plan.Relaunch`) with the new addresses (wgmma:
   the kept plan, its operand maps encoded for the new addresses).
-* :func:`fast_quantized` — fp8/MX products of contiguous float device arrays: the first call of a layout runs the
-  codec and the plan's staging under :func:`~mxcore.backends.codec.recording` and keeps the plan; later calls replay
-  the recorded quantization (and the staging, where it covers every buffer the GEMM reads; else they stage again
-  and :meth:`~.plan.CudaPlan.rebind` the operands) and launch into a new output.
+* :func:`fast_quantized` — fp8/MX products of contiguous (or transposed) float device arrays: the first call of a
+  layout runs the codec and the plan's staging under :func:`~mxcore.backends.codec.recording` and keeps the plan;
+  later calls replay the recorded quantization (and the staging, where it covers every buffer the GEMM reads; else
+  they stage again and :meth:`~.plan.CudaPlan.rebind` the operands) and launch into a new output.
 
 * :func:`fast_weight` — float device activations times a weight quantized once (fp8, MX, weight-only pairs).
 * :func:`fast_pair` — two operands quantized once (device MXTensors / ScaledTensors): the kept plan pointed at the
@@ -115,22 +115,27 @@ def _torch_module():
     return _torch
 
 
-def _float_device(be, x, rows: bool = False):
+def _float_device(be, x, rows: bool = False, transposed: bool = False):
     """(kind, dtype name, address, ordinal, stream handle) of a C-contiguous 2-D float16/bfloat16/float32 device
-    array (a torch CUDA tensor without grad, or a CuPy array; the stream: torch's / CuPy's current one), else None.
-    ``rows``: a C-contiguous 3-D array (B, T, K) is taken too, as the B T rows it holds."""
+    array (a torch CUDA tensor that autograd does not record, or a CuPy array; the stream: torch's / CuPy's current
+    one), else None.  ``rows``: a C-contiguous 3-D array (B, T, K) is taken too, as the B T rows it holds;
+    ``transposed``: the transpose of a C-contiguous 2-D array too (``W.t()``; the caller keys the layout)."""
     kind = array_kind(x)
     if kind == "torch":
-        if not x.is_cuda or x.requires_grad or not x.is_contiguous():
-            return None
+        if not x.is_cuda or (x.requires_grad and (_torch or _torch_module()).is_grad_enabled()):
+            return None  # (below the differentiable op, grad mode is off: its inputs may still require grad)
         nd = x.dim()
+        if not x.is_contiguous() and not (transposed and nd == 2 and x.stride() == (1, x.shape[0])):
+            return None
         if nd != 2 and not (rows and nd == 3):
             return None
         ordinal = x.get_device()
         name, ptr = _TORCH_NAMES[x.dtype], x.data_ptr()
         stream_h = torch_stream(_torch or _torch_module(), ordinal)
     elif kind == "cupy":
-        if not (x.ndim == 2 or (rows and x.ndim == 3)) or not x.flags.c_contiguous:
+        if not (x.ndim == 2 or (rows and x.ndim == 3)):
+            return None
+        if not x.flags.c_contiguous and not (transposed and x.ndim == 2 and x.flags.f_contiguous):
             return None
         name, ptr, ordinal, stream_h = x.dtype.name, x.data.ptr, x.device.id, be.cp_module.cuda.get_current_stream().ptr
     else:
@@ -138,8 +143,14 @@ def _float_device(be, x, rows: bool = False):
     return (kind, name, ptr, ordinal, stream_h) if name in ("float16", "bfloat16", "float32") else None
 
 
+def _strides(x) -> tuple:
+    """The element strides of a torch tensor or a CuPy array (the layout a kept entry was recorded for)."""
+    return x.stride() if callable(getattr(x, "stride", None)) else x.strides
+
+
 def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
-    """fp8/MX ``a @ b`` of contiguous 2-D float device arrays (both torch CUDA tensors or both CuPy arrays).
+    """fp8/MX ``a @ b`` of contiguous 2-D float device arrays, or transposes of such (both torch CUDA tensors or both
+    CuPy arrays; a transposed operand is quantized in place, ``codec.quantize_mx``).
     Once per (device, stream, dtypes, shapes, alignment, dtype, out_dtype, scale_rounding): quantize with
     :func:`~mxcore.backends.codec.recording` on, build the plan over the quantized objects (staging re-run
     by ``prep()``), keep both.  Later calls replay the quantization into the same buffers with the new input
@@ -147,15 +158,15 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     buffer the GEMM reads, else through ``prep()``), and launch the GEMM into a new output: no Python-side
     quantization objects, no plan.
     The kept buffers are reused in stream order (the key holds the stream)."""
-    fa, fb = _float_device(be, a), _float_device(be, b)
+    fa, fb = _float_device(be, a, transposed=True), _float_device(be, b, transposed=True)
     if fa is None or fb is None or mdt.kind not in ("fp8", "mx"):
         return None
     (ka, name_a, pa, ordinal, stream_h), (kb, name_b, pb, ordinal_b, _) = fa, fb
     if kb != ka or ordinal_b != ordinal:
         return None
     names = (name_a, name_b)
-    key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), pa % 16, pb % 16, mdt.name,
-           out_dtype, scale_rounding)
+    key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), _strides(a), _strides(b), pa % 16,
+           pb % 16, mdt.name, out_dtype, scale_rounding)
     cp = be.cp_module
     ensure_context(cp, ordinal)
     entry = be._fast.entry(key, cp, stream_h)
@@ -473,9 +484,9 @@ def fast_call(be, a, b, mdt, out_dtype: str):
         return None
     cp = be.cp_module
     if ka == "torch":
-        if not (a.is_cuda and b.is_cuda) or a.requires_grad or b.requires_grad:
-            return None
         torch = _torch_module()
+        if not (a.is_cuda and b.is_cuda) or ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled()):
+            return None
         want = torch.float16 if elem == "fp16" else torch.bfloat16
         if a.dtype != want or b.dtype != want:  # rounded once by torch (RNE, as mxcore's staging rounds): read in place
             if not (a.dtype.is_floating_point and b.dtype.is_floating_point) or torch.float64 in (a.dtype, b.dtype):

@@ -95,8 +95,11 @@ class WonlyPlan(Plan):
         gx, gy = self._grid_xy
         v = self.variant_
         if self._splits > 1:
-            self._ws = cp.empty(self._splits * self.m * gx * v.tiles * 16, dtype=cp.float32)
-            self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
+            # zeroed on the plan's stream, which launches the kernels that count on them (a memset on another
+            # stream, e.g. a worker thread's CuPy default, is not ordered before the first launch)
+            with self.stream:
+                self._ws = cp.empty(self._splits * self.m * gx * v.tiles * 16, dtype=cp.float32)
+                self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
         else:
             self._ws = self._counters = None
         self._launch = self._xperm = None
