@@ -71,8 +71,9 @@ __device__ __forceinline__ u32 wo_mul2(u32 x, u32 y) {
 // The weight's element format: the kernels take its index `kind` (a kernel argument, warp-uniform) into the build's
 // table WO_FORMATS (-D: {ebits, mbits, special, mul} per format, from backends/cuda/wonly/: every byte-code format in
 // one build, e2m1 alone in a WO_PACK4 build; special 1: e4m3fn's NaN code, 2: e5m2's inf / NaN codes; mul: the
-// 16-bit x2 bits of 2^(target bias - element bias)).  Each kernel branches on kind once per chunk into code
-// specialised for that format (KIND: a compile-time index), so the decode costs what a build per format costs.
+// 16-bit x2 bits of 2^(target bias - element bias)).  Each kernel branches on kind into code specialised for that
+// format (KIND: a compile-time index), so the decode costs what a build per format costs: once per chunk, or once per
+// launch into a loop per format (gemv; the wgmma kernel's WW_KIND_LOOP builds).
 struct WoFormat {
     int ebits, mbits, special;
     u32 mul;
