@@ -307,6 +307,18 @@ def test_mma_sync_launches_pass_the_fp8_pair_last(arch):
         assert len(builds) == (1 if arch == "sm_90" else 4), builds
 
 
+class _Stream:
+    """A stand-in for the plan's CuPy stream: its handle, and the context that makes it current (no-op)."""
+
+    ptr = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 @pytest.mark.parametrize("arch, sms", [("sm_90", 132), ("sm_90", 114), ("sm_80", 108)])
 def test_mirrored_weight_only_choices_match_the_plan(arch, sms):
     """default_builds._wonly asks wonly.choose as WonlyPlan.__init__ does: the real plan binds that build for every
@@ -325,7 +337,7 @@ def test_mirrored_weight_only_choices_match_the_plan(arch, sms):
                     rec = _Recorder()
                     da = DevOperand(_Buf(), k, True, act, 0, k)
                     dw = DevOperand(_Buf(), n, True, element, 0, k, span=(127, 127) if folds else (0, 255))
-                    WonlyPlan(NS(kernels=rec), _PlanCupy(), dev, NS(ptr=0), da, dw, _Buf((0, n)), m, n, "float32",
+                    WonlyPlan(NS(kernels=rec), _PlanCupy(), dev, _Stream(), da, dw, _Buf((0, n)), m, n, "float32",
                               None, None)  # an empty output: no launch is packed
                     b = db._wonly(arch, sms, act, element, m, n, k, folds)
                     real = {(f, o) for f, o, _ in rec.asked}
