@@ -7,17 +7,20 @@
 //     "empty" mbarrier (one arrive per consumer warpgroup when its wgmma have read the stage).
 //   * warpgroups 1, 2 = consumers: rows [64c, 64c + 64) of the 128 x SM90_BN block tile each, wgmma.mma_async
 //     m64nNk{16,8,32} with both operands read from shared memory through matrix descriptors; fp32 accumulators
-//     in registers; the epilogue scales by out_scale (mx_common.cuh) and writes fp32 / fp16 / bf16 straight from registers
-//     (predicated on M, N).  setmaxnreg gives the consumers SM90_REG_CONSUMER registers, the producer
+//     in registers; the epilogue scales by out_scale (mx_common.cuh) and writes fp32 / fp16 / bf16 straight from
+//     registers (predicated on M, N).  setmaxnreg gives the consumers SM90_REG_CONSUMER registers, the producer
 //     SM90_REG_PRODUCER.
 //   * tiles are visited in SM90_GROUP_M-row groups (L2 reuse of B), work unit = blockIdx.x, += gridDim.x (a unit is
 //     a tile, or one K split of a tile of the last wave: "Split K" below).
 //
-// -D defines:
+// -D defines (every one passed by backends/cuda/sm90.py Sm90Variant.options; none has a default here):
 //   SM90_ELEM      0 f16, 1 bf16, 2 tf32 (fp32 bits, pre-rounded), 3 fp8 (SM90_A_E5M2 / SM90_B_E5M2: 0 e4m3, 1 e5m2)
 //   SM90_TA/TB     1: the operand is M-major (A) / N-major (B) (16-bit only; wgmma's transpose bit); 0: K-major
 //   SM90_BN        block tile N (= the wgmma N), 64..256
 //   SM90_STAGES    ring depth
+//   SM90_GROUP_M   tile rows per group of the tile order (L2 reuse of B)
+//   SM90_EPI_COLS  output columns per epilogue round: with the TMA store whole 128-byte boxes, a divisor of SM90_BN
+//                 (64 or 128); SM90_BN with direct stores (one round)
 //   SM90_TMA_STORE 2 (fp16/bf16) or 4 (fp32): each consumer writes its output into a 128-byte-swizzled
 //                 shared-memory buffer (64 rows x SM90_EPI_COLS columns per round) that TMA stores (map_c: dims
 //                 {N, M}, boxes of 128 bytes x 64 rows; TMA clips at M and N); the next tile's main loop runs
@@ -25,7 +28,7 @@
 //   SM90_CLUSTER  1, or 2: two blocks (tile rows 2p, 2p + 1, same tile column) per cluster; each loads half of
 //                 the B tile and multicasts it to both; a stage is refilled once both blocks' consumers freed it
 //   SM90_PROMOTE   fp8: 1 = accumulate each stage (128 K) in a scratch accumulator and add it to the fp32 main
-//                  accumulator (DeepGEMM's promotion); 0 = one accumulator (fast accumulation)
+//                  accumulator (DeepGEMM's promotion); 0 = one accumulator (fast accumulation; other types: 0)
 //   SM90_MX        1: exact OCP-MX fp8 (blocks of 32 K, E8M0 scales; fp8, K-major, not swapped).  Each 32-K block is
 //                 one k32 wgmma into a scratch accumulator (scale-d 0), then main += 2^(ea(row)+eb(col)) * scratch in
 //                 fp32: the factor's bits are built by one integer add, f = RA(row) + CB(col) with RA = sa << 23 and
@@ -62,117 +65,58 @@
 #include "mx_common.cuh"
 #include "async_sm90.cuh"
 
-#ifndef SM90_ELEM
-#define SM90_ELEM 0
+// the -D defines listed above, all from the host
+#if !defined(SM90_ELEM) || !defined(SM90_A_E5M2) || !defined(SM90_B_E5M2) || !defined(SM90_TA) || !defined(SM90_TB) || \
+    !defined(SM90_BN) || !defined(SM90_STAGES) || !defined(SM90_CLUSTER) || !defined(SM90_GROUP_M) ||                \
+    !defined(SM90_TMA_STORE) || !defined(SM90_EPI_COLS) || !defined(SM90_SWAP) || !defined(SM90_PROMOTE) ||         \
+    !defined(SM90_MX)
+#error "gemm_sm90.cu needs every SM90_* define from mxcore's backends/cuda/sm90.py (Sm90Variant.options)"
 #endif
-#ifndef SM90_TA
-#define SM90_TA 0
-#endif
-#ifndef SM90_TB
-#define SM90_TB 0
-#endif
-#ifndef SM90_BN
-#define SM90_BN 256
-#endif
-#ifndef SM90_STAGES
-#define SM90_STAGES 4
-#endif
-#ifndef SM90_PROMOTE
-#define SM90_PROMOTE 1
-#endif
-#ifndef SM90_A_E5M2
-#define SM90_A_E5M2 0
-#endif
-#ifndef SM90_B_E5M2
-#define SM90_B_E5M2 0
-#endif
-#ifndef SM90_CLUSTER
-#define SM90_CLUSTER 1  // 2: clusters of 2 blocks along M share the B tile through TMA multicast
-#endif
-#ifndef SM90_TMA_STORE
-#define SM90_TMA_STORE 0  // output bytes (2: fp16/bf16, 4: fp32) through shared memory and TMA stores; 0: direct
-#endif
-#ifndef SM90_EPI_COLS
-#define SM90_EPI_COLS SM90_BN  // columns per epilogue round (SM90_BN or SM90_BN / 2)
-#endif
-#ifndef SM90_SWAP
-#define SM90_SWAP 0  // 1: the host swapped A and B (decode: C^T = B^T A^T); D is stored transposed
-#endif
-#if SM90_SWAP && SM90_TMA_STORE
-#error "the transposed (swapped) epilogue stores directly (SM90_TMA_STORE 0)"
-#endif
-#ifndef SM90_GROUP_M
-#define SM90_GROUP_M 16
-#endif
+static_assert(!(SM90_SWAP && SM90_TMA_STORE), "the transposed (swapped) epilogue stores directly (SM90_TMA_STORE 0)");
+static_assert(!SM90_MX || (SM90_ELEM == 3 && !SM90_TA && !SM90_TB && !SM90_SWAP),
+              "SM90_MX: fp8 operands, K-major, not swapped");
+static_assert(SM90_ELEM == 0 || SM90_ELEM == 1 || !(SM90_TA || SM90_TB),
+              "tf32 and fp8 wgmma read K-major operands only (SM90_TA = SM90_TB = 0)");
 #define SM90_REG_PRODUCER 40   // setmaxnreg: the producer warpgroup's registers
 #define SM90_REG_CONSUMER 232  // and each consumer's
-#ifndef SM90_MX
-#define SM90_MX 0  // 1: exact OCP-MX fp8 (per-32-K E8M0 block scales applied in fp32 after each k32 wgmma)
-#endif
 #define SM90_SCRATCH (SM90_ELEM == 3 && (SM90_PROMOTE || SM90_MX))  // a scratch accumulator promoted into main
-#if SM90_MX && (SM90_ELEM != 3 || SM90_TA || SM90_TB || SM90_SWAP)
-#error "SM90_MX: fp8 operands, K-major, not swapped"
-#endif
 #define SM90_MN_LBO 8192  // M/N-major: bytes between 64-element swizzle atoms along M/N (one box)
 #define SM90_MN_SBO 1024  // M/N-major: bytes between groups of 8 K rows (8 swizzled 128-byte rows)
 
+#define SM90_CAT2(a, b) a##b
+#define SM90_CAT(a, b) SM90_CAT2(a, b)
 #define SM90_STR2(x) #x
 #define SM90_STR(x) SM90_STR2(x)
 
-#if SM90_ELEM == 0
-#define SM90_ESIZE 2
-#define SM90_WGMMA_KTYPES "k16.f32.f16.f16"
-#elif SM90_ELEM == 1
-#define SM90_ESIZE 2
-#define SM90_WGMMA_KTYPES "k16.f32.bf16.bf16"
-#elif SM90_ELEM == 2
-#define SM90_ESIZE 4
-#define SM90_WGMMA_KTYPES "k8.f32.tf32.tf32"
-#else
-#define SM90_ESIZE 1
-#if SM90_A_E5M2
-#define SM90_F8A ".e5m2"
-#else
-#define SM90_F8A ".e4m3"
-#endif
-#if SM90_B_E5M2
-#define SM90_F8B ".e5m2"
-#else
-#define SM90_F8B ".e4m3"
-#endif
-#define SM90_WGMMA_KTYPES "k32.f32" SM90_F8A SM90_F8B
-#endif
+// the wgmma's K and types by SM90_ELEM (an fp8 operand's type by SM90_A_E5M2 / SM90_B_E5M2), then its immediates:
+// scale-d is the predicate; then imm-scale-a, imm-scale-b and, for 16-bit types only, imm-trans-a, imm-trans-b
+#define SM90_F8_0 ".e4m3"
+#define SM90_F8_1 ".e5m2"
+#define SM90_F8_TYPE2(e5m2) SM90_F8_##e5m2
+#define SM90_F8_TYPE(e5m2) SM90_F8_TYPE2(e5m2)
+#define SM90_KTYPES_0 "k16.f32.f16.f16"
+#define SM90_KTYPES_1 "k16.f32.bf16.bf16"
+#define SM90_KTYPES_2 "k8.f32.tf32.tf32"
+#define SM90_KTYPES_3 "k32.f32" SM90_F8_TYPE(SM90_A_E5M2) SM90_F8_TYPE(SM90_B_E5M2)
+#define SM90_IMMS_0 ", 1, 1, " SM90_STR(SM90_TA) ", " SM90_STR(SM90_TB)
+#define SM90_IMMS_1 SM90_IMMS_0
+#define SM90_IMMS_2 ", 1, 1"
+#define SM90_IMMS_3 ", 1, 1"
+#define SM90_WGMMA_KTYPES SM90_CAT(SM90_KTYPES_, SM90_ELEM)
+#define SM90_WGMMA_IMMS SM90_CAT(SM90_IMMS_, SM90_ELEM)
+#define SM90_ESIZE (SM90_ELEM == 3 ? 1 : SM90_ELEM == 2 ? 4 : 2)  // element bytes
 
-#if SM90_ESIZE == 2
-// scale-d is the predicate; then imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
-#define SM90_WGMMA_IMMS ", 1, 1, " SM90_STR(SM90_TA) ", " SM90_STR(SM90_TB)
-#else
-#if SM90_TA || SM90_TB
-#error "tf32 and fp8 wgmma read K-major operands only (SM90_TA = SM90_TB = 0)"
-#endif
-#define SM90_WGMMA_IMMS ", 1, 1"
-#endif
-
-#define SM90_WG_N SM90_BN
 #define SM90_BM 128                         // two consumer warpgroups of 64 rows
 #define SM90_BK (128 / SM90_ESIZE)          // K elements per stage: one 128-byte swizzle row
 #define SM90_A_BYTES (SM90_BM * 128)        // per stage
 #define SM90_B_BYTES (SM90_BN * 128)
-#if SM90_MX
-#define SM90_SA_BYTES (SM90_BM * 16)      // per stage: int32 RA of 4 blocks per tile row
-#define SM90_SB_BYTES (SM90_BN * 16)      // per stage: int32 CB of 4 blocks x BN (permuted) columns
-#else
-#define SM90_SA_BYTES 0
-#define SM90_SB_BYTES 0
-#endif
+#define SM90_SA_BYTES (SM90_MX ? SM90_BM * 16 : 0)  // per stage (MX): int32 RA of 4 blocks per tile row
+#define SM90_SB_BYTES (SM90_MX ? SM90_BN * 16 : 0)  // per stage (MX): int32 CB of 4 blocks x BN (permuted) columns
 #define SM90_STAGE_BYTES (SM90_A_BYTES + SM90_B_BYTES + SM90_SA_BYTES + SM90_SB_BYTES)
-#define SM90_ACC (SM90_BN / 2)
-#if SM90_TMA_STORE
-#define SM90_BOX_COLS (128 / SM90_TMA_STORE)  // output columns per 128-byte box row
-#define SM90_EPI_BYTES (2 * 64 * SM90_EPI_COLS * SM90_TMA_STORE)  // both consumers' output buffers
-#else
-#define SM90_EPI_BYTES 0
-#endif              // fp32 accumulator registers per consumer thread
+#define SM90_ACC (SM90_BN / 2)              // fp32 accumulator registers per consumer thread
+// TMA-store epilogue: output columns per 128-byte box row, and both consumers' output buffers (0 bytes without)
+#define SM90_BOX_COLS (128 / (SM90_TMA_STORE ? SM90_TMA_STORE : 4))
+#define SM90_EPI_BYTES (2 * 64 * SM90_EPI_COLS * SM90_TMA_STORE)
 
 // ---------------------------------------------------------------------------------------------------------------
 // one tiny wrapper per PTX instruction (the loads, barriers and cluster primitives: async_sm90.cuh)
@@ -181,11 +125,15 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_store(const TmaMap* map,
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                  ::"l"((u64)map), "r"(c0), "r"(c1), "r"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async_bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_bulk_commit_group() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 __device__ __forceinline__ void cp_async_bulk_wait_group_read0() {
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
-__device__ __forceinline__ void cp_async_bulk_wait_group0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_bulk_wait_group0() {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
 __device__ __forceinline__ void fence_proxy_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
@@ -212,9 +160,8 @@ __device__ __forceinline__ u64 wgmma_desc(u32 addr, u32 lbo, u32 sbo) {
            (1ull << 62);
 }
 
-// wgmma.mma_async m64n{SM90_WG_N}: d (+)= A(desc_a) * B(desc_b); accumulate = 0 overwrites d.  One per N below,
-// all of the same form (the accumulator list is long, so each N is written out).
-#if SM90_WG_N == 64
+// wgmma.mma_async m64nN: d (+)= A(desc_a) * B(desc_b); accumulate = 0 overwrites d.  One overload per N (the
+// accumulator count), all of the same form (the accumulator list is long, so each N is written out).
 __device__ __forceinline__ void wgmma_mma_async(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p"
@@ -222,8 +169,6 @@ __device__ __forceinline__ void wgmma_mma_async(float (&d)[32], u64 desc_a, u64 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-#endif
-#if SM90_WG_N == 128
 __device__ __forceinline__ void wgmma_mma_async(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p"
@@ -231,8 +176,6 @@ __device__ __forceinline__ void wgmma_mma_async(float (&d)[64], u64 desc_a, u64 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-#endif
-#if SM90_WG_N == 192
 __device__ __forceinline__ void wgmma_mma_async(float (&d)[96], u64 desc_a, u64 desc_b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n192" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p"
@@ -240,8 +183,6 @@ __device__ __forceinline__ void wgmma_mma_async(float (&d)[96], u64 desc_a, u64 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-#endif
-#if SM90_WG_N == 256
 __device__ __forceinline__ void wgmma_mma_async(float (&d)[128], u64 desc_a, u64 desc_b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256" SM90_WGMMA_KTYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p"
@@ -249,7 +190,6 @@ __device__ __forceinline__ void wgmma_mma_async(float (&d)[128], u64 desc_a, u64
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-#endif
 
 // ---------------------------------------------------------------------------------------------------------------
 // tile order: groups of SM90_GROUP_M tile rows, column-major inside a group
@@ -299,7 +239,6 @@ __device__ __forceinline__ void store_pair(void* C, i64 off, float v0, float v1,
     }
 }
 
-#if SM90_MX
 // ---------------------------------------------------------------------------------------------------------------
 // MX block scales: main += 2^E * scratch per 32-K block (see SM90_MX above).  Accumulator j of n8 block b: row
 // 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1); cb: shared address of this thread's 16 bytes of
@@ -337,7 +276,6 @@ __device__ __forceinline__ void mx_promote_exact(float (&acc)[SM90_ACC], const f
     mx_for_each_factor(ra0, ra1, [cb](int g) { return ld_shared_v4(cb + 64 * g); },
                        [&](int i, int ra, int cf) { acc[i] = mx_add_exact(acc[i], part[i], ra, cf); });
 }
-#endif
 
 // split_fixup's sum: acc += the partials of splits 1 .. splits-1 (in that order), n8 column blocks of half H.
 template <int H>
@@ -401,13 +339,13 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[SM90_ACC], float* __res
 // stage's factors keeps it, with no barrier among the warps)
 #define SM90_WARP_RELEASE (SM90_MX && SM90_CLUSTER == 1)
 __device__ __forceinline__ void release_stage(u32 empty_bar, int t) {
-#if SM90_WARP_RELEASE
-    if ((t & 31) == 0) mbarrier_arrive(empty_bar);
-#elif SM90_CLUSTER == 1
-    if (t == 0) mbarrier_arrive(empty_bar);
-#else
-    if (t % 32 == 0 && t / 32 < SM90_CLUSTER) mbarrier_arrive_cluster(mapa(empty_bar, t / 32));
-#endif
+    if constexpr (SM90_WARP_RELEASE) {
+        if ((t & 31) == 0) mbarrier_arrive(empty_bar);
+    } else if constexpr (SM90_CLUSTER == 1) {
+        if (t == 0) mbarrier_arrive(empty_bar);
+    } else {
+        if (t % 32 == 0 && t / 32 < SM90_CLUSTER) mbarrier_arrive_cluster(mapa(empty_bar, t / 32));
+    }
 }
 
 #if SM90_CLUSTER > 1
@@ -437,11 +375,7 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
     const int wg = threadIdx.x / 128;
     const int tiles_m = (M + SM90_BM - 1) / SM90_BM, tiles_n = (N + SM90_BN - 1) / SM90_BN;
     // work units: tiles, or with clusters tile pairs (rows 2p + rank); every block of a cluster runs the same units
-#if SM90_CLUSTER > 1
-    const u32 rank = cluster_ctarank();
-#else
-    const u32 rank = 0;
-#endif
+    const u32 rank = SM90_CLUSTER > 1 ? cluster_ctarank() : 0;
     const int units_m = (tiles_m + SM90_CLUSTER - 1) / SM90_CLUSTER;
     const int kblocks = (K + SM90_BK - 1) / SM90_BK;
     const int unit0 = blockIdx.x / SM90_CLUSTER, unit_step = gridDim.x / SM90_CLUSTER;
@@ -449,37 +383,33 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
     if (threadIdx.x == 0) {
         prefetch_tensormap(&map_a);
         prefetch_tensormap(&map_b);
-#if SM90_TMA_STORE
-        prefetch_tensormap(&map_c);
-#endif
-#if SM90_MX
-        prefetch_tensormap(&map_sa);
-        prefetch_tensormap(&map_sb);
-#endif
+        if constexpr (SM90_TMA_STORE) prefetch_tensormap(&map_c);
+        if constexpr (SM90_MX) {
+            prefetch_tensormap(&map_sa);
+            prefetch_tensormap(&map_sb);
+        }
         for (int s = 0; s < SM90_STAGES; ++s) {
             mbarrier_init(full0 + 8 * s, 1);
             mbarrier_init(empty0 + 8 * s, 2 * SM90_CLUSTER * (SM90_WARP_RELEASE ? 4 : 1));
         }
         fence_mbarrier_init();
     }
-#if SM90_CLUSTER > 1
-    barrier_cluster_arrive();  // every block's barriers exist before any multicast or remote arrive
-    barrier_cluster_wait();
-#else
-    __syncthreads();
-#endif
+    if constexpr (SM90_CLUSTER > 1) {
+        barrier_cluster_arrive();  // every block's barriers exist before any multicast or remote arrive
+        barrier_cluster_wait();
+    } else {
+        __syncthreads();
+    }
 
     if (wg == 0) {
         setmaxnreg_dec<SM90_REG_PRODUCER>();
         if (threadIdx.x == 0) {
             int s = 0;
             u32 phase = 0;
-#if SM90_MX  // one factor per row / column over all of K (see the consumers): no per-stage factors to load
-            const bool no_factors = fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0;
+            // MX: one factor per row / column over all of K (see the consumers): no per-stage factors to load
+            const bool no_factors =
+                SM90_MX && fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0;
             const u32 stage_tx = no_factors ? SM90_A_BYTES + SM90_B_BYTES : SM90_STAGE_BYTES;
-#else
-            const u32 stage_tx = SM90_STAGE_BYTES;
-#endif
             for (int u = unit0; u < units; u += unit_step) {
                 const Work w = unit_work(u, tail0, splits, per, kblocks);
                 int tm, tn;
@@ -492,36 +422,38 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
                     const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
                     const int k0 = kb * SM90_BK;
                     mbarrier_arrive_expect_tx(full, stage_tx);
-#if SM90_TA
-                    for (int c = 0; c < SM90_BM / 64; ++c)
-                        cp_async_bulk_tensor_2d(sa + c * SM90_BK * 128, &map_a, m0 + 64 * c, k0, full);
-#else
-                    cp_async_bulk_tensor_2d(sa, &map_a, k0, m0, full);
-#endif
-#if SM90_CLUSTER > 1 && SM90_TB
-                    for (int c = rank; c < SM90_BN / 64; c += SM90_CLUSTER)
-                        cp_async_bulk_tensor_2d_multicast(sb + c * SM90_BK * 128, &map_b, n0 + 64 * c, k0, full,
+                    if constexpr (SM90_TA) {
+                        for (int c = 0; c < SM90_BM / 64; ++c)
+                            cp_async_bulk_tensor_2d(sa + c * SM90_BK * 128, &map_a, m0 + 64 * c, k0, full);
+                    } else {
+                        cp_async_bulk_tensor_2d(sa, &map_a, k0, m0, full);
+                    }
+                    if constexpr (SM90_CLUSTER > 1 && SM90_TB) {
+                        for (int c = rank; c < SM90_BN / 64; c += SM90_CLUSTER)
+                            cp_async_bulk_tensor_2d_multicast(sb + c * SM90_BK * 128, &map_b, n0 + 64 * c, k0, full,
+                                                              (1 << SM90_CLUSTER) - 1);
+                    } else if constexpr (SM90_CLUSTER > 1) {
+                        cp_async_bulk_tensor_2d_multicast(sb + rank * (SM90_BN / SM90_CLUSTER) * 128, &map_b, k0,
+                                                          n0 + rank * (SM90_BN / SM90_CLUSTER), full,
                                                           (1 << SM90_CLUSTER) - 1);
-#elif SM90_CLUSTER > 1
-                    cp_async_bulk_tensor_2d_multicast(sb + rank * (SM90_BN / SM90_CLUSTER) * 128, &map_b, k0,
-                                                      n0 + rank * (SM90_BN / SM90_CLUSTER), full,
-                                                      (1 << SM90_CLUSTER) - 1);
-#elif SM90_TB
-                    for (int c = 0; c < SM90_BN / 64; ++c)
-                        cp_async_bulk_tensor_2d(sb + c * SM90_BK * 128, &map_b, n0 + 64 * c, k0, full);
-#else
-                    cp_async_bulk_tensor_2d(sb, &map_b, k0, n0, full);
-#endif
-#if SM90_MX  // the stage's 4 blocks of row factors RA [128][4] and column factors CB [4][BN]
-                    if (!no_factors) {
-                        cp_async_bulk_tensor_2d(sb + SM90_B_BYTES, &map_sa, 4 * kb, m0, full);
-                        cp_async_bulk_tensor_2d(sb + SM90_B_BYTES + SM90_SA_BYTES, &map_sb, n0, 4 * kb, full);
+                    } else if constexpr (SM90_TB) {
+                        for (int c = 0; c < SM90_BN / 64; ++c)
+                            cp_async_bulk_tensor_2d(sb + c * SM90_BK * 128, &map_b, n0 + 64 * c, k0, full);
+                    } else {
+                        cp_async_bulk_tensor_2d(sb, &map_b, k0, n0, full);
                     }
-#endif
-                    if (++s == SM90_STAGES) {
-                        s = 0;
-                        phase ^= 1;
+                    if constexpr (SM90_MX) {  // the stage's 4 blocks of row factors RA [128][4], CB [4][BN]
+                        if (!no_factors) {
+                            cp_async_bulk_tensor_2d(sb + SM90_B_BYTES, &map_sa, 4 * kb, m0, full);
+                            cp_async_bulk_tensor_2d(sb + SM90_B_BYTES + SM90_SA_BYTES, &map_sb, n0, 4 * kb, full);
+                        }
                     }
+                    // the next stage; the phase flips at the ring's end.  Written as an xor of the wrap flag so that
+                    // the loop compiles to the same code whatever form the loads above take (written as the consumers'
+                    // branch, the K-major builds fold the flip into a select of the wait's phase ^ 1 instead)
+                    const bool wrap = ++s == SM90_STAGES;
+                    s = wrap ? 0 : s;
+                    phase ^= wrap;
                 }
             }
         }
@@ -534,241 +466,246 @@ mx_gemm_sm90(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMa
         int s = 0;
         u32 phase = 0;
         float acc[SM90_ACC];
-#if SM90_SCRATCH
-        float part[SM90_ACC];
-#endif
-#if SM90_MX
-        // fast promotion when every live pair of block codes has E = ea + eb in [-126, 127] (info: the prep's ranges)
-        // (these flags and mx_whole share one register: the consumers have none to spare)
-        const int mx_flags = mx_fast_pair(info_a, info_b) |
-                             // every row of A and column of B folded with one factor over all of K (info[3] = 0 from
-                             // mx_sm90_fold): the stages' scratch is added unscaled and 2^(Ea + Eb) applied once, in
-                             // the epilogue
-                             (fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0) << 1 |
-                             ((info_a[2] | info_b[2]) != 0) << 2;
+        float part[SM90_ACC];  // the scratch accumulator (SM90_SCRATCH; unused otherwise)
+        // MX: fast promotion when every live pair of block codes has E = ea + eb in [-126, 127] (info: the prep's
+        // ranges) (these flags and mx_whole share one register: the consumers have none to spare)
+        const int mx_flags = !SM90_MX ? 0
+                             : mx_fast_pair(info_a, info_b) |
+                                   // every row of A and column of B folded with one factor over all of K (info[3] = 0
+                                   // from mx_sm90_fold): the stages' scratch is added unscaled and 2^(Ea + Eb) applied
+                                   // once, in the epilogue
+                                   (fold_a != nullptr && fold_b != nullptr && info_a[3] == 0 && info_b[3] == 0) << 1 |
+                                   ((info_a[2] | info_b[2]) != 0) << 2;
 #define mx_fast ((mx_flags & 1) != 0)
 #define mx_whole ((mx_flags & 2) != 0)
 #define mx_nan ((mx_flags & 4) != 0)
-        const int r_loc = 64 * c + 16 * warp + lane / 4;  // this thread's first row in the tile (the other: + 8)
-#endif
+        const int r_loc = 64 * c + 16 * warp + lane / 4;  // MX: this thread's first row in the tile (the other: + 8)
         for (int u = unit0; u < units; u += unit_step) {
             const Work w = unit_work(u, tail0, splits, per, kblocks);
             const int kb0 = w.kb0, kb1 = w.kb1;
             int tm, tn;
             tile_coords(w.tile, units_m, tiles_n, tm, tn);
             tm = tm * SM90_CLUSTER + rank;
-#if SM90_SCRATCH
+            if constexpr (SM90_SCRATCH) {
 #pragma unroll
-            for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
-#endif
-#if SM90_MX
-            for (int kb = kb0; kb < kb1; ++kb) {  // one ring stage = 4 MX blocks of 32 K
-                mbarrier_wait(full0 + 8 * s, phase);
-                const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
-                const u32 fs = sb + SM90_B_BYTES;  // RA [128][4] int32, then CB [4][BN] int32
-                const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
-                if (mx_whole || (fold_a != nullptr && fold_b != nullptr && (fold_a[kb] & fold_b[kb]))) {
-                    // a folded window (both operands): its 4 blocks share one factor: 4 wgmma, one promotion
+                for (int i = 0; i < SM90_ACC; ++i) acc[i] = 0.f;
+            }
+            if constexpr (SM90_MX) {
+                for (int kb = kb0; kb < kb1; ++kb) {  // one ring stage = 4 MX blocks of 32 K
+                    mbarrier_wait(full0 + 8 * s, phase);
+                    const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
+                    const u32 fs = sb + SM90_B_BYTES;  // RA [128][4] int32, then CB [4][BN] int32
+                    const u32 cb = fs + SM90_SA_BYTES + 16 * (lane % 4);
+                    if (mx_whole || (fold_a != nullptr && fold_b != nullptr && (fold_a[kb] & fold_b[kb]))) {
+                        // a folded window (both operands): its 4 blocks share one factor: 4 wgmma, one promotion
+                        wgmma_fence();
+#pragma unroll
+                        for (int kk = 0; kk < 4; ++kk)
+                            wgmma_mma_async(part, wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024),
+                                            wgmma_desc(sb + kk * 32, 16, 1024), kk > 0);
+                        wgmma_commit_group();
+                        wgmma_wait_group<0>();
+                        if (mx_whole) {  // no factors in this stage (the producer loaded none)
+                            release_stage(empty0 + 8 * s, t);  // nothing more to read: hand it back at once
+#pragma unroll
+                            for (int i = 0; i < SM90_ACC; ++i) acc[i] = f32_add(acc[i], part[i]);
+                        } else {
+                            const int ra0 = ld_shared_v4(fs + 16 * r_loc).x;
+                            const int ra1 = ld_shared_v4(fs + 16 * (r_loc + 8)).x;
+                            if (mx_fast)
+                                mx_promote_fast(acc, part, ra0, ra1, cb);
+                            else
+                                mx_promote_exact(acc, part, ra0, ra1, cb);
+                            release_stage(empty0 + 8 * s, t);
+                        }
+                        if (++s == SM90_STAGES) {
+                            s = 0;
+                            phase ^= 1;
+                        }
+                        continue;
+                    }
+#pragma unroll
+                    for (int kk = 0; kk < 4; ++kk) {  // block kk: one k32 wgmma into the scratch, then the scaled add
+                        wgmma_fence();
+                        wgmma_mma_async(part, wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024),
+                                        wgmma_desc(sb + kk * 32, 16, 1024), 0);
+                        wgmma_commit_group();
+                        wgmma_wait_group<0>();
+                        // the rows' factors of block kk (loaded here, not once per stage: registers are few)
+                        const int ra0 = (int)ld_shared_u32(fs + 16 * r_loc + 4 * kk);
+                        const int ra1 = (int)ld_shared_u32(fs + 16 * (r_loc + 8) + 4 * kk);
+                        if (mx_fast)
+                            mx_promote_fast(acc, part, ra0, ra1, cb + kk * (SM90_BN * 4));
+                        else
+                            mx_promote_exact(acc, part, ra0, ra1, cb + kk * (SM90_BN * 4));
+                    }
+                    release_stage(empty0 + 8 * s, t);  // after the last block's factor loads
+                    if (++s == SM90_STAGES) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+            } else {
+                for (int kb = kb0; kb < kb1; ++kb) {
+                    mbarrier_wait(full0 + 8 * s, phase);
+                    const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
                     wgmma_fence();
 #pragma unroll
-                    for (int kk = 0; kk < 4; ++kk)
-                        wgmma_mma_async(part, wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024),
-                                        wgmma_desc(sb + kk * 32, 16, 1024), kk > 0);
+                    for (int kk = 0; kk < 4; ++kk) {  // 4 wgmma of 32 bytes of K each
+                        u64 da, db;
+                        if constexpr (SM90_TA)
+                            da = wgmma_desc(sa + c * SM90_BK * 128 + kk * (32 / SM90_ESIZE) * 128, SM90_MN_LBO,
+                                            SM90_MN_SBO);
+                        else
+                            da = wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024);
+                        if constexpr (SM90_TB)
+                            db = wgmma_desc(sb + kk * (32 / SM90_ESIZE) * 128, SM90_MN_LBO, SM90_MN_SBO);
+                        else
+                            db = wgmma_desc(sb + kk * 32, 16, 1024);
+                        if constexpr (SM90_SCRATCH)  // fp8 promotion: this stage into the scratch
+                            wgmma_mma_async(part, da, db, kk > 0);
+                        else
+                            wgmma_mma_async(acc, da, db, (kb > kb0) || (kk > 0));
+                    }
                     wgmma_commit_group();
-                    wgmma_wait_group<0>();
-                    if (mx_whole) {  // no factors in this stage (the producer loaded none)
-                        release_stage(empty0 + 8 * s, t);  // nothing more to read: hand it back at once
+                    if constexpr (SM90_SCRATCH) {
+                        wgmma_wait_group<0>();
+                        release_stage(empty0 + 8 * s, t);
 #pragma unroll
                         for (int i = 0; i < SM90_ACC; ++i) acc[i] = f32_add(acc[i], part[i]);
                     } else {
-                        const int ra0 = ld_shared_v4(fs + 16 * r_loc).x, ra1 = ld_shared_v4(fs + 16 * (r_loc + 8)).x;
-                        if (mx_fast)
-                            mx_promote_fast(acc, part, ra0, ra1, cb);
-                        else
-                            mx_promote_exact(acc, part, ra0, ra1, cb);
-                        release_stage(empty0 + 8 * s, t);
+                        wgmma_wait_group<1>();  // the previous stage's wgmma are done: hand its buffers back
+                        if (kb > kb0) release_stage(empty0 + 8 * (s ? s - 1 : SM90_STAGES - 1), t);
                     }
                     if (++s == SM90_STAGES) {
                         s = 0;
                         phase ^= 1;
                     }
-                    continue;
-                }
-#pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {  // block kk: one k32 wgmma into the scratch, then the scaled add
-                    wgmma_fence();
-                    wgmma_mma_async(part, wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024),
-                                    wgmma_desc(sb + kk * 32, 16, 1024), 0);
-                    wgmma_commit_group();
-                    wgmma_wait_group<0>();
-                    // the rows' factors of block kk (loaded here, not once per stage: registers are few)
-                    const int ra0 = (int)ld_shared_u32(fs + 16 * r_loc + 4 * kk);
-                    const int ra1 = (int)ld_shared_u32(fs + 16 * (r_loc + 8) + 4 * kk);
-                    if (mx_fast)
-                        mx_promote_fast(acc, part, ra0, ra1, cb + kk * (SM90_BN * 4));
-                    else
-                        mx_promote_exact(acc, part, ra0, ra1, cb + kk * (SM90_BN * 4));
-                }
-                release_stage(empty0 + 8 * s, t);  // after the last block's factor loads
-                if (++s == SM90_STAGES) {
-                    s = 0;
-                    phase ^= 1;
                 }
             }
-#else
-            for (int kb = kb0; kb < kb1; ++kb) {
-                mbarrier_wait(full0 + 8 * s, phase);
-                const u32 sa = ring + s * SM90_STAGE_BYTES, sb = sa + SM90_A_BYTES;
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {  // 4 wgmma of 32 bytes of K each
-#if SM90_TA
-                    const u64 da = wgmma_desc(sa + c * SM90_BK * 128 + kk * (32 / SM90_ESIZE) * 128, SM90_MN_LBO, SM90_MN_SBO);
-#else
-                    const u64 da = wgmma_desc(sa + c * 64 * 128 + kk * 32, 16, 1024);
-#endif
-#if SM90_TB
-                    const u64 db = wgmma_desc(sb + kk * (32 / SM90_ESIZE) * 128, SM90_MN_LBO, SM90_MN_SBO);
-#else
-                    const u64 db = wgmma_desc(sb + kk * 32, 16, 1024);
-#endif
-#if SM90_ELEM == 3 && SM90_PROMOTE
-                    wgmma_mma_async(part, da, db, kk > 0);
-#else
-                    wgmma_mma_async(acc, da, db, (kb > kb0) || (kk > 0));
-#endif
-                }
-                wgmma_commit_group();
-#if SM90_ELEM == 3 && SM90_PROMOTE
+            if constexpr (!SM90_SCRATCH) {
                 wgmma_wait_group<0>();
-                release_stage(empty0 + 8 * s, t);
-#pragma unroll
-                for (int i = 0; i < SM90_ACC; ++i) acc[i] = f32_add(acc[i], part[i]);
-#else
-                wgmma_wait_group<1>();  // the previous stage's wgmma are done: hand its buffers back
-                if (kb > kb0) release_stage(empty0 + 8 * (s ? s - 1 : SM90_STAGES - 1), t);
-#endif
-                if (++s == SM90_STAGES) {
-                    s = 0;
-                    phase ^= 1;
-                }
+                release_stage(empty0 + 8 * (s ? s - 1 : SM90_STAGES - 1), t);  // the last stage (s has moved past it)
             }
-#endif  // SM90_MX
-#if !SM90_SCRATCH
-            wgmma_wait_group<0>();
-            release_stage(empty0 + 8 * (s ? s - 1 : SM90_STAGES - 1), t);  // the last stage (s has moved past it)
-#endif
             if (splits > 1 && u >= tail0 &&
                 !split_fixup(acc, ws, counters, flags + 4 * c, (w.tile - tail0) * SM90_CLUSTER + rank, w.z, splits,
                              c, t))
                 continue;  // another unit of this tile finishes it
-#if SM90_MX
-            if (mx_whole) {  // the rows' and columns' one factor each (window 0's), applied once (as the promotion)
-                // every factor load issued before the first use (one memory latency per tile, not one per group)
-                const int row0 = tm * SM90_BM + r_loc;
-                int ra[2];
-                int4 fb[SM90_BN / 16];
+            if constexpr (SM90_MX) {
+                // MX, whole K: the rows' and columns' one factor each (window 0's), applied once (as the promotion)
+                if (mx_whole) {
+                    // every factor load issued before the first use (one memory latency per tile, not one per group)
+                    const int row0 = tm * SM90_BM + r_loc;
+                    int ra[2];
+                    int4 fb[SM90_BN / 16];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) ra[h] = row0 + 8 * h < M ? fac_a[(i64)(row0 + 8 * h) * ld_fa] : 127 << 23;
+                    for (int h = 0; h < 2; ++h)
+                        ra[h] = row0 + 8 * h < M ? fac_a[(i64)(row0 + 8 * h) * ld_fa] : 127 << 23;
 #pragma unroll
-                for (int g = 0; g < SM90_BN / 16; ++g) {
-                    const int col16 = tn * SM90_BN + 16 * g;  // the 16-column group (fac_b: ld_fb columns, permuted)
-                    fb[g] = col16 < ld_fb ? *(const int4*)(fac_b + col16 + 4 * (lane % 4)) : make_int4(0, 0, 0, 0);
+                    for (int g = 0; g < SM90_BN / 16; ++g) {
+                        // the 16-column group (fac_b: ld_fb columns, permuted)
+                        const int col16 = tn * SM90_BN + 16 * g;
+                        fb[g] = col16 < ld_fb ? *(const int4*)(fac_b + col16 + 4 * (lane % 4))
+                                              : make_int4(0, 0, 0, 0);
+                    }
+                    mx_for_each_factor(
+                        ra[0], ra[1], [&](int g) { return fb[g]; },
+                        [&](int i, int r, int cf) {
+                            acc[i] = mx_fast ? f32_mul(acc[i], __int_as_float(r + cf))
+                                             : mx_add_exact(0.f, acc[i], r, cf);
+                        });
                 }
-                mx_for_each_factor(
-                    ra[0], ra[1], [&](int g) { return fb[g]; },
-                    [&](int i, int r, int cf) {
-                        acc[i] = mx_fast ? f32_mul(acc[i], __int_as_float(r + cf)) : mx_add_exact(0.f, acc[i], r, cf);
-                    });
-            }
-            if (mx_nan) {  // a NaN block (code 0xFF) makes its whole row of A / column of B NaN, as in the reference
-                const int row0 = tm * SM90_BM + r_loc, col0 = tn * SM90_BN + 2 * (lane % 4);
+                // MX: a NaN block (code 0xFF) makes its whole row of A / column of B NaN, as in the reference
+                if (mx_nan) {
+                    const int row0 = tm * SM90_BM + r_loc, col0 = tn * SM90_BN + 2 * (lane % 4);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const bool nr = row0 + 8 * h < M && nan_a[row0 + 8 * h];
+                    for (int h = 0; h < 2; ++h) {
+                        const bool nr = row0 + 8 * h < M && nan_a[row0 + 8 * h];
 #pragma unroll
-                    for (int b = 0; b < SM90_BN / 8; ++b) {
+                        for (int b = 0; b < SM90_BN / 8; ++b) {
 #pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int col = col0 + 8 * b + e;
-                            if (nr || (col < N && nan_b[col])) acc[4 * b + 2 * h + e] = __int_as_float(0x7fc00000);
+                            for (int e = 0; e < 2; ++e) {
+                                const int col = col0 + 8 * b + e;
+                                if (nr || (col < N && nan_b[col])) acc[4 * b + 2 * h + e] = __int_as_float(0x7fc00000);
+                            }
                         }
                     }
                 }
             }
-#endif
             // epilogue: accumulator j of n8 block b: row 16 warp + lane/4 + 8 ((j>>1)&1), col 8 b + 2 (lane%4) + (j&1)
-#if SM90_TMA_STORE
-            // 128-byte swizzled boxes of 64 rows x 128 bytes: (row r, 16-byte chunk j) at r * 128 + ((j ^ r % 8) << 4);
-            // a warp's 8 rows land in 8 different chunks (no bank conflict)
-            const u32 buf = epi + c * (64 * SM90_EPI_COLS * SM90_TMA_STORE);
+            if constexpr (SM90_TMA_STORE) {
+                // 128-byte swizzled boxes of 64 rows x 128 bytes: (row r, 16-byte chunk j) at
+                // r * 128 + ((j ^ r % 8) << 4); a warp's 8 rows land in 8 different chunks (no bank conflict)
+                const u32 buf = epi + c * (64 * SM90_EPI_COLS * SM90_TMA_STORE);
 #pragma unroll
-            for (int half = 0; half < SM90_BN / SM90_EPI_COLS; ++half) {
-                if (t == 0) cp_async_bulk_wait_group_read0();  // the previous store has read the buffer
-                bar_sync(1 + c, 128);
+                for (int half = 0; half < SM90_BN / SM90_EPI_COLS; ++half) {
+                    if (t == 0) cp_async_bulk_wait_group_read0();  // the previous store has read the buffer
+                    bar_sync(1 + c, 128);
 #pragma unroll
-                for (int bb = 0; bb < SM90_EPI_COLS / 8; ++bb) {
-                    const int b = half * (SM90_EPI_COLS / 8) + bb;
+                    for (int bb = 0; bb < SM90_EPI_COLS / 8; ++bb) {
+                        const int b = half * (SM90_EPI_COLS / 8) + bb;
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = 16 * warp + lane / 4 + 8 * h;
-                        const int col = 8 * bb + 2 * (lane % 4);  // in this round's buffer
-                        const int byte = (col % SM90_BOX_COLS) * SM90_TMA_STORE;
-                        const u32 addr = buf + (col / SM90_BOX_COLS) * (64 * 128) + r * 128 +
-                                         (((byte >> 4) ^ (r % 8)) << 4) + (byte & 15);
-                        const float v0 = f32_mul(alpha, acc[4 * b + 2 * h]);
-                        const float v1 = f32_mul(alpha, acc[4 * b + 2 * h + 1]);
-#if SM90_TMA_STORE == 4
-                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
-#else
-                        const u32 bits = out_kind == 1 ? (u32)f32_to_f16(v0) | ((u32)f32_to_f16(v1) << 16)
-                                                       : (u32)f32_to_bf16(v0) | ((u32)f32_to_bf16(v1) << 16);
-                        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(bits) : "memory");
-#endif
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = 16 * warp + lane / 4 + 8 * h;
+                            const int col = 8 * bb + 2 * (lane % 4);  // in this round's buffer
+                            const int byte = (col % SM90_BOX_COLS) * SM90_TMA_STORE;
+                            const u32 addr = buf + (col / SM90_BOX_COLS) * (64 * 128) + r * 128 +
+                                             (((byte >> 4) ^ (r % 8)) << 4) + (byte & 15);
+                            const float v0 = f32_mul(alpha, acc[4 * b + 2 * h]);
+                            const float v1 = f32_mul(alpha, acc[4 * b + 2 * h + 1]);
+                            if constexpr (SM90_TMA_STORE == 4) {
+                                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1)
+                                             : "memory");
+                            } else {
+                                const u32 bits = out_kind == 1 ? (u32)f32_to_f16(v0) | ((u32)f32_to_f16(v1) << 16)
+                                                               : (u32)f32_to_bf16(v0) | ((u32)f32_to_bf16(v1) << 16);
+                                asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(bits) : "memory");
+                            }
+                        }
+                    }
+                    fence_proxy_async_shared();  // generic-proxy stores -> the copy engine's reads
+                    bar_sync(1 + c, 128);
+                    if (t == 0) {
+#pragma unroll
+                        for (int q = 0; q < SM90_EPI_COLS / SM90_BOX_COLS; ++q)
+                            cp_async_bulk_tensor_2d_store(&map_c,
+                                                          tn * SM90_BN + half * SM90_EPI_COLS + SM90_BOX_COLS * q,
+                                                          tm * SM90_BM + 64 * c, buf + q * (64 * 128));
+                        cp_async_bulk_commit_group();
                     }
                 }
-                fence_proxy_async_shared();  // generic-proxy stores -> the copy engine's reads
-                bar_sync(1 + c, 128);
-                if (t == 0) {
+            } else {
+                const int row0 = tm * SM90_BM + 64 * c + 16 * warp + lane / 4;
+                const int col0 = tn * SM90_BN + 2 * (lane % 4);
 #pragma unroll
-                    for (int q = 0; q < SM90_EPI_COLS / SM90_BOX_COLS; ++q)
-                        cp_async_bulk_tensor_2d_store(&map_c, tn * SM90_BN + half * SM90_EPI_COLS + SM90_BOX_COLS * q,
-                                                      tm * SM90_BM + 64 * c, buf + q * (64 * 128));
-                    cp_async_bulk_commit_group();
+                for (int b = 0; b < SM90_BN / 8; ++b) {
+                    const int col = col0 + 8 * b;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = row0 + 8 * h;
+                        if constexpr (SM90_SWAP) {
+                            // D is C transposed (A, B swapped by the host): D[row, col] -> C[col, row]
+                            if (row < M && col < N)
+                                store_pair(C, (i64)col * ldc + row, f32_mul(alpha, acc[4 * b + 2 * h]), 0.f, false,
+                                           false, out_kind);
+                            if (row < M && col + 1 < N)
+                                store_pair(C, (i64)(col + 1) * ldc + row, f32_mul(alpha, acc[4 * b + 2 * h + 1]), 0.f,
+                                           false, false, out_kind);
+                        } else {
+                            if (row < M && col < N)
+                                store_pair(C, (i64)row * ldc + col, f32_mul(alpha, acc[4 * b + 2 * h]),
+                                           f32_mul(alpha, acc[4 * b + 2 * h + 1]), col + 1 < N, pair_ok, out_kind);
+                        }
+                    }
                 }
             }
-#else
-            const int row0 = tm * SM90_BM + 64 * c + 16 * warp + lane / 4;
-            const int col0 = tn * SM90_BN + 2 * (lane % 4);
-#pragma unroll
-            for (int b = 0; b < SM90_BN / 8; ++b) {
-                const int col = col0 + 8 * b;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = row0 + 8 * h;
-#if SM90_SWAP
-                    // D is C transposed (A, B swapped by the host): D[row, col] -> C[col, row]
-                    if (row < M && col < N)
-                        store_pair(C, (i64)col * ldc + row, f32_mul(alpha, acc[4 * b + 2 * h]), 0.f, false, false,
-                                   out_kind);
-                    if (row < M && col + 1 < N)
-                        store_pair(C, (i64)(col + 1) * ldc + row, f32_mul(alpha, acc[4 * b + 2 * h + 1]), 0.f, false,
-                                   false, out_kind);
-#else
-                    if (row < M && col < N)
-                        store_pair(C, (i64)row * ldc + col, f32_mul(alpha, acc[4 * b + 2 * h]),
-                                   f32_mul(alpha, acc[4 * b + 2 * h + 1]), col + 1 < N, pair_ok, out_kind);
-#endif
-                }
-            }
-#endif
         }
-#if SM90_TMA_STORE
-        if (t == 0) cp_async_bulk_wait_group0();  // the last stores are complete
-#endif
+        if constexpr (SM90_TMA_STORE) {
+            if (t == 0) cp_async_bulk_wait_group0();  // the last stores are complete
+        }
     }
-#if SM90_CLUSTER > 1
-    barrier_cluster_arrive();  // no block leaves while its peer may still multicast into it or arrive on it
-    barrier_cluster_wait();
-#endif
+    if constexpr (SM90_CLUSTER > 1) {
+        barrier_cluster_arrive();  // no block leaves while its peer may still multicast into it or arrive on it
+        barrier_cluster_wait();
+    }
 }

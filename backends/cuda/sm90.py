@@ -151,10 +151,11 @@ class Sm90Variant:
 
     @property
     def epi_cols(self) -> int:
-        """Output columns per epilogue round (TMA store): the most whole 128-byte boxes dividing BN whose buffers
-        for both consumers fit in 32 KB (BN 256: 128 columns of 16-bit, 64 of fp32)."""
+        """Output columns per epilogue round: with the TMA store, the most whole 128-byte boxes dividing BN whose
+        buffers for both consumers fit in 32 KB (BN 256: 128 columns of 16-bit, 64 of fp32); direct stores: BN (one
+        round, no buffer)."""
         if not self.tma_store:
-            return 0
+            return self.bn
         box = STAGE_K_BYTES // self.tma_store
         return max(c for c in range(box, self.bn + 1, box) if self.bn % c == 0 and 2 * 64 * c * self.tma_store <= 32768)
 
@@ -182,18 +183,15 @@ class Sm90Variant:
         return f"sm90_{e}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}_{self.tile}{acc}{epi}"
 
     def options(self) -> list[str]:
-        o = ["--gpu-architecture=sm_90a", "-std=c++17", f"-DSM90_ELEM={_ELEM_CODE[self.elem]}",
-             f"-DSM90_TA={int(not self.a_kmajor)}", f"-DSM90_TB={int(not self.b_kmajor)}", f"-DSM90_BN={self.bn}",
-             f"-DSM90_STAGES={self.stages}", f"-DSM90_CLUSTER={self.cluster}", f"-DSM90_GROUP_M={self.group_m}",
-             f"-DSM90_TMA_STORE={int(self.tma_store)}", f"-DSM90_SWAP={int(self.swap)}"]
-        if self.tma_store:
-            o.append(f"-DSM90_EPI_COLS={self.epi_cols}")
-        if self.elem in _FP8:
-            o += [f"-DSM90_PROMOTE={int(self.promote)}", f"-DSM90_A_E5M2={int(self.elem == 'e5m2')}",
-                  f"-DSM90_B_E5M2={int(self.b_elem == 'e5m2')}"]
-        if self.mx:
-            o.append("-DSM90_MX=1")
-        return o
+        """Every define gemm_sm90.cu reads (the kernel has no defaults)."""
+        fp8 = self.elem in _FP8
+        return ["--gpu-architecture=sm_90a", "-std=c++17", f"-DSM90_ELEM={_ELEM_CODE[self.elem]}",
+                f"-DSM90_A_E5M2={int(self.elem == 'e5m2')}", f"-DSM90_B_E5M2={int(self.b_elem == 'e5m2')}",
+                f"-DSM90_TA={int(not self.a_kmajor)}", f"-DSM90_TB={int(not self.b_kmajor)}", f"-DSM90_BN={self.bn}",
+                f"-DSM90_STAGES={self.stages}", f"-DSM90_CLUSTER={self.cluster}", f"-DSM90_GROUP_M={self.group_m}",
+                f"-DSM90_TMA_STORE={int(self.tma_store)}", f"-DSM90_EPI_COLS={self.epi_cols}",
+                f"-DSM90_SWAP={int(self.swap)}", f"-DSM90_PROMOTE={int(fp8 and self.promote)}",
+                f"-DSM90_MX={int(self.mx)}"]
 
 
 def choose_sm90(elem: str, b_elem: str, a_kmajor: bool, b_kmajor: bool, promote: bool = True,
