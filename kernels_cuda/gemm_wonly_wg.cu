@@ -47,7 +47,8 @@
 //
 // -D: those of wonly_common.cuh (WO_MT: m8 tiles = wgmma N / 8, 1 to 8), WW_STAGES, WW_CPS (K chunks
 // per stage; even), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
-// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA, WW_PIN.  Kernel arguments besides the
+// WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA, WW_PIN, WW_KIND_LOOP (1: the consumer
+// loop compiled once per element format, see ww_consume; the host always passes it).  Kernel arguments besides the
 // operands: the weight's format (kind: wonly_common.cuh's WO_FORMATS) and its fold range (slo, shi, eoff4: the scale
 // codes decoded with their factor, whose exponent field is the code + eoff, eoff4 = eoff * 0x01010101 mod 2^32;
 // backends/cuda/wonly/ fold_range).
