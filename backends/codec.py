@@ -267,14 +267,14 @@ def quantize_mx(x, spec: FormatSpec, *, axis: int, block: int, rceil: bool):
     the same bits; a transposed B [K, N] gets its codes K-major, as the GEMMs read them)."""
     with _on(x) as call:
         c = call.cupy_view(x)
-        if _swapped(c, axis):
-            suf, bits = INPUT_SUFFIXES[call.dtype_name(x)] if call.dtype_name(x) in INPUT_SUFFIXES else (None, None)
-            if suf is not None:
-                other = c.ndim - 1 if axis == c.ndim - 2 else c.ndim - 2
-                codes, scales, smax = _quantize_mx_bits(call, c.swapaxes(-1, -2).view(bits), suf, spec, other,
-                                                        block, rceil)
-                return codes.swapaxes(-1, -2), scales.swapaxes(-1, -2), smax
-        xb, suf = call.float_bits(x)
+        name = call.dtype_name(x)
+        if name in INPUT_SUFFIXES and _swapped(c, axis):
+            suf, bits = INPUT_SUFFIXES[name]
+            other = c.ndim - 1 if axis == c.ndim - 2 else c.ndim - 2
+            codes, scales, smax = _quantize_mx_bits(call, c.swapaxes(-1, -2).view(bits), suf, spec, other, block,
+                                                    rceil)
+            return codes.swapaxes(-1, -2), scales.swapaxes(-1, -2), smax
+        xb, suf = call.float_bits(x, view=c)
         return _quantize_mx_bits(call, xb, suf, spec, axis, block, rceil)
 
 

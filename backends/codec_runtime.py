@@ -253,14 +253,15 @@ class _Call:
             return self.cp.from_dlpack(t)
         return self.cp.from_dlpack(x)
 
-    def float_bits(self, x, what: str = "x"):
-        """(contiguous raw-bits CuPy array, kernel suffix) of a float input; other dtypes raise as the host does."""
+    def float_bits(self, x, what: str = "x", view=None):
+        """(contiguous raw-bits CuPy array, kernel suffix) of a float input; other dtypes raise as the host does.
+        ``view``: ``cupy_view(x)`` where the caller has it already."""
         name = self.dtype_name(x)
         if name not in INPUT_SUFFIXES:
             raise InputTypeError(f"{what} has dtype {name} on the device; pass float32/float16/bfloat16/float64 values "
                                  "(integer codes are decoded with mxcore.formats.decode)")
         suf, bits = INPUT_SUFFIXES[name]
-        c = self.cupy_view(x)
+        c = self.cupy_view(x) if view is None else view
         return self.cp.ascontiguousarray(c).view(bits), suf
 
     def dtype_name(self, x) -> str:

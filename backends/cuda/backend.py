@@ -63,14 +63,14 @@ from mxcore.operands import made_per_call, mark_per_call
 from .._contract import Backend, Target
 from .callcache import CallCache
 from .compile import KernelCache
-from .device import as_cupy, device_info, refuse_capture, resolve_ordinal, stream_for
+from .device import as_cupy, device_info, element_strides, refuse_capture, resolve_ordinal, stream_for
 from .families import family_for
 from .families import mx_path as _mx_path
 from .fastpath import _TORCH_OUT, fast_call, fast_pair, fast_quantized, fast_weight
 from .operand import STORE
 from .plan import BatchLoopPlan, CudaPlan
 from .stage import Stager
-from .variants import TILES, ceiling_element, native_fp8, sm_of
+from .variants import TILES, ceiling_element, native_fp8
 from .wonly import WonlyProblem, mx_weight_folds
 from .wonly import wonly_path as _wonly_path
 from .wonly.plan import WonlyPlan, registers_prep, staged_prep
@@ -454,19 +454,12 @@ def _item(x, i: int):
     return x[i]
 
 
-def _strides(x) -> tuple:
-    """Strides in elements of a CuPy array or torch tensor."""
-    if array_kind(x) == "torch":
-        return tuple(x.stride())
-    return tuple(s // x.itemsize for s in x.strides)
-
-
 def _foldable(a) -> bool:
     """A (B, M, K) operand whose rows stack into one (B*M, K) view."""
     kind = array_kind(a)
     if kind not in ("cupy", "torch", "numpy"):
         return False
-    s = _strides(a) if kind != "numpy" else tuple(x // a.itemsize for x in a.strides)
+    s = element_strides(a) if kind != "numpy" else tuple(x // a.itemsize for x in a.strides)
     return s[0] == a.shape[1] * s[1]
 
 

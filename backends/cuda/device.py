@@ -106,6 +106,13 @@ def stream_for(cp, a, b):
     return external_stream(cp, torch_stream(torch, t.device.index))
 
 
+def element_strides(x) -> tuple:
+    """Strides in elements of a CuPy array or torch tensor."""
+    if array_kind(x) == "torch":
+        return tuple(x.stride())
+    return tuple(s // x.itemsize for s in x.strides)
+
+
 _RAW_STREAM: list = []  # [torch's raw current-stream accessor, or None]
 
 

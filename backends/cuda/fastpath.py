@@ -29,8 +29,8 @@ from mxcore.dtypes import WONLY_KIND
 from mxcore.errors import UnsupportedError
 from mxcore.operands import quantize_on_device
 
-from .device import (address_of, as_cupy, ensure_context, keep_for_graph, ordinal_of, refuse_capture,
-                     stream_for, torch_stream, unowned_view)
+from .device import (address_of, as_cupy, element_strides, ensure_context, keep_for_graph, ordinal_of,
+                     refuse_capture, stream_for, torch_stream, unowned_view)
 from .plan import CudaPlan
 from .quantized import (bound_plan, quantized_buffers, quantized_on, same_form, staged_key, staged_on,
                         staged_weight, swap_weight, weight_cache)
@@ -143,11 +143,6 @@ def _float_device(be, x, rows: bool = False, transposed: bool = False):
     return (kind, name, ptr, ordinal, stream_h) if name in ("float16", "bfloat16", "float32") else None
 
 
-def _strides(x) -> tuple:
-    """The element strides of a torch tensor or a CuPy array (the layout a kept entry was recorded for)."""
-    return x.stride() if callable(getattr(x, "stride", None)) else x.strides
-
-
 def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     """fp8/MX ``a @ b`` of contiguous 2-D float device arrays, or transposes of such (both torch CUDA tensors or both
     CuPy arrays; a transposed operand is quantized in place, ``codec.quantize_mx``).
@@ -165,7 +160,7 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     if kb != ka or ordinal_b != ordinal:
         return None
     names = (name_a, name_b)
-    key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), _strides(a), _strides(b), pa % 16,
+    key = ("q", ka, ordinal, stream_h, names, tuple(a.shape), tuple(b.shape), element_strides(a), element_strides(b), pa % 16,
            pb % 16, mdt.name, out_dtype, scale_rounding)
     cp = be.cp_module
     ensure_context(cp, ordinal)

@@ -84,22 +84,21 @@ class WonlyPlan(Plan):
             mma = "wgmma with the weight as register A" if v.kernel == "wg" else "mma.sync"
             self.variant = (f"{v.name} split {self._splits} (registers: packed weight decoded in registers, {how}, "
                             f"{mma})")
-            self._alloc()
+            with self.stream:  # as prep() and clone(): every buffer made and zeroed on the stream that uses it
+                self._alloc()
 
     def _alloc(self) -> None:
         """Split-K workspace and tile counters, and the launch packed once (``RawLaunch``: cuLaunchKernel with a
         prepared parameter block, a few microseconds of host time per call); for a WW_TMA build also the permuted
         copy of A (M x K rounded up to 64, written by mx_wonly_xperm before each product), its tensor map (boxes of
-        64 K x the tokens a block loads) and that launch."""
+        64 K x the tokens a block loads) and that launch.  Called on the plan's stream: a memset on another stream
+        (a worker thread's CuPy default) would not be ordered before the first launch."""
         cp = self.cp
         gx, gy = self._grid_xy
         v = self.variant_
         if self._splits > 1:
-            # zeroed on the plan's stream, which launches the kernels that count on them (a memset on another
-            # stream, e.g. a worker thread's CuPy default, is not ordered before the first launch)
-            with self.stream:
-                self._ws = cp.empty(self._splits * self.m * gx * v.tiles * 16, dtype=cp.float32)
-                self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
+            self._ws = cp.empty(self._splits * self.m * gx * v.tiles * 16, dtype=cp.float32)
+            self._counters = cp.zeros(gx * gy, dtype=cp.uint32)
         else:
             self._ws = self._counters = None
         self._launch = self._xperm = None
