@@ -629,7 +629,10 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
     ww_consume<K>(acc, fb, fold_bits, ring_ptr, ring, full0, empty0, stages, c_begin, c_end, warp, lane, rank, \
                   eoff4, kind)
         if constexpr (WW_KIND_LOOP) {
-            WO_BY_KIND(kind, WW_CONSUME)
+            // the format read through a shuffle: ptxas then treats the branch as warp-uniform and keeps the f16
+            // builds' wgmma unserialized (C7519 otherwise)
+            const u32 kind_u = __shfl_sync(0xffffffffu, kind, 0);
+            WO_BY_KIND(kind_u, WW_CONSUME)
         } else {
             WW_CONSUME(-1);
         }

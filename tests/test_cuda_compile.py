@@ -193,8 +193,8 @@ def test_variant_machine_code(arch, stem):
             assert cluster == (pair, 2 * pair, 2 * pair), bulk
             assert ("SYNCS.ARRIVE.TRANS64.RED" in binary.sass) == pair
             assert "C7515" not in binary.log, "ptxas serialized the wgmma (an accumulator written between them)"
-            # nor a warpgroup arrive it inserted on a divergent path (f16 builds with a loop per format, WW_KIND_LOOP:
-            # tuning/wonly.json wg_kind_loop)
+            # nor a warpgroup arrive it inserted on a path it took as divergent (the loops per format, WW_KIND_LOOP,
+            # of the f16 builds do without the shuffle that makes the format warp-uniform)
             assert "C7519" not in binary.log, "ptxas serialized the wgmma (a warpgroup arrive on a divergent path)"
             if "-DWW_FOLD_ONLY=0" in job["options"]:  # no input register of a wgmma written while it runs (the
                 # fold-only builds' are, C7513, and pipelined they measured slower: see WW_TAIL_SKIP)

@@ -50,6 +50,8 @@ def _cases(x, w):
     wf8 = mxcore.quantize_tensor(w, "e4m3fn")
     x8 = mxcore.quantize_mx(x, "mxfp8", axis=1)
     x16, w16 = x.half(), w.half()
+    xt, wt = x.t().contiguous().t(), w.t().contiguous().t()  # the same values, transposed layouts (a training step's)
+    wt4 = mxcore.quantize_mx(wt, "mxfp4", axis=0)  # quantized without a copy: codes and scales as transposed views
     return [
         ("fp16", lambda: mxcore.matmul(x16, w16, "fp16")),
         ("bf16", lambda: mxcore.matmul(x, w, "bf16", out_dtype="bfloat16")),
@@ -60,6 +62,9 @@ def _cases(x, w):
         ("bf16 x mxfp8 weight", lambda: mxcore.matmul(x, w8, out_dtype="bfloat16")),
         ("fp8 x fp8 weight", lambda: mxcore.matmul(x, wf8, "fp8")),
         ("mxfp8 pair", lambda: mxcore.matmul(x8, w8, "mxfp8")),
+        ("mxfp8 transposed", lambda: mxcore.matmul(xt, wt, "mxfp8")),
+        ("mxfp4 transposed", lambda: mxcore.matmul(xt, wt, "mxfp4")),
+        ("bf16 x mxfp4 transposed weight", lambda: mxcore.matmul(x, wt4, out_dtype="bfloat16")),
     ]
 
 

@@ -502,25 +502,33 @@ class Stager:
 
     def _decode_in_place(self, codes, role: str, element: str, dst: str, scales, exp_bias: tuple, exp: int,
                          cols: int) -> DevOperand | None:
-        """Decode codes elementwise in their own layout (A stays K-major, B stays N-major: the 16-bit kernel
-        reads both); None when the contiguous dimension is not a multiple of 8 (the transposing path pads)."""
+        """Decode codes elementwise in their own layout (the 16-bit kernel reads every majorness): C-ordered codes
+        keep A K-major and B N-major; a transposed view of C-ordered codes (``quantize_mx`` of a transposed operand)
+        is decoded as that C-ordered array, in place, so A comes out M-major and B K-major.  None when the
+        contiguous dimension is not a multiple of 8 (the transposing path pads)."""
         cp = self.cp
-        codes_d = _contiguous(cp, codes)
+        flip = codes.ndim == 2 and not codes.flags.c_contiguous and codes.T.flags.c_contiguous
+        codes_d = codes.T if flip else _contiguous(cp, codes)
         rows_, cols_ = codes_d.shape
         if cols_ % 8 or codes_d.data.ptr % 8 or not codes_d.size:
             return None
         out = cp.empty((rows_, cols_), dtype=cp.uint16)
         table = self._code_table(element, dst, scales is not None)
-        if scales is not None:
-            sc = _contiguous(cp, scales)
-            bi, bj, s_i, s_j = (1, 32, sc.shape[1], 1) if role == "a" else (32, 1, sc.shape[1], 1)
+        k_rows = (role == "a") == flip  # K runs down the decoded array's rows (blocks of 32 rows share a scale)
+        if scales is not None:  # (i, j) of the decoded array reads scale (i / bi, j / bj) at strides (s_i, s_j)
+            sc = scales.T if flip else scales
+            s_i, s_j = (s // sc.itemsize for s in sc.strides)
+            if k_rows and not (s_j == 1 and s_i % 8 == 0 and sc.data.ptr % 8 == 0):  # 8 scale bytes read at once
+                sc = _contiguous(cp, sc)
+                s_i, s_j = sc.shape[1], 1
+            bi, bj = (32, 1) if k_rows else (1, 32)
         else:
             sc, bi, bj, s_i, s_j = 0, 1, 1, 0, 0
         grid = (max(1, min(-(-(rows_ * cols_ // 8) // 256), 16 * self.sms)),)
         launch(self._prep("mx_decode_codes"), grid, (256,), (
             codes_d, np.int32(rows_), np.int32(cols_), table, sc, np.int32(bi), np.int32(bj), np.int64(s_i),
             np.int64(s_j), np.int32(exp_bias[0]), _ptr(exp_bias[1]), np.int32(_DST_KIND[dst]), out))
-        return DevOperand(out, cols_, role == "a", dst, exp, cols)
+        return DevOperand(out, cols_, not k_rows, dst, exp, cols)
 
 
 def _contiguous(cp, x):

@@ -11,7 +11,9 @@ For each dtype x shape, on torch CUDA (or CuPy) inputs of ``--input-dtype`` (fp1
 * **vendor** — the pipeline a user would otherwise write, in the same run: ``torch.matmul`` for fp16/bf16; for fp8
   ``amax`` of each operand, the power-of-two scale, the cast to ``float8_e4m3fn`` (B made column-major, as
   ``torch._scaled_mm`` requires) and ``torch._scaled_mm`` with the inverse scales.  MX has no vendor pipeline on
-  Hopper (cuBLASLt's block-scaled fp8 needs sm_100): the column stays empty.  Weight-only pairs (``bf16:mxfp4``):
+  Hopper (cuBLASLt's block-scaled fp8 needs sm_100): the column stays empty.  fp8 also gets the same pipeline under
+  ``torch.compile`` (``fullgraph=True``, default mode: amax, scale and cast fused by Inductor), the "compiled"
+  column.  Weight-only pairs (``bf16:mxfp4``):
   ``torch.matmul`` with a 16-bit weight.
 
 ``--weights quantized``: B is quantized once before the timed calls (``mxcore.quantize_mx`` / ``quantize_tensor``,
@@ -189,6 +191,10 @@ def run_e2e(dtypes, shapes, *, backend: str = "cuda", input_dtype: str = "fp16",
                 label, fn = vendor
                 t = _timed(fn, sync, calls, repeats, g, sets)
                 row.update(vendor=label, vendor_us=t * 1e6, vendor_tflops=flops / t / 1e12, e2e_over_vendor=t / e2e)
+            if baseline and mdt.kind == "fp8" and not bsz and not graph:  # Inductor's fused amax + cast + _scaled_mm
+                fns = [torch.compile(_vendor_fp8(torch, a, b, once), fullgraph=True) for a, b in pairs]
+                t = _timed(_rotating(fns), sync, calls, repeats, None, sets)
+                row.update(compiled_us=t * 1e6, e2e_over_compiled=t / e2e)
             rows.append(row)
             progress("    " + _fmt(row), flush=True)
             del pairs
@@ -209,6 +215,8 @@ def _fmt(r: dict) -> str:
          f"kernel {r['kernel_tflops']:7.1f} | e2e/kernel {r['e2e_over_kernel']:.2f}")
     if "vendor_tflops" in r:
         s += f" | {r['vendor']} {r['vendor_us']:.1f} us {r['vendor_tflops']:.1f} | e2e/vendor {r['e2e_over_vendor']:.2f}"
+    if "compiled_us" in r:
+        s += f" | torch.compile {r['compiled_us']:.1f} us | e2e/compiled {r['e2e_over_compiled']:.2f}"
     return s
 
 
