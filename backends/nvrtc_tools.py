@@ -204,6 +204,11 @@ def _check_arch(arch: str) -> None:
 
 
 _COMPILED = DiskCache("nvrtc", ".json.z")
+
+#: NVRTC options every mxcore CUDA kernel is compiled with, offline (here) and at run time (``cuda/compile.py``):
+#: everything in a kernel source is device code, and NVRTC 13.0 (the version torch's CUDA 13 wheels pin) takes a
+#: generic lambda inside a kernel for a host function without ``-default-device`` (later versions do not)
+DEVICE_FLAGS = ("-default-device",)
 _CACHE_FORMAT = 1  # bump when what a cache entry holds changes
 
 
@@ -221,7 +226,7 @@ def compile_cuda(source: str, *, name: str, arch: str, options=(), name_expressi
     reason = have_nvrtc()
     if reason is not None:
         raise KernelCompileError(f"cannot compile {name}: {reason}", source=name, options=options, arch=arch)
-    opts = [f"--gpu-architecture={arch}", "-Xptxas=-v", *options]
+    opts = [f"--gpu-architecture={arch}", "-Xptxas=-v", *DEVICE_FLAGS, *options]
     # The program name reaches NVRTC's output only through debug and line information.
     named = name if any(o.split("=")[0] in _DEBUG_OPTIONS for o in opts) else None
     key = cache_key("nvrtc", _CACHE_FORMAT, source, named, opts, list(name_expressions), nvrtc_identity())

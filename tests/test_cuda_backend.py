@@ -293,4 +293,4 @@ def test_kernel_cache_keys_on_what_compiles():
     for other in ((1, ("gemm", "v"), ["-DX=1"]), (0, ("gemm", "w"), ["-DX=1"]), (0, ("gemm", "v"), ["-DX=2"])):
         ordinal, key, opts = other
         assert cache.get(fake_cp, ordinal, key, GEMM_FILE, "mx_gemm", opts) is not a
-    assert built[-1] == ("mx_gemm", ("-DX=2",)) and len(built) == 4
+    assert built[-1] == ("mx_gemm", ("-default-device", "-DX=2")) and len(built) == 4

@@ -456,7 +456,7 @@ def test_kernel_cache_compiles_what_is_not_prebuilt(fresh, monkeypatch):
 
     cp = FakeCupy("sm_90")
     k = cuda_compile.kernel(cp, 0, PREP_FILE, "mx_prep_float", ("-std=c++17", "-DUNPACKAGED=1"))
-    assert isinstance(k, _RawKernel) and k.options == ("-std=c++17", "-DUNPACKAGED=1")
+    assert isinstance(k, _RawKernel) and k.options == ("-default-device", "-std=c++17", "-DUNPACKAGED=1")
     assert prebuilt.EVENTS == [("compiled", PREP_FILE, "mx_prep_float", "sm_90")]
     monkeypatch.setenv(prebuilt.ENV, "0")  # off: packaged builds compile too
     k = cuda_compile.kernel(cp, 0, PREP_FILE, "mx_prep_float", ("-std=c++17",))

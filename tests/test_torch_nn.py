@@ -229,3 +229,45 @@ def test_bench_block_quantizes_and_runs():
     block = bench._Block(64, 32, 128).to(torch.bfloat16)
     assert len(quantize_(block, "bf16:mxfp4").swapped) == 7
     assert block(torch.randn(2, 64, dtype=torch.bfloat16)).shape == (2, 64)
+
+
+@pytest.mark.parametrize("config", ["fp8", "mxfp8", "bf16:mxfp4"])
+def test_compiled_inference_calls_the_inference_op(config):
+    """Under torch.compile with no gradient to carry, Linear calls the op without an autograd layer
+    (linear_*_infer): the same bits as eager; with a gradient wanted, the differentiable op (and x gets its grad)."""
+    torch.manual_seed(3)
+    lin = Linear.from_float(torch.nn.Linear(64, 24), config)
+    x = torch.randn(5, 64)
+    seen = []
+
+    def backend(gm, inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lin, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        want = lin(x)
+        got = compiled(x)
+    assert torch.equal(got, want)
+    infer = "linear_mx_infer" if MXConfig.parse(config).is_mx else "linear_fp8_infer"
+    assert any(infer in t for t in seen), seen
+    seen.clear()
+    xg = x.clone().requires_grad_()
+    compiled(xg).sum().backward()
+    assert not any(infer in t for t in seen) and any("mxcore.linear" in t for t in seen), seen
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
+def test_inference_ops_refuse_a_gradient_and_pass_opcheck():
+    lin = Linear(64, 32, config="mxfp8")
+    fp8 = Linear(64, 32, config="fp8")
+    x = torch.randn(3, 64)
+    for op, args in ((torch.ops.mxcore.linear_mx_infer.default,
+                      (x, lin.weight_codes, lin.weight_scales, "mxfp8", "", "floor", "reference")),
+                     (torch.ops.mxcore.linear_fp8_infer.default,
+                      (x, fp8.weight_codes, fp8.weight_scale_exp, "e4m3fn", "", "reference"))):
+        result = torch.library.opcheck(op, args)
+        assert set(result.values()) == {"SUCCESS"}, (op, result)
+        with pytest.raises(UnsupportedError, match="takes no gradient"):
+            op(x.clone().requires_grad_(), *args[1:])

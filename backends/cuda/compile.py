@@ -32,13 +32,14 @@ def source(filename: str) -> str:
 def kernel(cp, ordinal: int, filename: str, name: str, options: tuple):
     """Kernel ``name`` of ``filename`` built with ``options`` for device ``ordinal`` (the current device): a prebuilt
     cubin (``prebuilt.load_kernel``), else a ``cupy.RawKernel`` that NVRTC compiles on first use."""
+    from ..nvrtc_tools import DEVICE_FLAGS
     from .prebuilt import device_arch, load_kernel, note
 
     text = source(filename)
     arch = device_arch(cp, ordinal)
     k = load_kernel(cp, text, name, options, arch, filename)
     if k is None:
-        k = cp.RawKernel(text, name, options=options)
+        k = cp.RawKernel(text, name, options=(*DEVICE_FLAGS, *options))
         note("compiled", filename, name, arch)
     return k
 

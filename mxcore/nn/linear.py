@@ -191,8 +191,15 @@ class Linear(torch.nn.Module):
         if cfg.train:
             y = _ops.matmul(x, self.weight.t(), cfg.dtype, scale_rounding=cfg.scale_rounding, backend=cfg.backend,
                             grad_dtype=cfg.grad_dtype)
-        elif not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and x.requires_grad):
-            y = self._eager(x)  # the op's implementation without the dispatcher (the same call)
+        elif not (torch.is_grad_enabled() and x.requires_grad):  # no gradient can flow (compile guards on both)
+            if not torch.compiler.is_compiling():
+                y = self._eager(x)  # the op's implementation without the dispatcher (the same call)
+            elif cfg.is_mx:
+                y = torch.ops.mxcore.linear_mx_infer(x, self.weight_codes, self.weight_scales, cfg.weight,
+                                                     cfg.act or "", cfg.scale_rounding, cfg.backend)
+            else:
+                y = torch.ops.mxcore.linear_fp8_infer(x, self.weight_codes, self.weight_scale_exp, cfg.weight,
+                                                      cfg.act or "", cfg.backend)
         elif cfg.is_mx:
             y = torch.ops.mxcore.linear_mx(x, self.weight_codes, self.weight_scales, cfg.weight, cfg.act or "",
                                            cfg.scale_rounding, cfg.backend, gd)
