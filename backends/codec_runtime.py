@@ -325,6 +325,10 @@ class _Call:
                     src, opts = compile_inputs(spec, vendor)
                     mod = _prebuilt(self.cp, self.ordinal, src, opts) if vendor == "nvidia" else None
                     if mod is None:
+                        if vendor == "nvidia":  # as compile_cuda builds it offline (nvrtc_tools.DEVICE_FLAGS)
+                            from .nvrtc_tools import DEVICE_FLAGS
+
+                            opts = (*DEVICE_FLAGS, *opts)
                         mod = self.cp.RawModule(code=src, options=opts)
                     _MODULES[key] = mod
         return mod

@@ -205,7 +205,8 @@ def _check_arch(arch: str) -> None:
 
 _COMPILED = DiskCache("nvrtc", ".json.z")
 
-#: NVRTC options every mxcore CUDA kernel is compiled with, offline (here) and at run time (``cuda/compile.py``):
+#: NVRTC options every mxcore CUDA kernel is compiled with, offline (here) and at run time (``cuda/compile.py``,
+#: the device codecs' module in ``codec_runtime.py``):
 #: everything in a kernel source is device code, and NVRTC 13.0 (the version torch's CUDA 13 wheels pin) takes a
 #: generic lambda inside a kernel for a host function without ``-default-device`` (later versions do not)
 DEVICE_FLAGS = ("-default-device",)

@@ -546,11 +546,14 @@ def test_codec_module_source_per_vendor():
             made.append((code, options))
             return object()
 
+    from mxcore.backends.nvrtc_tools import DEVICE_FLAGS
+
     spec = F.get("e2m1")
     for hip, unit in ((True, "amd"), (False, "nvidia")):
         call = codec_runtime._Call(_FakeCupy(hip), "cupy", 1000 + hip)
         call.module(spec)
-        assert made[-1] == codec.compile_inputs(spec, unit)
+        src, opts = codec.compile_inputs(spec, unit)
+        assert made[-1] == (src, opts if hip else (*DEVICE_FLAGS, *opts))  # NVRTC: as compile_cuda builds it
     codec_runtime._MODULES.clear()
 
 
