@@ -235,6 +235,28 @@ def test_weight_operand_is_one_object_per_weight():
     assert ops.weight_operand(lin.weight_codes, lin.weight_scales, "mxfp4") is lin._operand
 
 
+def test_weight_operand_sees_each_tensor_and_version():
+    """The codes tensor's bound operand is taken only for its own scales tensor, format and versions: a change of
+    the scales alone in place, another scales tensor, or another format each give another operand (never a stale
+    one), and a layer's output follows the change."""
+    torch.manual_seed(3)
+    lin = mxcore.nn.Linear(64, 32, bias=False, config="mxfp8")
+    x = torch.randn(4, 64)
+    codes, scales = lin.weight_codes, lin.weight_scales
+    first = ops.weight_operand(codes, scales, "mxfp8")
+    before = lin(x)
+    with torch.no_grad():
+        scales.add_(1)  # every block factor doubled, the codes untouched
+    second = ops.weight_operand(codes, scales, "mxfp8")
+    assert second is not first and ops.weight_operand(codes, scales, "mxfp8") is second
+    assert torch.equal(lin(x), 2 * before)
+    other = scales.clone()
+    assert ops.weight_operand(codes, other, "mxfp8") is not second
+    assert ops.weight_operand(codes, scales, "mxfp8") is second
+    assert ops.weight_operand(codes, scales, "mxfp8_e5m2").fmt == "mxfp8_e5m2"
+    assert ops.weight_operand(codes, scales, "mxfp8") is second  # the same object again (found by its key)
+
+
 def test_a_callers_mxtensor_is_reused():
     w = torch.randn(64, 16)
     q = mxcore.quantize_mx(w, "mxfp8", axis=0)

@@ -206,15 +206,16 @@ class Linear(torch.nn.Module):
         else:
             y = torch.ops.mxcore.linear_fp8(x, self.weight_codes, self.weight_scale_exp, cfg.weight, cfg.act or "",
                                             cfg.backend, gd)
-        return y if self.bias is None else y + self.bias
+        bias = self._parameters["bias"] if "bias" in self._parameters else self.bias  # (parametrized: moved)
+        return y if bias is None else y + bias
 
     def _eager(self, x):
-        cfg = self.config
+        cfg, buffers = self.config, self._buffers  # (the buffers read without Module.__getattr__: every call)
         if cfg.is_mx:
-            return _ops.linear_mx_impl(x, self.weight_codes, self.weight_scales, cfg.weight, cfg.act or "",
-                                        cfg.scale_rounding, cfg.backend)
-        return _ops.linear_fp8_impl(x, self.weight_codes, self.weight_scale_exp, cfg.weight, cfg.act or "",
-                                     cfg.backend)
+            return _ops.linear_mx_impl(x, buffers["weight_codes"], buffers["weight_scales"], cfg.weight,
+                                        cfg.act or "", cfg.scale_rounding, cfg.backend)
+        return _ops.linear_fp8_impl(x, buffers["weight_codes"], buffers["weight_scale_exp"], cfg.weight,
+                                     cfg.act or "", cfg.backend)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "

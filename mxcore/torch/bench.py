@@ -197,10 +197,15 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
             fwd = model.forward
             if compiled:
                 torch._dynamo.reset()
-                model.forward = torch.compile(fwd)
+                model.forward = torch.compile(fwd, dynamic=False)  # two shapes: the prompt's and a token's
             with torch.no_grad():
-                model.generate(ids, **{**kw, "max_new_tokens": 8, "min_new_tokens": 8})  # warm-up / compile
+                t0 = time.perf_counter()
+                # warm-up; compiled: the timed run's own length (a static cache is sized by it: another length
+                # is another cache shape, compiled again)
+                model.generate(ids, **(kw if compiled else {**kw, "max_new_tokens": 8, "min_new_tokens": 8}))
                 torch.cuda.synchronize()
+                print(f"{label}: warm-up{' and compile' if compiled else ''} {time.perf_counter() - t0:.1f} s",
+                      flush=True)
                 t0 = time.perf_counter()
                 out = model.generate(ids, **kw)
                 torch.cuda.synchronize()

@@ -117,8 +117,11 @@ def weight_operand(codes, scales, fmt: str):
     as something holds it (an :class:`mxcore.nn.Linear` does; otherwise the codes tensor itself), so the staged form
     a backend caches on it is made once; an in-place change of the codes or scales (``load_state_dict``) makes a new
     one."""
-    key = _key(codes, scales, fmt)
     versions = (_version(codes), _version(scales))
+    bound = codes.__dict__.get("_mxcore_operand")
+    if bound is not None and bound[1]() is scales and bound[2] == fmt and bound[3] == versions:
+        return bound[0]  # the codes tensor's own operand (a layer's every call: no key, no import)
+    key = _key(codes, scales, fmt)
     hit = _WEIGHTS.get(key)
     if hit is not None:  # (every call of a layer: no import, no format lookup)
         obj = hit[0]()
@@ -138,9 +141,9 @@ def weight_operand(codes, scales, fmt: str):
         scale = torch.ldexp(torch.ones((), dtype=torch.float32, device=codes.device), scales.to(torch.int32))
         obj = mx.ScaledTensor(codes.t(), scale, fmt, scales.to(torch.int32))
     _WEIGHTS[key] = (weakref.ref(obj, _forget(key)), versions)
-    try:
-        codes._mxcore_operand = obj  # the codes tensor keeps its operand alive (a cycle the collector frees)
-    except (AttributeError, RuntimeError):
+    try:  # the codes tensor keeps its operand alive (a cycle the collector frees) and finds it first next time
+        codes._mxcore_operand = (obj, weakref.ref(scales), fmt, versions)
+    except (AttributeError, RuntimeError, TypeError):
         pass
     return obj
 
