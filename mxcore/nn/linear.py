@@ -206,7 +206,8 @@ class Linear(torch.nn.Module):
         else:
             y = torch.ops.mxcore.linear_fp8(x, self.weight_codes, self.weight_scale_exp, cfg.weight, cfg.act or "",
                                             cfg.backend, gd)
-        bias = self._parameters["bias"] if "bias" in self._parameters else self.bias  # (parametrized: moved)
+        # read without Module.__getattr__; a parametrized bias has left _parameters (its getter computes it)
+        bias = self._parameters["bias"] if "bias" in self._parameters else self.bias
         return y if bias is None else y + bias
 
     def _eager(self, x):

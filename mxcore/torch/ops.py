@@ -123,7 +123,7 @@ def weight_operand(codes, scales, fmt: str):
         return bound[0]  # the codes tensor's own operand (a layer's every call: no key, no import)
     key = _key(codes, scales, fmt)
     hit = _WEIGHTS.get(key)
-    if hit is not None:  # (every call of a layer: no import, no format lookup)
+    if hit is not None:  # another tensor object over the same memory (a caller's MXTensor's views): no import
         obj = hit[0]()
         if obj is not None and hit[1] == versions:
             return obj
@@ -143,7 +143,7 @@ def weight_operand(codes, scales, fmt: str):
     _WEIGHTS[key] = (weakref.ref(obj, _forget(key)), versions)
     try:  # the codes tensor keeps its operand alive (a cycle the collector frees) and finds it first next time
         codes._mxcore_operand = (obj, weakref.ref(scales), fmt, versions)
-    except (AttributeError, RuntimeError, TypeError):
+    except (AttributeError, RuntimeError):
         pass
     return obj
 
