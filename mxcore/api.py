@@ -188,7 +188,16 @@ def _differentiable_matmul():
 def _signature(x):
     """What the checks and the dtype inference read of an operand besides its shape: its array type and dtype (an
     MXTensor / ScaledTensor: its type and format)."""
-    return (type(x), getattr(x, "dtype", None) if not hasattr(x, "fmt") else x.fmt)
+    t = type(x)
+    attr = _SIGNATURE_ATTR.get(t)
+    if attr is None:  # per type: a torch tensor's hasattr of a missing name costs more than the whole lookup
+        attr = "fmt" if hasattr(x, "fmt") else "dtype"
+        if len(_SIGNATURE_ATTR) < 1024:
+            _SIGNATURE_ATTR[t] = attr
+    return (t, getattr(x, attr, None))
+
+
+_SIGNATURE_ATTR: dict = {}  # operand type -> the attribute _signature reads ("fmt" for quantized operands)
 
 
 # MXCORE_BACKEND, read on every call (a change takes effect at the next call): os.environ's own mapping of encoded

@@ -39,7 +39,7 @@ dtype (:func:`mxcore.layouts.instruction_element`) are derived from the layout r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import InputTypeError, UnknownNameError, UnsupportedError
 
@@ -244,15 +244,15 @@ class MatmulDType:
 
     a: OperandDType
     b: OperandDType
+    # derived once, at construction (every per-call path reads both; plain attributes, which torch.compile traces)
+    kind: str = field(init=False, repr=False, compare=False)
+    """The operands' scaling kind ("float", "fp8", "mx"), or "wonly" for fp16/bf16 A times an MX B."""
+    name: str = field(init=False, repr=False, compare=False)
+    """The canonical name: ``"mxfp8_e4m3"``, or a pair such as ``"bf16,mxfp4"``."""
 
-    @property
-    def kind(self) -> str:
-        """The operands' scaling kind ("float", "fp8", "mx"), or "wonly" for fp16/bf16 A times an MX B."""
-        return WONLY_KIND if self.a.kind != self.b.kind else self.a.kind
-
-    @property
-    def name(self) -> str:
-        return self.a.name if self.a == self.b else f"{self.a.name},{self.b.name}"
+    def __post_init__(self):
+        object.__setattr__(self, "kind", WONLY_KIND if self.a.kind != self.b.kind else self.a.kind)
+        object.__setattr__(self, "name", self.a.name if self.a == self.b else f"{self.a.name},{self.b.name}")
 
     def __str__(self) -> str:
         return self.name

@@ -121,6 +121,17 @@ class RawLaunch:
                 return
             driver.launchKernel(self.f, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.pp, 0)
 
+    def at3(self, driver, stream: int, p0: int, p1: int, p2: int) -> None:
+        """``self(driver, stream, ((0, p0), (1, p1), (2, p2)))`` with less host work (the per-call paths' launch)."""
+        vals = self.vals
+        with self.lock:
+            vals[0].value, vals[1].value, vals[2].value = p0, p1, p2
+            if self.ex is not None:
+                self.ex(stream, self.pp)
+                return
+            g, b = self.grid, self.block
+            driver.launchKernel(self.f, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.pp, 0)
+
 
 _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
 
@@ -139,10 +150,13 @@ class _PdlLaunch:
                                  ctypes.cast(ctypes.pointer(self.attr), ctypes.c_void_p), 1)
         self.cfg_p, self.f = ctypes.byref(self.cfg), ctypes.c_void_p(f)
         self.launch = _launch_ex()
+        self._pp = self._args = None
 
     def __call__(self, stream: int, params: int) -> None:
         self.cfg.stream = stream or None
-        err = self.launch(self.cfg_p, self.f, params, None)
+        if params != self._pp:  # the arguments as ctypes objects, made once (no conversion per call)
+            self._pp, self._args = params, (self.cfg_p, self.f, ctypes.c_void_p(params), None)
+        err = self.launch(*self._args)
         if err != 0:
             from mxcore.errors import DeviceError
 
@@ -151,9 +165,9 @@ class _PdlLaunch:
 
 @functools.lru_cache(maxsize=None)
 def _launch_ex():
-    """``cuLaunchKernelEx`` with its argument types set."""
-    fn = libcuda().cuLaunchKernelEx
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    """``cuLaunchKernelEx`` (its own function object: the callers pass ctypes objects made once, no argument types
+    to convert through)."""
+    fn = libcuda()["cuLaunchKernelEx"]
     fn.restype = ctypes.c_int
     return fn
 

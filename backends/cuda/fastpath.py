@@ -281,31 +281,37 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     (the bound plans hold their weights' staged buffers, dropped when a weight is collected).  A kept layout checks
     a weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
     the first call checked), not buffer by buffer (:func:`~.quantized.quantized_on`, ~5 us)."""
-    fa = _float_device(be, a, mdt.kind == WONLY_KIND)  # weight-only: (B, T, K) activations are B T rows
-    if fa is None or mdt.kind not in ("fp8", "mx", WONLY_KIND):
+    kind = mdt.kind
+    fa = _float_device(be, a, kind == WONLY_KIND)  # weight-only: (B, T, K) activations are B T rows
+    if fa is None or kind not in ("fp8", "mx", WONLY_KIND):
         return None
     ka, name, pa, ordinal, stream_h = fa
-    key = ("w", ka, ordinal, stream_h, name, tuple(a.shape), pa % 16, type(b).__name__, b.fmt, tuple(b.shape),
-           mdt.name, out_dtype, scale_rounding, getattr(b, "axis", 0))
+    # (a torch.Size hashes and compares as the tuple of its sizes: no tuple() per call)
+    key = ("w", ka, ordinal, stream_h, name, a.shape, pa % 16, type(b).__name__, b.fmt, b.shape, mdt.name,
+           out_dtype, scale_rounding, getattr(b, "axis", 0))
     cp = be.cp_module
     ensure_context(cp, ordinal)
-    entry = be._fast.entry(key, cp, stream_h)
+    cache = be._fast
+    entry = cache.entry(key, cp, stream_h)
     if type(entry) is tuple:  # a kept layout: the weight's staged form under the plan's key says it was checked
         p, wkey = entry[1], entry[-1]
         if entry[0] == "wonly" and cp.cuda.runtime.getDevice() == ordinal:
-            bound = _weight_bound(p, b, ordinal, wkey)  # (staged form, its address), checked once per weight
-            if bound is None:
-                return None  # not staged yet, or another staged form: the generic path
-            staged, wptr = bound
-            if be._fast.capturing:  # the graph keeps the weight's staged form (the layout's entry: the cache)
+            # (staged form, its address, versions), checked once per weight (_weight_bound)
+            hit = p.__dict__.get("_binds", _NO_BINDS).get(id(b))
+            if hit is None or hit[2] != versions(b):
+                hit = _weight_bound(p, b, ordinal, wkey)
+                if hit is None:
+                    return None  # not staged yet, or another staged form: the generic path
+            staged = hit[0]
+            if cache.capturing:  # the graph keeps the weight's staged form (the layout's entry: the cache)
                 keep_for_graph(stream_h, staged)
             p.db = staged
             if ka == "torch":  # (entry[2]: the output's shape, (B, T, N) for (B, T, K) activations)
                 out = a.new_empty(entry[2], dtype=_TORCH_OUT[p.out_dtype])
-                p.launch(stream_h, wptr, pa, out.data_ptr())  # (the layout's stream)
+                p.launch(stream_h, hit[1], pa, out.data_ptr())  # (the layout's stream)
             else:
                 out = cp.empty(entry[2], dtype=p.out.dtype)
-                p.launch(stream_h, wptr, pa, out.data.ptr)
+                p.launch(stream_h, hit[1], pa, out.data.ptr)
             return out
         staged = staged_weight(b, ordinal, wkey)  # (staged on GPU ordinal as B: a 2-D weight blocked along K)
         if staged is None:
@@ -334,24 +340,28 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     return _keep_weight(be, key, a, b, mdt, out_dtype, scale_rounding, pa)
 
 
+_NO_BINDS: dict = {}
+
+
 def _weight_bound(p, b, ordinal: int, wkey):
-    """(staged form, its address) of weight ``b`` for the kept weight-only plan ``p``: what ``swap_weight`` checks
-    (the same form, a kernel that takes it) is checked once per weight and kept on the plan, keyed by the weight's
-    id (dropped when the weight is collected) with its version counters (a weight changed in place is staged again)."""
+    """(staged form, its address, version counters) of weight ``b`` for the kept weight-only plan ``p``: what
+    ``swap_weight`` checks (the same form, a kernel that takes it) is checked once per weight and kept on the plan
+    (``p._binds``), keyed by the weight's id (dropped when the weight is collected) with its version counters (a
+    weight changed in place is staged again).  None: not staged, or staged in a form the plan does not take."""
     binds = p.__dict__.get("_binds")
     if binds is None:
         binds = p.__dict__["_binds"] = {}
     hit = binds.get(id(b))
     version = versions(b)
     if hit is not None and hit[2] == version:
-        return hit[0], hit[1]
+        return hit
     staged = staged_weight(b, ordinal, wkey)
     if staged is None or not (staged is p.db or (same_form(staged, p.db) and p.takes(staged))):
         return None
     if hit is None:
         weakref.finalize(b, binds.pop, id(b), None)
     binds[id(b)] = (staged, int(staged.buf.data.ptr), version)
-    return staged, binds[id(b)][1]
+    return binds[id(b)]
 
 
 def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: int):

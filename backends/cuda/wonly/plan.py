@@ -142,6 +142,9 @@ class WonlyPlan(Plan):
         other addresses where given (a kept layout's replay): the permuted copy of A first (a WW_TMA build), then
         the kernel."""
         if b is not None and a is not None and out is not None:  # a kept layout's call
+            if self._xperm is None:
+                self._launch.at3(self.cp.cuda.driver, stream, b, a, out)
+                return
             slots = ((0, b), (1, a), (2, out))
         else:
             slots = tuple((i, ptr) for i, ptr in enumerate((b, a, out)) if ptr is not None)
