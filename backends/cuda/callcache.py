@@ -10,7 +10,8 @@ device bytes, safe under threads, streams and CUDA graph capture.
   ``device.keep_for_graph``) and it leaves the cache once the capture is over (the next eager call of the layout
   builds a new entry), so eager calls never write buffers a graph replays.
 * The bound: entries' own device bytes (kept buffers, workspaces; not the staged forms cached on quantized
-  operands, which their objects own); least recently used entries go first.  ``MXCORE_CACHE_BYTES`` (bytes) or
+  operands, which their objects own); the oldest entries go first (insertion order: a hit does not reorder, so a
+  call costs one dict lookup).  ``MXCORE_CACHE_BYTES`` (bytes) or
   ``mxcore.set_cache_limit`` set it.
 """
 
@@ -56,8 +57,9 @@ def _layout(key) -> tuple:
 
 
 class CallCache(dict):
-    """A dict of layout keys to entries with an LRU bound on the entries' device bytes (see the module doc).  The
-    per-call paths read it with :meth:`entry` and write it with ``cache[key] = entry`` under the backend's lock."""
+    """A dict of layout keys to entries, bounded in the entries' device bytes, the oldest dropped first (see the module
+    doc).  The per-call paths read it with :meth:`entry` and write it with ``cache[key] = entry`` under the backend's
+    lock."""
 
     def __init__(self):
         super().__init__()
