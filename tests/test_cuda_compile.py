@@ -166,6 +166,11 @@ def test_variant_machine_code(arch, stem):
     _need_tools()
     job, binary, c = _batch(arch)[stem]
     res = binary.resources[job["kernel"]]
+    if (c["LDL"] or c["STL"] or res["spill_stores"] or res["local_bytes"] or "C7519" in binary.log) and \
+            nvrtc_tools.nvrtc_version() == (13, 0) and job["file"] in (GEMV_FILE, WG_FILE):
+        # known (docs/cuda.md, Compiler versions): NVRTC 13.0, which torch's CUDA 13 wheels pin, serializes the wgmma
+        # of some weight-only builds and spills in one gemv build; the prebuilt cubins are compiled with 13.5
+        pytest.xfail("NVRTC 13.0 serializes this weight-only build's wgmma or spills in it (docs/cuda.md)")
     assert not (c["LDL"] or c["STL"] or res["spill_stores"] or res["local_bytes"]), \
         f"local memory (LDL {c['LDL']}, STL {c['STL']}, stack {res['local_bytes']} B)"
     if job["file"] == cuda.GEMM_FILE:
