@@ -164,6 +164,24 @@ def test_pairs():
     assert dtypes.resolve(("fp8", "bf8"), "gfx950").name == "e4m3fn,e5m2"
 
 
+def test_matmul_dtype_derived_attributes():
+    """kind and name are set once at construction (the per-call paths read them): equal to what a and b say, kept by
+    pickling, copying and dataclasses.replace, and outside equality and hashing (a resolved pair is one key)."""
+    import copy
+    import dataclasses
+    import pickle
+
+    for request, kind, name in ((("bf16", "mxfp4"), dtypes.WONLY_KIND, "bf16,mxfp4"), ("mxfp8", "mx", "mxfp8_e4m3"),
+                                (("mxfp8", "mxfp4"), "mx", "mxfp8_e4m3,mxfp4"), ("fp8", "fp8", "e4m3fn"),
+                                ("bf16", "float", "bf16")):
+        m = dtypes.resolve(request, "sm_90")
+        assert (m.kind, m.name, str(m)) == (kind, name, name)
+        for other in (pickle.loads(pickle.dumps(m)), copy.copy(m), dataclasses.replace(m),
+                      dtypes.MatmulDType(m.a, m.b)):
+            assert other == m and hash(other) == hash(m) and (other.kind, other.name) == (kind, name)
+        assert repr(m) == f"MatmulDType(a={m.a!r}, b={m.b!r})"
+
+
 # element format -> (code bits, storage bits, register holds codes), from the formats' definitions
 WIDTHS = {"fp32": (32, 32, False), "tf32": (19, 32, False), "fp16": (16, 16, False), "bf16": (16, 16, False),
           "e4m3fn": (8, 8, True), "e5m2": (8, 8, True), "e4m3fnuz": (8, 8, True), "e5m2fnuz": (8, 8, True),
