@@ -102,7 +102,7 @@ class RawLaunch:
         self.params = (ctypes.c_void_p * len(self.vals))(*[ctypes.addressof(v) for v in self.vals])
         self.pp = ctypes.addressof(self.params)
         self.lock = threading.Lock()
-        self.ex = _PdlLaunch(self.f, self.grid, self.block, self.smem) if pdl else None
+        self.ex = _PdlLaunch(self.f, self.grid, self.block, self.smem, self.pp) if pdl else None
 
     def set(self, i: int, a) -> None:
         """Argument ``i`` becomes ``a`` (of the same C type: an address, a number, a 'V<n>' array)."""
@@ -117,7 +117,7 @@ class RawLaunch:
             for i, ptr in slots:
                 vals[i].value = ptr
             if self.ex is not None:
-                self.ex(stream, self.pp)
+                self.ex(stream)
                 return
             driver.launchKernel(self.f, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.pp, 0)
 
@@ -127,7 +127,7 @@ class RawLaunch:
         with self.lock:
             vals[0].value, vals[1].value, vals[2].value = p0, p1, p2
             if self.ex is not None:
-                self.ex(stream, self.pp)
+                self.ex(stream)
                 return
             g, b = self.grid, self.block
             driver.launchKernel(self.f, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.pp, 0)
@@ -138,25 +138,23 @@ _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_
 
 class _PdlLaunch:
     """``cuLaunchKernelEx`` (libcuda through ctypes; CuPy does not wrap it) of one function and shape with the
-    programmatic-stream-serialization attribute set; the launch configuration is built once, the stream set per
-    call (under RawLaunch's lock)."""
+    programmatic-stream-serialization attribute set, with the parameter block at address ``params`` (RawLaunch's);
+    the launch configuration is built once, the stream set per call (under RawLaunch's lock)."""
 
-    def __init__(self, f: int, grid, block, smem: int):
+    def __init__(self, f: int, grid, block, smem: int, params: int):
         class Attr(ctypes.Structure):  # CUlaunchAttribute: id (4 bytes, padded to 8), a 64-byte value union
             _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
 
         self.attr = Attr(_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (ctypes.c_int * 16)(1))  # allowed = 1
         self.cfg = LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, None,
                                  ctypes.cast(ctypes.pointer(self.attr), ctypes.c_void_p), 1)
-        self.cfg_p, self.f = ctypes.byref(self.cfg), ctypes.c_void_p(f)
         self.launch = _launch_ex()
-        self._pp = self._args = None
+        # the call's arguments as ctypes objects, made once (nothing converted per call)
+        self.args = (ctypes.byref(self.cfg), ctypes.c_void_p(f), ctypes.c_void_p(params), None)
 
-    def __call__(self, stream: int, params: int) -> None:
+    def __call__(self, stream: int) -> None:
         self.cfg.stream = stream or None
-        if params != self._pp:  # the arguments as ctypes objects, made once (no conversion per call)
-            self._pp, self._args = params, (self.cfg_p, self.f, ctypes.c_void_p(params), None)
-        err = self.launch(*self._args)
+        err = self.launch(*self.args)
         if err != 0:
             from mxcore.errors import DeviceError
 

@@ -296,10 +296,10 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     if type(entry) is tuple:  # a kept layout: the weight's staged form under the plan's key says it was checked
         p, wkey = entry[1], entry[-1]
         if entry[0] == "wonly" and cp.cuda.runtime.getDevice() == ordinal:
-            # (staged form, its address, versions), checked once per weight (_weight_bound)
+            # (staged form, its address, versions): bound once per weight and version (_bind_weight)
             hit = p.__dict__.get("_binds", _NO_BINDS).get(id(b))
             if hit is None or hit[2] != versions(b):
-                hit = _weight_bound(p, b, ordinal, wkey)
+                hit = _bind_weight(p, b, ordinal, wkey)
                 if hit is None:
                     return None  # not staged yet, or another staged form: the generic path
             staged = hit[0]
@@ -343,25 +343,22 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
 _NO_BINDS: dict = {}
 
 
-def _weight_bound(p, b, ordinal: int, wkey):
-    """(staged form, its address, version counters) of weight ``b`` for the kept weight-only plan ``p``: what
-    ``swap_weight`` checks (the same form, a kernel that takes it) is checked once per weight and kept on the plan
-    (``p._binds``), keyed by the weight's id (dropped when the weight is collected) with its version counters (a
-    weight changed in place is staged again).  None: not staged, or staged in a form the plan does not take."""
+def _bind_weight(p, b, ordinal: int, wkey):
+    """Bind weight ``b`` to the kept weight-only plan ``p`` (``fast_weight`` found no binding for its current version
+    counters): what ``swap_weight`` checks (the same form, a kernel that takes it) is checked once per weight and
+    version and kept on the plan (``p._binds``), keyed by the weight's id (dropped when the weight is collected), as
+    (staged form, its address, version counters); a weight changed in place is staged again.  Returns that binding,
+    or None: not staged, or staged in a form the plan does not take."""
     binds = p.__dict__.get("_binds")
     if binds is None:
         binds = p.__dict__["_binds"] = {}
-    hit = binds.get(id(b))
-    version = versions(b)
-    if hit is not None and hit[2] == version:
-        return hit
     staged = staged_weight(b, ordinal, wkey)
     if staged is None or not (staged is p.db or (same_form(staged, p.db) and p.takes(staged))):
         return None
-    if hit is None:
+    if id(b) not in binds:
         weakref.finalize(b, binds.pop, id(b), None)
-    binds[id(b)] = (staged, int(staged.buf.data.ptr), version)
-    return binds[id(b)]
+    hit = binds[id(b)] = (staged, int(staged.buf.data.ptr), versions(b))
+    return hit
 
 
 def _keep_weight(be, key, a, b, mdt, out_dtype: str, scale_rounding: str, pa: int):
