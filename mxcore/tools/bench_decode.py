@@ -4,7 +4,8 @@
 linear layer of the named decoder shape (per layer q, k, v, o, gate, up, down), one decode step at M tokens, with
 the weights in bf16 | fp8 | mxfp8 | mxfp4 through ``mxcore.matmul`` — eager, and captured in a CUDA graph by the
 documented torch recipe (warm-up on a side stream, then ``torch.cuda.graph``) — against ``torch.matmul`` on the
-bf16 weights eager and graphed, in the same run.  Reported: ms per step, the ratio to torch bf16 (eager to eager,
+bf16 weights eager and graphed, in the same run.  Reported: ms per step, the ratio to torch bf16 (eager: the median
+over neighbouring rounds of the two steps run in turns, since the host's speed drifts and both are host-bound;
 graphed to graphed), and the share of the weight-bytes bound (the step's weight bytes at the measured
 device-to-device copy bandwidth).  Weights are random (no download); each layer has its own.  ``--per-shape`` adds,
 for every format, each linear layer's graphed time per call (its layers' calls captured alone), its bandwidth and
@@ -74,6 +75,46 @@ def _time(torch, fn, reps: int, rounds: int = 5) -> float:
         end.synchronize()
         best = min(best, start.elapsed_time(end) / 1e3 / per)
     return best
+
+
+def _time_pair(torch, base, fn, reps: int, rounds: int = 8):
+    """Eager ``base`` (torch's step) and ``fn`` (mxcore's) timed in turns: ``rounds`` rounds of each, CUDA events
+    around ``reps / 5`` calls, the order alternating (base first, then fn first), after two warm-up calls of each.
+    The host's speed drifts by up to 1.6x within seconds, and both steps are host-bound, so only rounds that ran
+    side by side compare.  Returns (base's fastest round, fn's fastest round, the ratios base / fn of each pair of
+    neighbouring rounds), seconds per call."""
+    for f in (base, fn, base, fn):
+        f()
+    torch.cuda.synchronize()
+    per = max(1, reps // 5)
+
+    def one(f):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(per):
+            f()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / per
+
+    tb, tf, ratios = [], [], []
+    for i in range(rounds):
+        if i % 2 == 0:
+            b = one(base)
+            f = one(fn)
+        else:
+            f = one(fn)
+            b = one(base)
+        tb.append(b)
+        tf.append(f)
+        ratios.append(b / f)
+    return min(tb), min(tf), ratios
+
+
+def _median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def graphed(torch, step, warmup: int = 3):
@@ -174,7 +215,11 @@ def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps:
 
             row = {"model": model, "M": m, "weights": fmt, "impl": "mxcore"}
             try:
-                row["eager_ms"] = _time(torch, step, reps) * 1e3
+                t_base, t_mx, ratios = _time_pair(torch, torch_step, step, reps)
+                row["eager_ms"] = t_mx * 1e3
+                row["paired_torch_eager_ms"] = t_base * 1e3
+                row["eager_x"] = _median(ratios)
+                row["eager_x_range"] = [min(ratios), max(ratios)]
                 g, _ = graphed(torch, step)
                 row["graph_ms"] = _time(torch, g.replay, reps) * 1e3
                 del g
@@ -197,10 +242,14 @@ def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps:
 def _row(r: dict, base: dict) -> str:
     if "error" in r:
         return f"M={r['M']:<3d} {r['impl']:7s} {r['weights']:6s} ERROR {r['error']}"
-    ge = base["eager_ms"] / r["eager_ms"]
+    ge = r.get("eager_x", base["eager_ms"] / r["eager_ms"])
     gg = base["graph_ms"] / r["graph_ms"]
-    return (f"M={r['M']:<3d} {r['impl']:7s} {r['weights']:6s} eager {r['eager_ms']:7.3f} ms ({ge:4.2f}x torch bf16)  "
-            f"graph {r['graph_ms']:7.3f} ms ({gg:4.2f}x)  bound {r['bound_ms']:6.3f} ms "
+    paired = ""
+    if "eager_x_range" in r:
+        lo, hi = r["eager_x_range"]
+        paired = f", paired rounds {lo:4.2f}-{hi:4.2f}x, torch {r['paired_torch_eager_ms']:6.3f} ms"
+    return (f"M={r['M']:<3d} {r['impl']:7s} {r['weights']:6s} eager {r['eager_ms']:7.3f} ms ({ge:4.2f}x torch bf16"
+            f"{paired})  graph {r['graph_ms']:7.3f} ms ({gg:4.2f}x)  bound {r['bound_ms']:6.3f} ms "
             f"({100 * r['bound_ms'] / r['graph_ms']:3.0f}% of it graphed)")
 
 
