@@ -227,22 +227,26 @@ def _kernels(act, n, arch="sm_90", sms=132, element="e2m1"):
 
 
 def test_kernel_rule_by_m_and_width():
-    """sm_90: the wgmma kernel for M up to 64 on weights wider than a quarter record group per SM (f16 x 4-bit codes
-    from M = 5 where N has fewer record groups than SMs), and for bf16 x 4-bit codes up to M = 16 on any width (the
-    decode shapes); direct loads where the wgmma kernel does not run, up to M = 32 on weights of at most a quarter
-    record group per SM; the ring above.  Other archs: direct loads up to gemv_max_m, the ring above.  bf16 above
-    registers_max_m takes the staged path unless the wgmma kernel runs (up to 64 rows)."""
+    """sm_90: the wgmma kernel for every M up to 32 on weights of any width, every activation type and code width,
+    and up to M = 64 on weights wider than a quarter record group per SM; the ring above (bf16 above
+    registers_max_m takes the staged path unless the wgmma kernel runs).  Other archs: direct loads up to
+    gemv_max_m, the ring above."""
     sms = 132
-    k = _kernels("bf16", 4096)  # 32 record groups: a quarter per SM or fewer
-    assert k == {**{m: "wg" for m in range(1, 17)}, **{m: "gemv" for m in range(17, 33)}}
-    assert _kernels("f16", 4096) == {**{m: "gemv" for m in range(1, 33)}, **{m: "ring" for m in range(33, 129)}}
-    assert set(_kernels("bf16", 4096, element="e4m3fn").values()) == {"gemv"}  # byte codes: not on narrow weights
+    most = T["wg"]["any_width_m"]
+    assert most == 32
+    for element in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
+        for act in ("bf16", "f16"):
+            for n in (1024, 4096):  # 8 and 32 record groups: a quarter per SM or fewer
+                got = _kernels(act, n, element=element)
+                assert {m for m, kern in got.items() if kern == "wg"} == set(range(1, most + 1)), (act, n, element)
+                assert set(got.values()) <= {"wg", "ring"}, (act, n, element)
+                if act == "f16":  # no staged path: the ring above
+                    assert {m for m, kern in got.items() if kern == "ring"} == set(range(most + 1, 129))
     for act in ("bf16", "f16"):
         for n in (8192, 14336, 28672):
             got = _kernels(act, n)
-            wg_from = 5 if wonly.record_groups(n) < sms and act == "f16" else 1
-            assert {m for m, kern in got.items() if kern == "wg"} == set(range(wg_from, 65)), (act, n)
-            assert {m for m, kern in got.items() if kern == "gemv"} == set(range(1, wg_from)), (act, n)
+            assert {m for m, kern in got.items() if kern == "wg"} == set(range(1, 65)), (act, n)
+            assert "gemv" not in got.values()
         for n in (16, 4096, 28672):
             got = _kernels(act, n, "sm_80", 108)
             assert {m for m, kern in got.items() if kern == "gemv"} == set(range(1, T["gemv_max_m"]["value"] + 1))
@@ -261,18 +265,21 @@ def test_kernel_rule_by_m_and_width():
     assert _pick(48, 8192, **fp8, folds=True).variant.kernel == "wg"
     assert _pick(48, 8192, **fp8, folds=True).variant.fold_only
     assert _pick(1, 8192, "f16", "e4m3fn").variant.kernel == "wg" and _pick(4, 8192, "f16", "e3m2").variant.kernel == "wg"
-    assert _pick(4, 8192, "f16").variant.kernel == "gemv" and _pick(4, 28672, "f16").variant.kernel == "wg"
+    assert _pick(4, 8192, "f16").variant.kernel == "wg" and _pick(4, 28672, "f16").variant.kernel == "wg"
     for c in (_pick(m, n, act) for m in (1, 16, 64) for n in (1024, 8192) for act in ("bf16", "f16")):
         assert c.variant is None or c.variant.pdl == (c.variant.kernel != "ring")  # sm_90: PDL on the small-M kernels
 
 
 def test_decode_shapes_take_the_wgmma_kernel():
     """The tuning table's measured entry: a Llama-3-8B decode step's weights (N = 1024, 4096, 14336 at K = 4096 or
-    14336), bf16 x mxfp4 at M = 1 and 16 on an H200 (132 SMs), run the wgmma kernel with PDL."""
-    for m in (1, 16):
+    14336), bf16 / f16 x mxfp4 / mxfp6 / mxfp8 at M = 1, 16 and 32 on an H200 (132 SMs), run the wgmma kernel with
+    PDL, one block row for all of M."""
+    for m in (1, 16, 32):
         for n in (1024, 4096, 14336):
-            v = _pick(m, n).variant
-            assert v.kernel == "wg" and v.pdl and v.mt == -(-m // 8), (m, n, v)
+            for act in ("bf16", "f16"):
+                for element in ("e2m1", "e2m3", "e4m3fn", "e5m2"):
+                    v = _pick(m, n, act, element, folds=False).variant
+                    assert v.kernel == "wg" and v.pdl and v.mt == -(-m // 8), (m, n, act, element, v)
 
 
 def test_forced_config():

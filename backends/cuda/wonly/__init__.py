@@ -10,16 +10,16 @@ problem from the tuning table ``tuning/wonly.json`` (values and the figures that
     and cached on the MXTensor like any staged operand (``stage.py``, path ``"wonly"``): 0.53 bytes per element for
     mxfp4, read once per launch.  Three kernels read the records (``wonly_common.cuh`` holds what they share):
 
-    * ``gemm_wonly_gemv.cu`` (``"gemv"``, small M): each warp loads its tiles' records straight into registers a
-      few chunks ahead, no shared memory, no barrier;
+    * ``gemm_wonly_gemv.cu`` (``"gemv"``, small M on GPUs other than sm_90): each warp loads its tiles' records
+      straight into registers a few chunks ahead, no shared memory, no barrier;
     * ``gemm_wonly.cu`` (``"ring"``, larger M): records and activation rows through a cp.async ring;
-    * ``gemm_wonly_wg.cu`` (``"wg"``, sm_90a, M up to 64): wgmma with the decoded weight as the register-A operand,
+    * ``gemm_wonly_wg.cu`` (``"wg"``, sm_90a: every M up to 32, up to 64 on wide weights): wgmma with the decoded weight as the register-A operand,
       the activations gathered into swizzled shared memory (or loaded by tensor copy from a permuted copy of A,
       ``tma_x``), the block scales folded into the decode where :func:`fold_range` says that is exact (else an fp32
       block-scale path per chunk; ``fold_only`` builds have no such path and run only weights whose every scale code
       folds), clusters sharing the gather (``pair``).
 
-    On sm_90 the small-M kernels launch with programmatic dependent launch (``RawLaunch(pdl=True)``): a launch may
+    On sm_90 the wgmma kernel (and a forced ``"gemv-pdl"``) launches with programmatic dependent launch (``RawLaunch(pdl=True)``): a launch may
     start while the previous kernel of the stream finishes and request its first records before it waits for it
     (``wonly_common.cuh`` says why that is safe).  The mma.sync kernels decode codes to the activation's 16-bit type
     (exact: bit placement and one multiply by a power of two), multiply with m16n8k16 with the weight as A and apply
@@ -305,27 +305,17 @@ def _bits(element: str) -> int:
 
 
 def _wg(p: WonlyProblem, folds) -> bool:
-    """Whether the wgmma kernel runs ``p`` (tuning: wg, wg_any_width)."""
+    """Whether the wgmma kernel runs ``p`` (tuning: wg): on sm_90, every M up to any_width_m; above it, M up to max_m
+    on weights of more than narrow_share record groups per SM, bf16 x byte codes above byte_max_m only where every
+    scale code folds (the fold-only build)."""
     t = _T["wg"]
     if not _sm90(p.arch):
         return False
-    groups = record_groups(p.n)
-    any_width = _T["wg_any_width"].get(p.act, {}).get(str(_bits(p.element)), 0)
-    if p.m <= any_width:
+    if p.m <= t["any_width_m"]:
         return True
-    if groups <= t["narrow_share"] * p.sms:
-        return False
-    if p.m <= t["m"][0]:  # every width but f16 x 4-bit codes on weights of fewer record groups than SMs
-        return groups >= p.sms or p.act == "bf16" or _bits(p.element) > 4
-    if p.m > t["m"][1]:
+    if record_groups(p.n) <= t["narrow_share"] * p.sms or p.m > t["max_m"]:
         return False
     return p.m <= t["byte_max_m"] or p.act != "bf16" or _bits(p.element) != 8 or folds()
-
-
-def _small(p: WonlyProblem) -> bool:
-    """sm_90, outside the wgmma rule: whether the direct-load kernel runs ``p`` (tuning: sm90_small_m)."""
-    groups = record_groups(p.n)
-    return any(p.m <= most and (share is None or groups <= share * p.sms) for share, most in _T["sm90_small_m"][p.act])
 
 
 def wg_tma(v: WonlyVariant, blocks: int, sms: int) -> bool:
@@ -416,7 +406,7 @@ def choose(p: WonlyProblem, path: str | None = None, config=None, ask_folds=None
         return WonlyChoice("registers", _forced(p, config, folds))
     sm90 = _sm90(p.arch)
     if sm90:
-        kernel = "wg" if _wg(p, folds) else ("gemv" if _small(p) else "ring")
+        kernel = "wg" if _wg(p, folds) else "ring"
     else:
         kernel = "gemv" if p.m <= _T["gemv_max_m"]["value"] else "ring"
     pdl = sm90 and kernel != "ring" and _T["sm90_pdl"]["value"]
