@@ -228,8 +228,8 @@ def _kernels(act, n, arch="sm_90", sms=132, element="e2m1"):
 
 def test_kernel_rule_by_m_and_width():
     """sm_90: the wgmma kernel for every M up to 32 on weights of any width, every activation type and code width,
-    and up to M = 64 on weights wider than a quarter record group per SM; the ring above (bf16 above
-    registers_max_m takes the staged path unless the wgmma kernel runs).  Other archs: direct loads up to
+    and up to M = 64 for f16 and, for bf16, on weights wider than a quarter record group per SM; the ring above (bf16
+    above registers_max_m takes the staged path unless the wgmma kernel runs).  Other archs: direct loads up to
     gemv_max_m, the ring above."""
     sms = 132
     most = T["wg"]["any_width_m"]
@@ -238,10 +238,11 @@ def test_kernel_rule_by_m_and_width():
         for act in ("bf16", "f16"):
             for n in (1024, 4096):  # 8 and 32 record groups: a quarter per SM or fewer
                 got = _kernels(act, n, element=element)
-                assert {m for m, kern in got.items() if kern == "wg"} == set(range(1, most + 1)), (act, n, element)
+                wg_to = 64 if act == "f16" else most
+                assert {m for m, kern in got.items() if kern == "wg"} == set(range(1, wg_to + 1)), (act, n, element)
                 assert set(got.values()) <= {"wg", "ring"}, (act, n, element)
-                if act == "f16":  # no staged path: the ring above
-                    assert {m for m, kern in got.items() if kern == "ring"} == set(range(most + 1, 129))
+                if act == "f16":  # no staged path: the wgmma kernel up to M = 64 on every width, the ring above
+                    assert {m for m, kern in got.items() if kern == "ring"} == set(range(65, 129))
     for act in ("bf16", "f16"):
         for n in (8192, 14336, 28672):
             got = _kernels(act, n)

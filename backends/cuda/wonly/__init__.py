@@ -13,18 +13,19 @@ problem from the tuning table ``tuning/wonly.json`` (values and the figures that
     * ``gemm_wonly_gemv.cu`` (``"gemv"``, small M on GPUs other than sm_90): each warp loads its tiles' records
       straight into registers a few chunks ahead, no shared memory, no barrier;
     * ``gemm_wonly.cu`` (``"ring"``, larger M): records and activation rows through a cp.async ring;
-    * ``gemm_wonly_wg.cu`` (``"wg"``, sm_90a: every M up to 32, up to 64 on wide weights): wgmma with the decoded weight as the register-A operand,
-      the activations gathered into swizzled shared memory (or loaded by tensor copy from a permuted copy of A,
+    * ``gemm_wonly_wg.cu`` (``"wg"``, sm_90a: every M up to 32; up to 64 with f16 activations or wide
+      weights): wgmma with the decoded weight as the register-A operand, the activations gathered into swizzled
+      shared memory (or loaded by tensor copy from a permuted copy of A,
       ``tma_x``), the block scales folded into the decode where :func:`fold_range` says that is exact (else an fp32
       block-scale path per chunk; ``fold_only`` builds have no such path and run only weights whose every scale code
       folds), clusters sharing the gather (``pair``).
 
-    On sm_90 the wgmma kernel (and a forced ``"gemv-pdl"``) launches with programmatic dependent launch (``RawLaunch(pdl=True)``): a launch may
-    start while the previous kernel of the stream finishes and request its first records before it waits for it
-    (``wonly_common.cuh`` says why that is safe).  The mma.sync kernels decode codes to the activation's 16-bit type
-    (exact: bit placement and one multiply by a power of two), multiply with m16n8k16 with the weight as A and apply
-    each 32-K block's scale in fp32.  Split K fills the GPU when the tiles cannot; the last block of a tile sums the
-    fp32 partials in split order (deterministic, one launch).
+    On sm_90 the wgmma kernel (and a forced ``"gemv-pdl"``) launches with programmatic dependent launch
+    (``RawLaunch(pdl=True)``): a launch may start while the previous kernel of the stream finishes and request its
+    first records before it waits for it (``wonly_common.cuh`` says why that is safe).  The mma.sync kernels decode
+    codes to the activation's 16-bit type (exact: bit placement and one multiply by a power of two), multiply with
+    m16n8k16 with the weight as A and apply each 32-K block's scale in fp32.  Split K fills the GPU when the tiles
+    cannot; the last block of a tile sums the fp32 partials in split order (deterministic, one launch).
 ``staged`` (bf16 only; bf16 with M above ``registers_max_m`` where the wgmma kernel does not run)
     B decoded once to bf16 with its block scale folded in (``stage.py``, cached on the MXTensor), then the bf16
     GEMM.  fp16 activations are refused there: a weight decoded to f16 with its scales folded in is not exact.
@@ -306,16 +307,20 @@ def _bits(element: str) -> int:
 
 def _wg(p: WonlyProblem, folds) -> bool:
     """Whether the wgmma kernel runs ``p`` (tuning: wg): on sm_90, every M up to any_width_m; above it, M up to max_m
-    on weights of more than narrow_share record groups per SM, bf16 x byte codes above byte_max_m only where every
-    scale code folds (the fold-only build)."""
+    for f16 activations, and for bf16 on weights of more than narrow_share record groups per SM (narrower ones take
+    the staged path), bf16 x byte codes above byte_max_m only where every scale code folds (the fold-only build)."""
     t = _T["wg"]
     if not _sm90(p.arch):
         return False
     if p.m <= t["any_width_m"]:
         return True
-    if record_groups(p.n) <= t["narrow_share"] * p.sms or p.m > t["max_m"]:
+    if p.m > t["max_m"]:
         return False
-    return p.m <= t["byte_max_m"] or p.act != "bf16" or _bits(p.element) != 8 or folds()
+    if p.act != "bf16":
+        return True
+    if record_groups(p.n) <= t["narrow_share"] * p.sms:
+        return False
+    return p.m <= t["byte_max_m"] or _bits(p.element) != 8 or folds()
 
 
 def wg_tma(v: WonlyVariant, blocks: int, sms: int) -> bool:
