@@ -201,6 +201,13 @@ def _outer_inner(shape, axis: int) -> tuple[int, int, int]:
 
 MX_KERNELS = ("auto", "fast", "generic")
 
+#: per-tensor quantization of at most this many runs of 16 elements (4 per thread of one CTA) runs both passes in
+#: one CTA (``mx_quantize_tensor_small``): a decode step's activations, where the reduction's zeroing, its launch and
+#: the encode's launch cost more than the data.  H200, Llama-3-8B decode step with fp8 weights graphed
+#: (``bench --decode``), the two kernels -> one CTA: M = 1 (896 runs at most) 5.61 -> 4.65 ms; at 16 runs per thread
+#: M = 16 (4096 runs) went 5.83 -> 6.86 ms, so larger tensors keep the two kernels
+SMALL_TENSOR_RUNS = 4 * THREADS
+
 
 def _mx_launch(call, spec: FormatSpec, xb, suf: str, codes, scales, smax1, shape, axis: int, block: int, rceil: bool,
                kernel: str | None = None):
@@ -377,7 +384,7 @@ def _amax_into(call, x, bits, what: str):
 
 def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=None):
     """Device per-tensor power-of-two scaling: one amax reduction kernel and one encode kernel that reads the
-    amax from device memory; returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d
+    amax from device memory (both in one single-CTA kernel for at most :data:`SMALL_TENSOR_RUNS` runs of 16); returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d
     int32 ``k``) as the caller's kind of array.  ``amax``: a 0-d device array (any float dtype) holding the
     magnitude to scale by instead of ``x``'s own (exactly representable in ``x``'s dtype and at least ``x``'s finite
     amax, e.g. the global amax of a sharded tensor); the reduction is then skipped.  ``order="F"`` (2-D ``x``):
@@ -400,7 +407,12 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
         nan_arg = count if count is not None else _NULL
         fast = _runs_fit(suf, xb, codes)
         grid = _stride_grid(call, n // 16 if fast else n)  # the encode pass's (the same as the reduction's)
-        if amax_bits is None and amax is None:
+        if amax_bits is None and amax is None and fast and not transposed and n // 16 <= SMALL_TENSOR_RUNS:
+            # both passes in one CTA (mx_quantize_tensor_small): no zeroed counter, one launch
+            call.launch(spec, f"mx_quantize_tensor_small_{suf}", THREADS,
+                        (xb, codes, _i64(n // 16), exp, scale, nan_arg), grid=1)
+            bits = None
+        elif amax_bits is None and amax is None:
             bits = call.counter("uint64")
             _amax_launch(call, spec, xb, suf, bits, fast)
         elif amax_bits is not None:
@@ -417,7 +429,9 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
             else:
                 xdt = call.cupy_view(x).dtype  # float16 / float32 (CuPy has no bfloat16)
                 bits = v.astype(xdt, copy=False).reshape(1).view(want).astype(cp.uint64)
-        if transposed:
+        if bits is None:
+            pass  # encoded above
+        elif transposed:
             tiles = (rows // 64) * (cols // 64)
             call.launch(spec, f"mx_quantize_tensor_t_{suf}", tiles * THREADS,
                         (xb, codes, _i64(rows), _i64(cols), bits, exp, scale, nan_arg), grid=tiles)

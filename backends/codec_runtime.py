@@ -68,7 +68,7 @@ def entry_points(with_format: bool = True) -> list[str]:
     per_input = [f"mx_{op}_{suf}" for op in ("encode", "quantize_mx", "amax", "quantize_tensor")
                  for suf, _ in INPUT_SUFFIXES.values()]
     fast = [f"mx_{op}_{suf}" for op in ("quantize_mx_fast", "quantize_mx_cols", "amax_fast", "quantize_tensor_fast",
-                                         "quantize_tensor_t") for suf in FAST_SUFFIXES]
+                                         "quantize_tensor_small", "quantize_tensor_t") for suf in FAST_SUFFIXES]
     return per_input + fast + ["mx_scale_max_finish", "mx_decode_f32", "mx_decode_f64", "mx_dequantize_mx_f32",
                                "mx_dequantize_mx_f64"] + pack
 

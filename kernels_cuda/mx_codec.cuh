@@ -874,17 +874,15 @@ __device__ __forceinline__ void mxc_amax_fast_kernel(const typename In::bits_t* 
     mxc_cta_max_end(cta_max, amax_bits);
 }
 
+// the encode pass over runs of 16 elements from run `first` in steps of `step`, under the amax given; `first` 0
+// stores k and 2^k
 template <class In>
-__device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename In::bits_t* x, mxc_u8* codes,
-                                                               mxc_i64 runs, mxc_i64 stride,
-                                                               const mxc_u64* amax_bits, int* scale_exp,
-                                                               float* scale, mxc_u32* nan_count) {
+__device__ __forceinline__ void mxc_tensor_fast_encode(const typename In::bits_t* x, mxc_u8* codes, mxc_i64 runs,
+                                                      mxc_i64 first, mxc_i64 step, typename In::bits_t amax,
+                                                      int* scale_exp, float* scale, mxc_u32* nan_count) {
     typedef typename In::bits_t B;
-    static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
-    const B amax = (B)*amax_bits;
     const int k = mxc_tensor_exp<In>(amax);
-    const mxc_i64 t = mxc_thread_index();
-    if (t == 0) {
+    if (first == 0) {
         *scale_exp = k;
         *(mxc_u32*)scale = (mxc_u32)(k + 127) << 23;
     }
@@ -892,7 +890,7 @@ __device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename I
     // normal float32
     const float sc = mxc_u2f((mxc_u32)(127 - k) << 23);
     const bool exact_path = k < MXC_FAST_TINY_K && (In::width == 32 || In::ebits == 8);  // uniform: the whole grid
-    for (mxc_i64 h = t; h < runs; h += stride) {
+    for (mxc_i64 h = first; h < runs; h += step) {
         mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
         mxc_fast_load<In>(x, h, wd);
         mxc_v16 out;
@@ -912,6 +910,54 @@ __device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename I
         }
         *(mxc_v16*)(codes + h * MXC_HALF) = out;
     }
+}
+
+template <class In>
+__device__ __forceinline__ void mxc_quantize_tensor_fast_kernel(const typename In::bits_t* x, mxc_u8* codes,
+                                                               mxc_i64 runs, mxc_i64 stride,
+                                                               const mxc_u64* amax_bits, int* scale_exp,
+                                                               float* scale, mxc_u32* nan_count) {
+    static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
+    mxc_tensor_fast_encode<In>(x, codes, runs, mxc_thread_index(), stride, (typename In::bits_t)*amax_bits,
+                               scale_exp, scale, nan_count);
+}
+
+// per-tensor scale, both passes in one CTA, for a small tensor (its reduction's zeroing, launch and atomic cost more
+// than its data): the largest finite magnitude over the runs (as mx_amax_fast), reduced through shared memory, then
+// mx_quantize_tensor_fast's encode under it.  The same results as those two kernels; no zeroed counter.
+template <class In>
+__device__ __forceinline__ void mxc_quantize_tensor_small_kernel(const typename In::bits_t* x, mxc_u8* codes,
+                                                                mxc_i64 runs, int* scale_exp, float* scale,
+                                                                mxc_u32* nan_count) {
+    typedef typename In::bits_t B;
+    static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
+    // the host build runs one thread at a time: there thread 0 does the whole CTA's work (the reduction crosses
+    // threads)
+    if (MXC_HOST && threadIdx.x) return;
+    const int first = MXC_HOST ? 0 : threadIdx.x, step = MXC_HOST ? 1 : MXC_THREADS;
+    const mxc_u32 inf = (mxc_u32)mxc_inf_bits<In>();
+    mxc_u32 m = 0u;
+    for (mxc_i64 h = first; h < runs; h += step) {
+        mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
+        mxc_fast_load<In>(x, h, wd);
+#pragma unroll
+        for (int j = 0; j < MXC_HALF; ++j) {
+            const mxc_u32 v = (mxc_u32)mxc_fast_bits<In>(wd, j) & (mxc_u32)(B)(~((B)1 << (In::width - 1)));
+            m = (v < inf && v > m) ? v : m;  // finite magnitudes only
+        }
+    }
+    __shared__ mxc_u32 red[MXC_THREADS];
+    if constexpr (!MXC_HOST) {
+        red[threadIdx.x] = m;
+        __syncthreads();
+        for (int half = MXC_THREADS / 2; half > 0; half >>= 1) {
+            const mxc_u32 other = threadIdx.x < half ? red[threadIdx.x + half] : 0u;
+            if (other > red[threadIdx.x]) red[threadIdx.x] = other;
+            __syncthreads();
+        }
+        m = red[0];
+    }
+    mxc_tensor_fast_encode<In>(x, codes, runs, first, step, (B)m, scale_exp, scale, nan_count);
 }
 
 // per-tensor scale, pass 2 writing the codes transposed: x [R][C] row-major -> codes [C][R] (B [K, N] -> the K-major
@@ -1049,6 +1095,11 @@ MXC_COLS_KERNEL(bf16, MxcBF16)
         mx_quantize_tensor_fast_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_i64 runs, mxc_i64 stride,             \
                                       const mxc_u64* amax_bits, int* scale_exp, float* scale, mxc_u32* nan_count) {   \
         mxc_quantize_tensor_fast_kernel<IN>(x, codes, runs, stride, amax_bits, scale_exp, scale, nan_count);          \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
+        mx_quantize_tensor_small_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_i64 runs, int* scale_exp, float* scale, \
+                                       mxc_u32* nan_count) {                                                        \
+        mxc_quantize_tensor_small_kernel<IN>(x, codes, runs, scale_exp, scale, nan_count);                           \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MXC_THREADS)                                                      \
         mx_quantize_tensor_t_##SUF(const IN::bits_t* x, mxc_u8* codes, mxc_i64 R, mxc_i64 C,                        \

@@ -245,6 +245,15 @@ extern "C" int host_can_flush() { return 0; }
         RUN(ctas * MXC_THREADS, mx_amax_fast_##SUF(x, n / 16, ctas * MXC_THREADS, amax)) \
         RUN(ctas * MXC_THREADS, mx_quantize_tensor_fast_##SUF(x, c, n / 16, ctas * MXC_THREADS, amax, k, sc, cnt)) \
         host_set_csr(csr); }
+#define SMALL_TENSOR(SUF, B) \
+    extern "C" void host_quantize_tensor_small_##SUF(const B* x, mxc_u8* c, mxc_i64 n, int* k, float* sc, \
+                                                     mxc_u32* cnt, int flush) { \
+        const unsigned csr = host_csr(); if (flush) host_set_csr(csr | 0x8040u); \
+        RUN(MXC_THREADS, mx_quantize_tensor_small_##SUF(x, c, n / 16, k, sc, cnt)) \
+        host_set_csr(csr); }
+SMALL_TENSOR(f32, mxc_u32)
+SMALL_TENSOR(f16, mxc_u16)
+SMALL_TENSOR(bf16, mxc_u16)
 #define COLS(SUF, B) \
     extern "C" void host_quantize_mx_cols_##SUF(const B* x, mxc_u8* c, mxc_u8* s, mxc_u32* m, mxc_i64 outer, \
                                                 mxc_i64 K, mxc_i64 N, int rceil, int flush) { \
@@ -562,7 +571,8 @@ def test_column_mx_kernel_on_host_matches_numpy(host_codecs, fmt, flush, rng):
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
     """mx_amax_fast_* + mx_quantize_tensor_fast_* (runs of 16, grid-stride; what the device path launches for
-    aligned data whose size is a multiple of 16) == numpy's quantize_tensor: float32 / float16 / bfloat16, tensors
+    aligned data whose size is a multiple of 16) and mx_quantize_tensor_small_* (both in one CTA: small tensors) ==
+    numpy's quantize_tensor: float32 / float16 / bfloat16, tensors
     with NaN / inf, all-zero, tiny (scale exponent at its lower clamp: float32/bfloat16 subnormal inputs count),
     every 16-bit pattern; ``ftz``: with float32 subnormals flushed to zero (the kernels must not depend on them)."""
     import ctypes
@@ -603,6 +613,13 @@ def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
                 bad = np.flatnonzero(c != want.codes)
                 assert bad.size == 0, (dt, ctas, bad[:5], c[bad[:1]], want.codes[bad[:1]], xs[bad[:1]])
                 assert int(k[0]) == want.scale_exp and float(sc[0]) == want.scale, (dt, int(k[0]), want.scale_exp)
+            # mx_quantize_tensor_small: both passes in one CTA (the device path's small tensors)
+            c, k, sc, cnt = np.zeros(xs.size, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.uint32)
+            getattr(lib, f"host_quantize_tensor_small_{_SUFFIX[np.dtype(dt).name]}")(
+                _ptr(xs), _ptr(c), _i(xs.size), _ptr(k), _ptr(sc), _ptr(cnt), ctypes.c_int(int(flush)))
+            bad = np.flatnonzero(c != want.codes)
+            assert bad.size == 0, (dt, "small", bad[:5], c[bad[:1]], want.codes[bad[:1]], xs[bad[:1]])
+            assert int(k[0]) == want.scale_exp and float(sc[0]) == want.scale, (dt, "small", int(k[0]))
             if xs.size % 4096 == 0:  # the transposing kernel (order="F"): x as [R, C] multiples of 64
                 x2 = xs.reshape(64, -1) if xs.size // 64 % 64 == 0 else None
                 if x2 is None:

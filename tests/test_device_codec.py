@@ -19,6 +19,7 @@ import mxcore
 from mxcore import _codec_host as H
 from mxcore import formats as F
 from mxcore.errors import FormatError, InputTypeError, ShapeError, UnsupportedError
+from mxcore.backends import codec
 from mxcore.mx import mx_element
 from conftest import mx_special_rows
 
@@ -344,9 +345,13 @@ def test_quantize_tensor_bit_identical(fmt, lib, rng):
     cases = [rng.standard_normal((33, 65)) * 10, np.zeros((4, 4)), rng.standard_normal(1000) * 2.0 ** -140,
              rng.standard_normal(100) * 1e30, np.array([spec.max_normal * 2.0 ** -3, -1.0, 0.5]),
              np.array([np.nextafter(np.float32(spec.max_normal), np.float32(np.inf)), 1.0])]
-    # sizes that are multiples of 16 run the 16-element-run kernels (mx_amax_fast / mx_quantize_tensor_fast)
+    # sizes that are multiples of 16 run the 16-element-run kernels: mx_quantize_tensor_small (one CTA) up to
+    # codec.SMALL_TENSOR_RUNS runs of 16, mx_amax_fast / mx_quantize_tensor_fast above
     cases += [rng.standard_normal((64, 96)) * 10, rng.standard_normal(1024) * 2.0 ** -140,
-              rng.standard_normal(2048) * 2.0 ** -125, rng.standard_normal((128, 128)) * 2.0 ** rng.integers(-30, 30)]
+              rng.standard_normal(2048) * 2.0 ** -125, rng.standard_normal((128, 128)) * 2.0 ** rng.integers(-30, 30),
+              rng.standard_normal((320, 256)) * 2.0 ** rng.integers(-30, 30, (320, 1)),
+              np.where(np.arange(81920) % 9999 == 7, np.inf, rng.standard_normal(81920) * 2.0 ** -135)]
+    assert 16 * codec.SMALL_TENSOR_RUNS < 320 * 256
     for n in (300, 320):
         special = rng.standard_normal(n)
         special[[5, 50]] = [np.inf, -np.inf]
@@ -375,9 +380,10 @@ def test_quantize_tensor_bit_identical(fmt, lib, rng):
         xh = rng.permutation(every).view(dtype)
         if not spec.has_nan:
             xh = xh[~np.isnan(xh.astype(np.float32))][:65520]
-        want = mxcore.quantize_tensor(xh, fmt)
-        got = mxcore.quantize_tensor(dev(xh, lib), fmt)
-        same_bits(host(got.codes), want.codes)
+        for xs in (xh, np.concatenate([xh, xh[::-1]])):  # one CTA, and the two-kernel path
+            want = mxcore.quantize_tensor(xs, fmt)
+            got = mxcore.quantize_tensor(dev(xs, lib), fmt)
+            same_bits(host(got.codes), want.codes)
         assert int(host(got.scale_exp)) == want.scale_exp
     x64 = np.array([1.0, 1e300, -1e-300, 5e-324])  # float64 only: clamps of the exponent, exact rounding
     same_bits(host(mxcore.quantize_tensor(dev(x64, lib), fmt).codes), mxcore.quantize_tensor(x64, fmt).codes)
