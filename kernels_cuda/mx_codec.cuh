@@ -853,15 +853,14 @@ __device__ __forceinline__ void mxc_quantize_tensor_kernel(const typename In::bi
 
 // per-tensor scale, both passes over runs of 16 elements (n a multiple of 16, x and codes 16-byte aligned; inputs
 // of at most 32 bits), 16-byte loads and stores, grid-stride over the runs.  Same results as the kernels above.
+// the largest finite magnitude's bits over runs of 16 elements from run `first` in steps of `step` (0: none)
 template <class In>
-__device__ __forceinline__ void mxc_amax_fast_kernel(const typename In::bits_t* x, mxc_i64 runs, mxc_i64 stride,
-                                                    mxc_u64* amax_bits) {
+__device__ __forceinline__ mxc_u32 mxc_fast_runs_amax(const typename In::bits_t* x, mxc_i64 runs, mxc_i64 first,
+                                                      mxc_i64 step) {
     typedef typename In::bits_t B;
-    static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
-    mxc_u64* cta_max = mxc_cta_max_begin(amax_bits);  // this CTA's maximum, folded into *amax_bits at the end
     const mxc_u32 inf = (mxc_u32)mxc_inf_bits<In>();
     mxc_u32 m = 0u;
-    for (mxc_i64 h = mxc_thread_index(); h < runs; h += stride) {
+    for (mxc_i64 h = first; h < runs; h += step) {
         mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
         mxc_fast_load<In>(x, h, wd);
 #pragma unroll
@@ -870,6 +869,15 @@ __device__ __forceinline__ void mxc_amax_fast_kernel(const typename In::bits_t* 
             m = (v < inf && v > m) ? v : m;  // finite magnitudes only
         }
     }
+    return m;
+}
+
+template <class In>
+__device__ __forceinline__ void mxc_amax_fast_kernel(const typename In::bits_t* x, mxc_i64 runs, mxc_i64 stride,
+                                                    mxc_u64* amax_bits) {
+    static_assert(In::width <= 32, "the fast per-tensor kernels take inputs of at most 32 bits");
+    mxc_u64* cta_max = mxc_cta_max_begin(amax_bits);  // this CTA's maximum, folded into *amax_bits at the end
+    const mxc_u32 m = mxc_fast_runs_amax<In>(x, runs, mxc_thread_index(), stride);
     if (m) mxc_atomic_max(cta_max, (mxc_u64)m);
     mxc_cta_max_end(cta_max, amax_bits);
 }
@@ -935,17 +943,7 @@ __device__ __forceinline__ void mxc_quantize_tensor_small_kernel(const typename 
     // threads)
     if (MXC_HOST && threadIdx.x) return;
     const int first = MXC_HOST ? 0 : threadIdx.x, step = MXC_HOST ? 1 : MXC_THREADS;
-    const mxc_u32 inf = (mxc_u32)mxc_inf_bits<In>();
-    mxc_u32 m = 0u;
-    for (mxc_i64 h = first; h < runs; h += step) {
-        mxc_u32 wd[MXC_HALF * sizeof(B) / 4];
-        mxc_fast_load<In>(x, h, wd);
-#pragma unroll
-        for (int j = 0; j < MXC_HALF; ++j) {
-            const mxc_u32 v = (mxc_u32)mxc_fast_bits<In>(wd, j) & (mxc_u32)(B)(~((B)1 << (In::width - 1)));
-            m = (v < inf && v > m) ? v : m;  // finite magnitudes only
-        }
-    }
+    mxc_u32 m = mxc_fast_runs_amax<In>(x, runs, first, step);
     __shared__ mxc_u32 red[MXC_THREADS];
     if constexpr (!MXC_HOST) {
         red[threadIdx.x] = m;

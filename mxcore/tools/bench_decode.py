@@ -57,6 +57,17 @@ def _call_dtype(fmt: str):
     return {"bf16": "bf16", "fp8": "fp8"}.get(fmt)  # MX weights: None (bf16 activations x MX weight, inferred)
 
 
+def _round(torch, fn, calls: int) -> float:
+    """Seconds per call of ``fn`` over one round of ``calls`` calls between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / calls
+
+
 def _time(torch, fn, reps: int, rounds: int = 5) -> float:
     """Seconds per call of ``fn``: the fastest of ``rounds`` rounds of CUDA events around ``reps / rounds`` calls,
     after two warm-up calls (the host-bound eager steps vary with the host's load: the fastest round is the one
@@ -65,16 +76,7 @@ def _time(torch, fn, reps: int, rounds: int = 5) -> float:
     fn()
     torch.cuda.synchronize()
     per = max(1, reps // rounds)
-    best = float("inf")
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(per):
-            fn()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3 / per)
-    return best
+    return min(_round(torch, fn, per) for _ in range(rounds))
 
 
 def _time_pair(torch, base, fn, reps: int, rounds: int = 8):
@@ -89,13 +91,7 @@ def _time_pair(torch, base, fn, reps: int, rounds: int = 8):
     per = max(1, reps // 5)
 
     def one(f):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(per):
-            f()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / per
+        return _round(torch, f, per)
 
     tb, tf, ratios = [], [], []
     for i in range(rounds):
