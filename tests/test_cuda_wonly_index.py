@@ -236,13 +236,19 @@ def test_kernel_rule_by_m_and_width():
     assert most == 32
     for element in ("e2m1", "e2m3", "e3m2", "e4m3fn", "e5m2"):
         for act in ("bf16", "f16"):
-            for n in (1024, 4096):  # 8 and 32 record groups: a quarter per SM or fewer
+            for n in (1024, 2048):  # 8 and 16 record groups: an eighth per SM or fewer
                 got = _kernels(act, n, element=element)
                 wg_to = 64 if act == "f16" else most
                 assert {m for m, kern in got.items() if kern == "wg"} == set(range(1, wg_to + 1)), (act, n, element)
                 assert set(got.values()) <= {"wg", "ring"}, (act, n, element)
                 if act == "f16":  # no staged path: the wgmma kernel up to M = 64 on every width, the ring above
                     assert {m for m, kern in got.items() if kern == "ring"} == set(range(65, 129))
+    # bf16 above M = 32: the wgmma kernel on 4-bit weights wider than an eighth of a record group per SM, byte codes
+    # wider than a quarter; the staged path on narrower ones
+    assert _pick(64, 4096).variant.kernel == "wg" and _pick(64, 1024).path == "staged"
+    assert _pick(64, 2048).path == "staged" and _pick(64, 2304).variant.kernel == "wg"  # 16 / 18 record groups
+    assert _pick(64, 4096, element="e4m3fn", folds=True).path == "staged"
+    assert _pick(64, 4352, element="e4m3fn", folds=True).variant.kernel == "wg"  # 34 record groups
     for act in ("bf16", "f16"):
         for n in (8192, 14336, 28672):
             got = _kernels(act, n)
@@ -254,7 +260,7 @@ def test_kernel_rule_by_m_and_width():
             assert "wg" not in got.values()
     paths = [_pick(m, 8192).path for m in (32, 33, 64, 65)]
     assert paths == ["registers", "registers", "registers", "staged"]
-    assert [_pick(m, 4096).path for m in (32, 33)] == ["registers", "staged"]
+    assert [_pick(m, 1024).path for m in (32, 33)] == ["registers", "staged"]
     assert _pick(64, 8192, arch="sm_80", sms=108).path == "staged"
     fp8 = {"element": "e4m3fn"}  # byte codes: bf16 above byte_max_m runs staged ...
     assert [_pick(m, 8192, **fp8).path for m in (32, 33)] == ["registers", "staged"]

@@ -307,8 +307,9 @@ def _bits(element: str) -> int:
 
 def _wg(p: WonlyProblem, folds) -> bool:
     """Whether the wgmma kernel runs ``p`` (tuning: wg): on sm_90, every M up to any_width_m; above it, M up to max_m
-    for f16 activations, and for bf16 on weights of more than narrow_share record groups per SM (narrower ones take
-    the staged path), bf16 x byte codes above byte_max_m only where every scale code folds (the fold-only build)."""
+    for f16 activations, and for bf16 on weights of more than narrow_share (by the codes' bits) record groups per SM
+    (narrower ones take the staged path), bf16 x byte codes above byte_max_m only where every scale code folds (the
+    fold-only build)."""
     t = _T["wg"]
     if not _sm90(p.arch):
         return False
@@ -318,7 +319,7 @@ def _wg(p: WonlyProblem, folds) -> bool:
         return False
     if p.act != "bf16":
         return True
-    if record_groups(p.n) <= t["narrow_share"] * p.sms:
+    if record_groups(p.n) <= t["narrow_share"][str(_bits(p.element))] * p.sms:
         return False
     return p.m <= t["byte_max_m"] or _bits(p.element) != 8 or folds()
 
