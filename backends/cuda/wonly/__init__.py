@@ -15,10 +15,10 @@ problem from the tuning table ``tuning/wonly.json`` (values and the figures that
     * ``gemm_wonly.cu`` (``"ring"``, larger M): records and activation rows through a cp.async ring;
     * ``gemm_wonly_wg.cu`` (``"wg"``, sm_90a: every M up to 32; up to 64 with f16 activations or wide
       weights): wgmma with the decoded weight as the register-A operand, the activations gathered into swizzled
-      shared memory (or loaded by tensor copy from a permuted copy of A,
-      ``tma_x``), the block scales folded into the decode where :func:`fold_range` says that is exact (else an fp32
-      block-scale path per chunk; ``fold_only`` builds have no such path and run only weights whose every scale code
-      folds), clusters sharing the gather (``pair``).
+      shared memory (or loaded by tensor copy from a permuted copy of A, ``tma_x``), the block scales folded into
+      the decode where :func:`fold_range` says that is exact (else an fp32 block-scale path per chunk;
+      ``fold_only`` builds have no such path and run only weights whose every scale code folds), clusters sharing
+      the gather (``pair``).
 
     On sm_90 the wgmma kernel (and a forced ``"gemv-pdl"``) launches with programmatic dependent launch
     (``RawLaunch(pdl=True)``): a launch may start while the previous kernel of the stream finishes and request its
