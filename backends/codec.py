@@ -384,8 +384,9 @@ def _amax_into(call, x, bits, what: str):
 
 def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=None):
     """Device per-tensor power-of-two scaling: one amax reduction kernel and one encode kernel that reads the
-    amax from device memory (both in one single-CTA kernel for at most :data:`SMALL_TENSOR_RUNS` runs of 16); returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d
-    int32 ``k``) as the caller's kind of array.  ``amax``: a 0-d device array (any float dtype) holding the
+    amax from device memory (both in one single-CTA kernel for at most :data:`SMALL_TENSOR_RUNS` runs of 16);
+    returns ``(codes, scale, scale_exp)`` (uint8 codes; 0-d float32 ``2^k`` and 0-d int32 ``k``) as the caller's
+    kind of array.  ``amax``: a 0-d device array (any float dtype) holding the
     magnitude to scale by instead of ``x``'s own (exactly representable in ``x``'s dtype and at least ``x``'s finite
     amax, e.g. the global amax of a sharded tensor); the reduction is then skipped.  ``order="F"`` (2-D ``x``):
     the codes in column-major memory order (B [K, N] as the fp8 GEMMs read it: K contiguous), written by the
@@ -407,10 +408,9 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
         nan_arg = count if count is not None else _NULL
         fast = _runs_fit(suf, xb, codes)
         grid = _stride_grid(call, n // 16 if fast else n)  # the encode pass's (the same as the reduction's)
-        if amax_bits is None and amax is None and fast and not transposed and n // 16 <= SMALL_TENSOR_RUNS:
-            # both passes in one CTA (mx_quantize_tensor_small): no zeroed counter, one launch
-            call.launch(spec, f"mx_quantize_tensor_small_{suf}", THREADS,
-                        (xb, codes, _i64(n // 16), exp, scale, nan_arg), grid=1)
+        # both passes in one CTA (mx_quantize_tensor_small): no reduction, no zeroed counter
+        small = amax_bits is None and amax is None and fast and not transposed and n // 16 <= SMALL_TENSOR_RUNS
+        if small:
             bits = None
         elif amax_bits is None and amax is None:
             bits = call.counter("uint64")
@@ -429,8 +429,9 @@ def quantize_tensor(x, spec: FormatSpec, amax=None, order: str = "C", amax_bits=
             else:
                 xdt = call.cupy_view(x).dtype  # float16 / float32 (CuPy has no bfloat16)
                 bits = v.astype(xdt, copy=False).reshape(1).view(want).astype(cp.uint64)
-        if bits is None:
-            pass  # encoded above
+        if small:
+            call.launch(spec, f"mx_quantize_tensor_small_{suf}", THREADS,
+                        (xb, codes, _i64(n // 16), exp, scale, nan_arg), grid=1)
         elif transposed:
             tiles = (rows // 64) * (cols // 64)
             call.launch(spec, f"mx_quantize_tensor_t_{suf}", tiles * THREADS,

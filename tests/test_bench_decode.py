@@ -55,4 +55,3 @@ def test_rounds_alternate_and_ratios_pair_neighbours():
     assert len(ratios) == 8
     assert ratios[:2] == [2.0, 2.0] and ratios[2:] == [0.5] * 6  # each pair of neighbouring rounds, base / fn
     assert (tb, tf) == (2.0, 1.0)  # each side's fastest round, seconds per call
-    assert bd._median(ratios) == 0.5 and bd._median([3.0, 1.0, 2.0]) == 2.0

@@ -572,9 +572,9 @@ def test_column_mx_kernel_on_host_matches_numpy(host_codecs, fmt, flush, rng):
 def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
     """mx_amax_fast_* + mx_quantize_tensor_fast_* (runs of 16, grid-stride; what the device path launches for
     aligned data whose size is a multiple of 16) and mx_quantize_tensor_small_* (both in one CTA: small tensors) ==
-    numpy's quantize_tensor: float32 / float16 / bfloat16, tensors
-    with NaN / inf, all-zero, tiny (scale exponent at its lower clamp: float32/bfloat16 subnormal inputs count),
-    every 16-bit pattern; ``ftz``: with float32 subnormals flushed to zero (the kernels must not depend on them)."""
+    numpy's quantize_tensor: float32 / float16 / bfloat16, tensors with NaN / inf, all-zero, tiny (scale exponent at
+    its lower clamp: float32/bfloat16 subnormal inputs count), every 16-bit pattern; ``ftz``: with float32
+    subnormals flushed to zero (the kernels must not depend on them)."""
     import ctypes
 
     import ml_dtypes
@@ -614,7 +614,8 @@ def test_fast_tensor_kernels_on_host_match_numpy(host_codecs, name, flush, rng):
                 assert bad.size == 0, (dt, ctas, bad[:5], c[bad[:1]], want.codes[bad[:1]], xs[bad[:1]])
                 assert int(k[0]) == want.scale_exp and float(sc[0]) == want.scale, (dt, int(k[0]), want.scale_exp)
             # mx_quantize_tensor_small: both passes in one CTA (the device path's small tensors)
-            c, k, sc, cnt = np.zeros(xs.size, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.uint32)
+            c, k, sc, cnt = (np.zeros(xs.size, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.float32),
+                             np.zeros(1, np.uint32))
             getattr(lib, f"host_quantize_tensor_small_{_SUFFIX[np.dtype(dt).name]}")(
                 _ptr(xs), _ptr(c), _i(xs.size), _ptr(k), _ptr(sc), _ptr(cnt), ctypes.c_int(int(flush)))
             bad = np.flatnonzero(c != want.codes)

@@ -228,8 +228,9 @@ def _kernels(act, n, arch="sm_90", sms=132, element="e2m1"):
 
 def test_kernel_rule_by_m_and_width():
     """sm_90: the wgmma kernel for every M up to 32 on weights of any width, every activation type and code width,
-    and up to M = 64 for f16 and, for bf16, on weights wider than a quarter record group per SM; the ring above (bf16
-    above registers_max_m takes the staged path unless the wgmma kernel runs).  Other archs: direct loads up to
+    and up to M = 64 for f16 and, for bf16, on weights wider than an eighth (4-bit codes) or a quarter (byte codes) of
+    a record group per SM; the ring above (bf16 above registers_max_m takes the staged path unless the wgmma kernel
+    runs).  Other archs: direct loads up to
     gemv_max_m, the ring above."""
     sms = 132
     most = T["wg"]["any_width_m"]

@@ -384,7 +384,7 @@ def test_quantize_tensor_bit_identical(fmt, lib, rng):
             want = mxcore.quantize_tensor(xs, fmt)
             got = mxcore.quantize_tensor(dev(xs, lib), fmt)
             same_bits(host(got.codes), want.codes)
-        assert int(host(got.scale_exp)) == want.scale_exp
+            assert int(host(got.scale_exp)) == want.scale_exp
     x64 = np.array([1.0, 1e300, -1e-300, 5e-324])  # float64 only: clamps of the exponent, exact rounding
     same_bits(host(mxcore.quantize_tensor(dev(x64, lib), fmt).codes), mxcore.quantize_tensor(x64, fmt).codes)
     if not spec.has_nan:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 __all__ = ["MODELS", "decode_step", "graphed", "host_per_call", "main"]
@@ -89,28 +90,18 @@ def _time_pair(torch, base, fn, reps: int, rounds: int = 8):
         f()
     torch.cuda.synchronize()
     per = max(1, reps // 5)
-
-    def one(f):
-        return _round(torch, f, per)
-
     tb, tf, ratios = [], [], []
     for i in range(rounds):
         if i % 2 == 0:
-            b = one(base)
-            f = one(fn)
+            b = _round(torch, base, per)
+            f = _round(torch, fn, per)
         else:
-            f = one(fn)
-            b = one(base)
+            f = _round(torch, fn, per)
+            b = _round(torch, base, per)
         tb.append(b)
         tf.append(f)
         ratios.append(b / f)
     return min(tb), min(tf), ratios
-
-
-def _median(xs):
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def graphed(torch, step, warmup: int = 3):
@@ -214,7 +205,7 @@ def decode_step(model: str = "llama3-8b", tokens=(1, 16), weights=WEIGHTS, reps:
                 t_base, t_mx, ratios = _time_pair(torch, torch_step, step, reps)
                 row["eager_ms"] = t_mx * 1e3
                 row["paired_torch_eager_ms"] = t_base * 1e3
-                row["eager_x"] = _median(ratios)
+                row["eager_x"] = statistics.median(ratios)
                 row["eager_x_range"] = [min(ratios), max(ratios)]
                 g, _ = graphed(torch, step)
                 row["graph_ms"] = _time(torch, g.replay, reps) * 1e3
