@@ -257,29 +257,35 @@ __device__ __forceinline__ void wo_block(float (&acc)[MT][4], const uint4& q, co
 
 // Split K, after every block stored its fp32 partial tile (rows m0 .. m0 + tm, columns n0 .. n0 + tn) to
 // ws[blockIdx.z][M][ldw]: the last block of the tile to arrive (a counter per tile, reset afterwards) sums the
-// partials in z order (deterministic) and writes C.  The finish is the launch's tail, so it is latency-bound: each
+// partials in z order (deterministic) and writes C.  The finish is the launch's tail and the next launch waits for
+// it, so it is latency-bound.  Arrival: the block's partial stores, a barrier, then one acquire-release atomic by
+// thread 0 (release is cumulative over the barrier, as a semaphore's; no fence in every thread).  The sum: each
 // thread takes WO_FIN items of 4 columns (16-byte loads: n0, ldw and M ldw are multiples of 16 floats) and issues the
-// loads of WO_FIN_Z partials of all its items before it adds them, in order (-D: fewer where registers are short;
-// WO_FIN 0: a column and a partial at a time).
+// loads of WO_FIN_Z partials of all its items, the first partial among them, before it adds them in order (-D: fewer
+// where registers are short; WO_FIN 0: a column and a partial at a time).  backends/cuda/tuning/wonly.json,
+// splitk_finish: one m8 tile (a block's 32 items fit its threads) loads up to 8 partials at once, wider tiles 2 items
+// and 4 partials.
 #ifndef WO_FIN
-#define WO_FIN 2
+#define WO_FIN (WO_MT == 1 ? 1 : 2)
 #endif
 #ifndef WO_FIN_Z
-#define WO_FIN_Z 4
+#define WO_FIN_Z (WO_MT == 1 ? 8 : 4)
 #endif
 __device__ __forceinline__ void wo_add4(float4& v, const float4& u) {
     v.x = f32_add(v.x, u.x), v.y = f32_add(v.y, u.y), v.z = f32_add(v.z, u.z), v.w = f32_add(v.w, u.w);
 }
 __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* counters, int M, int N, i64 ldc,
                                                  int ldw, int out_kind, int m0, int n0, int tm, int tn) {
-    __threadfence();
-    __syncthreads();
     __shared__ int last;
     u32* counter = counters + blockIdx.y * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.z - 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 old;
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+        last = old == gridDim.z - 1;
+    }
     __syncthreads();
     if (!last) return;
-    __threadfence();
 #if WO_FIN == 0  // one column at a time, a partial at a time: the fewest registers
     for (int q = threadIdx.x; q < tn * tm; q += blockDim.x) {
         const int m = m0 + q / tn, n = n0 + q % tn;
@@ -302,25 +308,25 @@ __device__ __forceinline__ void wo_splitk_finish(void* C, const float* ws, u32* 
             on[i] = q < items;
             const int qq = on[i] ? q : 0;
             p[i] = reinterpret_cast<const float4*>(ws + (i64)(m0 + qq / quads) * ldw + n0 + 4 * (qq % quads));
-            v[i] = on[i] ? __ldcg(p[i]) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        int z = 1;
-        for (; z + WO_FIN_Z <= Z; z += WO_FIN_Z) {
+        for (int z0 = 0; z0 < Z; z0 += WO_FIN_Z) {  // every load of the batch in flight, then the adds in z order
             float4 u[WO_FIN_Z][WO_FIN];
 #pragma unroll
             for (int j = 0; j < WO_FIN_Z; ++j)
 #pragma unroll
                 for (int i = 0; i < WO_FIN; ++i)
-                    u[j][i] = on[i] ? __ldcg(p[i] + (z + j) * zstride) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    u[j][i] = on[i] && z0 + j < Z ? __ldcg(p[i] + (z0 + j) * zstride) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int j = 0; j < WO_FIN_Z; ++j)
 #pragma unroll
-                for (int i = 0; i < WO_FIN; ++i) wo_add4(v[i], u[j][i]);
+                for (int i = 0; i < WO_FIN; ++i) {
+                    if (z0 + j >= Z) continue;  // (not an added zero: -0 + 0 is +0)
+                    if (z0 + j == 0)
+                        v[i] = u[j][i];
+                    else
+                        wo_add4(v[i], u[j][i]);
+                }
         }
-        for (; z < Z; ++z)
-#pragma unroll
-            for (int i = 0; i < WO_FIN; ++i)
-                if (on[i]) wo_add4(v[i], __ldcg(p[i] + z * zstride));
 #pragma unroll
         for (int i = 0; i < WO_FIN; ++i) {
             if (!on[i]) continue;
