@@ -49,7 +49,8 @@
 // per stage; even), WW_MMA_ASM (the wgmma with its operands, the mnemonic from mxcore.layouts.hopper),
 // WW_FOLD_ONLY, WW_GATHER_WARPS, WW_GATHER_ROWS, WW_WHOLE, WW_PAIR, WW_TMA, WW_PIN, WW_KIND_LOOP (1: the consumer
 // loop compiled once per element format, see ww_consume; the host always passes it).  Kernel arguments besides the
-// operands: the weight's format (kind: wonly_common.cuh's WO_FORMATS) and its fold range (slo, shi, eoff4: the scale
+// operands: the weight's format (kind: wonly_common.cuh's WO_FORMATS; plus 256 for a weight without special codes,
+// which the WW_KIND_LOOP builds decode with no fix for them: WO_PLAIN) and its fold range (slo, shi, eoff4: the scale
 // codes decoded with their factor, whose exponent field is the code + eoff, eoff4 = eoff * 0x01010101 mod 2^32;
 // backends/cuda/wonly/ fold_range).
 
@@ -630,10 +631,24 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
                   eoff4, kind)
         if constexpr (WW_KIND_LOOP) {
             // the format read through a shuffle: ptxas then treats the branch as warp-uniform and keeps the f16
-            // builds' wgmma unserialized (C7519 otherwise)
+            // builds' wgmma unserialized (C7519 otherwise); a weight without special codes (kind bit 8) runs its
+            // format's plain twin where the decode fixes them (e4m3fn; e5m2 into bf16: f16 keeps inf / NaN by placement)
             const u32 kind_u = __shfl_sync(0xffffffffu, kind, 0);
-            WO_BY_KIND(kind_u, WW_CONSUME)
+            const bool plain = kind_u >> 8;
+#define WW_CONSUME_P(K)                                   \
+    if constexpr (wo_format(K).special == 1 || (wo_format(K).special == 2 && WO_BF16)) { \
+        if (plain) {                                      \
+            WW_CONSUME(K + WO_PLAIN);                     \
+        } else {                                          \
+            WW_CONSUME(K);                                \
+        }                                                 \
+    } else {                                              \
+        WW_CONSUME(K);                                    \
+    }
+            WO_BY_KIND(kind_u & 0xffu, WW_CONSUME_P)
+#undef WW_CONSUME_P
         } else {
+            kind &= 0xffu;
             WW_CONSUME(-1);
         }
 #undef WW_CONSUME

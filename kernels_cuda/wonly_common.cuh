@@ -86,6 +86,14 @@ __host__ __device__ constexpr int wo_formats() {
     constexpr WoFormat t[] = WO_FORMATS;
     return (int)(sizeof(t) / sizeof(t[0]));
 }
+// Format index K + WO_PLAIN: format K without its special codes (a weight that holds none of them: the decode sets
+// no NaN / inf, wo_fix2; the wgmma kernel's builds only)
+#define WO_PLAIN 8
+__host__ __device__ constexpr WoFormat wo_format_k(int k) {
+    WoFormat f = wo_format(k % WO_PLAIN);
+    if (k >= WO_PLAIN) f.special = 0;
+    return f;
+}
 // `CALL(K)` with K the compile-time index of the weight's format `kind`
 #define WO_BY_KIND(kind, CALL)                                  \
     if (wo_formats() == 1 || (kind) == 0) {                    \
@@ -101,7 +109,7 @@ __host__ __device__ constexpr int wo_formats() {
 // two byte codes in spread form -> their bits placed in two 16-bit values (low half: the even k), not yet multiplied
 template <int KIND>
 __device__ __forceinline__ u32 wo_place2(u32 s) {
-    constexpr WoFormat F = wo_format(KIND);
+    constexpr WoFormat F = wo_format_k(KIND);
     constexpr int NB = F.ebits + F.mbits;  // magnitude bits
     constexpr u32 MAG = ((1u << NB) - 1u) * 0x10001u, SGN = (1u << NB) * 0x10001u;
     constexpr int TM = WO_BF16 ? 7 : 10;   // target mantissa bits
@@ -110,13 +118,13 @@ __device__ __forceinline__ u32 wo_place2(u32 s) {
 // times 2^(target bias - element bias); times 1 needs nothing
 template <int KIND>
 __device__ __forceinline__ u32 wo_scale2(u32 r) {
-    constexpr u32 MUL = wo_format(KIND).mul;
+    constexpr u32 MUL = wo_format_k(KIND).mul;
     return (MUL != 0x3c003c00u && MUL != 0x3f803f80u) ? wo_mul2(r, MUL) : r;
 }
 // the special codes of the spread pair s set in its multiplied values r
 template <int KIND>
 __device__ __forceinline__ u32 wo_fix2(u32 r, u32 s) {
-    constexpr WoFormat F = wo_format(KIND);
+    constexpr WoFormat F = wo_format_k(KIND);
     constexpr u32 MAG = ((1u << (F.ebits + F.mbits)) - 1u) * 0x10001u;
     if constexpr (F.special == 1) {  // e4m3fn: magnitude 0x7f is NaN
         r |= __vcmpeq2(s & MAG, 0x007f007fu) & (WO_BF16 ? 0x7fc07fc0u : 0x7e007e00u);

@@ -2,6 +2,8 @@
 // [ceil(K/32), N], any strides) -> the packed fragment records gemm_wonly.cu and gemm_wonly_gemv.cu stream (the layout is described
 // in wonly_common.cuh; records in groups of `group` tiles).  One thread per (record, lane): the lane's 16 fragment bytes, and lanes < 16 * BPC one scale byte each.
 // Codes past K or N are 0 (+0 in every MX element format); scales of padding rows / blocks are 127 (2^0).
+// *specials |= 1 where a byte code c has (c & sp_mask) == sp_mask (e4m3fn's NaN magnitude, e5m2's exponent 31; sp_mask 0:
+// none), so that the wgmma kernel decodes a weight without such codes with no fix for them (zeroed before).
 // Runs once per weight (the backend caches the records on the MXTensor), followed by mx_wonly_ranges.  -D: the fragment formulas WO_A_ROW,
 // WO_A_K, WO_C_ROW, WO_KPHYS and the 4-bit placement WO4_T, WO4_POS (see wonly_common.cuh).
 
@@ -9,8 +11,9 @@
 
 extern "C" __global__ void mx_wonly_pack(const u8* __restrict__ codes, i64 cs_k, i64 cs_n, const u8* __restrict__ scales,
                                          i64 ss_k, i64 ss_n, int K, int N, int pack4, int nchunks, int group,
-                                         i64 total, u8* __restrict__ out) {
+                                         i64 total, u8* __restrict__ out, u32 sp_mask, u32* __restrict__ specials) {
     const int kc = pack4 ? 64 : 32, bpc = kc / 32, rec_bytes = 512 + 16 * bpc, nblocks = (K + 31) / 32;
+    bool special = false;  // a code c with (c & sp_mask) == sp_mask (sp_mask 0: the format has no special codes)
     for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
         const int lane = (int)(idx & 31);
         const i64 rec = idx >> 5;  // records [tile group][chunk][tile in the group]
@@ -31,8 +34,10 @@ extern "C" __global__ void mx_wonly_pack(const u8* __restrict__ codes, i64 cs_k,
 #pragma unroll
                         for (int b = 0; b < 4; ++b)
                             w[s] |= ((code >> b) & 1u) << WO4_POS(j, WO4_T(p, b), b);
-                    } else
+                    } else {
                         w[(2 * s + (j >> 1)) & 3] |= code << (8 * (j & 1) + 16 * p);
+                        special |= sp_mask && (code & sp_mask) == sp_mask;
+                    }
                 }
             }
         u8* dst = out + rec * rec_bytes;
@@ -43,6 +48,7 @@ extern "C" __global__ void mx_wonly_pack(const u8* __restrict__ codes, i64 cs_k,
             dst[512 + lane] = (n < N && kb < nblocks) ? scales[(i64)kb * ss_k + (i64)n * ss_n] : (u8)127;
         }
     }
+    if (special) atomicOr(specials, 1u);
 }
 
 // The scale-code range of each record group's chunk, written after the records ([group][chunk]: the least and the

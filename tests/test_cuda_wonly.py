@@ -8,6 +8,8 @@ Every output is poisoned with NaN before the launch.
   0x00, 0x01, 0x7F, 0xFE; the staged path with scales spanning a few binades), NaN blocks (scale 0xFF) poison
   exactly the columns that read them, K tails, M from 1 to 130 (one m8 tile to several m64 row blocks), split K;
 * random MX weights quantized from normal data: within (K + 2) 2^-23 (|A| @ |B|) (+ the output rounding);
+* byte codes that are NaN or inf give NaN / inf in exactly their columns, and a weight without them takes the
+  wgmma kernel's plain decode with the same bits;
 * programmatic dependent launch: a chain of launches, each reading the previous one's output as its activations
   right after a normal kernel poisoned it, gives the bits of the same chain run with a synchronization between
   launches;
@@ -274,6 +276,34 @@ def test_nan_blocks_and_out_dtypes(cuda_backend, rng, path):
         want = _ref(a, b, ("bf16", "mxfp4"), out_dtype)
         assert np.isnan(got[:, [5, 17]]).all() and not np.isnan(np.delete(got, [5, 17], axis=1)).any()
         assert np.array_equal(got, want, equal_nan=True), out_dtype
+
+
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("kernel", ["wg", "gemv", "ring"])
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2"])
+@pytest.mark.parametrize("act", ACTS)
+def test_special_element_codes(cuda_backend, rng, act, fmt, kernel, m):
+    """Byte codes that are NaN (e4m3fn 0x7F / 0xFF, e5m2 0x7D-0x7F) or inf (e5m2 0x7C / 0xFC) give NaN / inf in
+    exactly the columns that read them; the packed weight records whether it holds such codes, and the wgmma
+    kernel decodes a weight without them through its format's plain twin (no fix), with the same bits."""
+    kw = _force_kernel(kernel)
+    n, k = 96, 256
+    a = np.abs(_act_values(rng, m, k, act, small=True)) + 2.0 ** -16  # every product counts: no 0 * inf
+    plain = _mx_weight(rng, k, n, fmt, [0x7F, 0x81])
+    codes = plain.codes.copy()
+    marks = {3: 0x7F, 40: 0xFF} if fmt == "mxfp8_e4m3" else {3: 0x7C, 40: 0xFC, 77: 0x7E}
+    for col, code in marks.items():
+        codes[rng.integers(0, k), col] = code
+    special = MXTensor(codes, plain.scales, fmt, 0)
+    like = _device_act(a[:1, :1], act)
+    for b, has in ((plain, False), (special, True)):
+        got, p = _plan_out(cuda_backend, _device_act(a, act), b.to_device(like), (act, fmt), "registers", **kw)
+        want = _ref(a, b, (act, fmt))
+        assert p.db.specials == has
+        assert p._plain == (p.variant_.plain_twin and not has), p.variant
+        assert np.array_equal(got, want, equal_nan=True), (fmt, has, p.variant)
+        bad = ~np.isfinite(got)
+        assert bad[:, sorted(marks)].all() == has and not np.delete(bad, sorted(marks), axis=1).any()
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -188,6 +188,20 @@ def test_decode_every_code(element, act):
                 assert np.array_equal(np.signbit(got4), np.signbit(want))
 
 
+@pytest.mark.parametrize("element", sorted(set(dtypes.MX_ELEMENT.values())))
+def test_special_mask_marks_exactly_the_special_codes(element):
+    """mx_wonly_pack flags a weight holding a code c with (c & special_mask) == special_mask; exactly the codes that
+    decode to NaN or inf are such codes (none for a format without special values: mask 0), so that the wgmma
+    kernel's plain decode, without their fix, runs only on weights it decodes exactly."""
+    spec = formats.get(element)
+    mask = wonly_records.special_mask(element)
+    codes = np.arange(1 << spec.bits, dtype=np.uint32)
+    flagged = (mask != 0) & ((codes & mask) == mask)
+    special = ~np.isfinite(formats.decode(codes.astype(np.uint8), element).astype(np.float64))
+    np.testing.assert_array_equal(flagged, special)
+    assert (mask == 0) == (not special.any())
+
+
 def test_packed_geometry():
     # 4-bit codes: 64 K per 544-byte record (512 fragment bytes + 32 scale bytes); byte codes: 32 K per 528 bytes
     assert wonly_records.packed_bytes("e2m1", 8192, 8192) == 8192 // 16 * 8192 // 64 * 544

@@ -65,7 +65,9 @@ class DevOperand:
     direct: bool = False  # buf is the caller's array itself (read in place)
     mx: MXFactors | None = None  # exact MX fp8: the block scales as the kernel reads them
     span: tuple | None = None  # weight-only records: (least, greatest) scale code (wonly/records.py: pack_weight)
+    specials: bool = True  # weight-only records: some element code is special (NaN / inf) or not known to be none
 
     def copy(self) -> "DevOperand":
         return DevOperand(self.buf.copy(), self.ld, self.kmajor, self.elem, self.exp, self.k, self.bstride,  # not the
-                          self.exp_at, mx=None if self.mx is None else self.mx.copy(), span=self.span)  # caller's array
+                          self.exp_at, mx=None if self.mx is None else self.mx.copy(), span=self.span,  # caller's
+                          specials=self.specials)  # array

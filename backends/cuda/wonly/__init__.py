@@ -233,14 +233,25 @@ class WonlyVariant:
         """The element formats the build decodes (one build serves every byte-code format; e2m1 has its own)."""
         return ("e2m1",) if self.pack4 else byte_formats()
 
-    def format_args(self) -> tuple:
-        """The kernel arguments after the operands: the weight's index in the build's format table (WO_FORMATS) and,
-        for the wgmma kernel, its fold range (slo, shi, eoff4 = eoff * 0x01010101 mod 2^32: :func:`fold_range`)."""
-        args = (np.uint32(self.formats.index(self.element)),)
+    def format_args(self, plain: bool = False) -> tuple:
+        """The kernel arguments after the operands: the weight's index in the build's format table (WO_FORMATS), plus
+        256 where ``plain`` (the weight holds no special code: a wgmma build with the per-format loop then decodes it
+        without their fix, gemm_wonly_wg.cu) and, for the wgmma kernel, its fold range (slo, shi, eoff4 = eoff *
+        0x01010101 mod 2^32: :func:`fold_range`)."""
+        args = (np.uint32(self.formats.index(self.element) | (256 if plain and self.plain_twin else 0)),)
         if self.kernel == "wg":
             lo, hi, off = fold_range(self.element, self.act)
             args += (np.uint32(lo), np.uint32(hi), np.uint32((off * 0x01010101) & 0xFFFFFFFF))
         return args
+
+    @property
+    def plain_twin(self) -> bool:
+        """Whether the build decodes a weight without special codes through its format's plain twin (the wgmma
+        kernel's per-format loop; the format has special codes)."""
+        from mxcore import formats
+
+        return self.kernel == "wg" and self.kind_loop and formats.get(self.element).specials != "none" and \
+            not self.pack4
 
     def options(self) -> tuple:
         from mxcore import layouts

@@ -103,6 +103,7 @@ class WonlyPlan(Plan):
             self._ws = self._counters = None
         self._launch = self._xperm = None
         out, a, b = self.out, self.da, self.db
+        self._plain = v.plain_twin and not b.specials  # (takes() keeps it for a swapped weight)
         if out is None or out.size == 0 or a.k == 0:
             return
         # the wgmma kernel's last parameter, the permuted copy's tensor map (a build without WW_TMA does not read it);
@@ -118,12 +119,14 @@ class WonlyPlan(Plan):
         self._launch = RawLaunch(self._kernel, self._grid_xy + (self._splits,), (v.threads,), self._smem, (
             b.buf, a.buf, out, self._ws, self._counters, np.int32(self.m), np.int32(self.n), np.int32(a.k),
             np.int64(a.ld), np.int64(out.shape[-1]), np.int32(OUT_KIND[self.out_dtype]), np.int32(self._nchunks),
-            np.int32(self._per), *v.format_args(), *xmap), pdl=v.pdl)
+            np.int32(self._per), *v.format_args(self._plain), *xmap), pdl=v.pdl)
 
     def takes(self, db: DevOperand) -> bool:
         """Whether the plan's kernel multiplies the packed weight ``db`` (of the same form as its own): the
-        fold-only wgmma build only a weight whose every scale code folds (a kept layout swapping weights asks)."""
-        return not self.variant_.fold_only or rules.wg_fold_only(db, self.da.elem)
+        fold-only wgmma build only a weight whose every scale code folds, and a launch decoding without the special
+        codes' fix only a weight that holds none (a kept layout swapping weights asks)."""
+        return (not self.variant_.fold_only or rules.wg_fold_only(db, self.da.elem)) and \
+            not (self._plain and db.specials)
 
     def gemm(self) -> None:
         with self.cp.cuda.Device(self.dev.ordinal):

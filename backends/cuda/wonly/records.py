@@ -11,7 +11,7 @@ from ..operand import DevOperand
 from ..stage import register_path
 
 __all__ = ["GROUP", "PACK_FILE", "WONLY_FORMULAS", "chunk_k", "eval_wonly", "formula_options", "pack_weight",
-           "packed_bytes", "record_bytes", "record_groups", "records_written"]
+           "packed_bytes", "record_bytes", "record_groups", "records_written", "special_mask"]
 
 PACK_FILE = "wonly_pack.cu"
 GROUP = 8  # n16 tiles per block and per packed record group (WO_WARPS * WO_R)
@@ -90,10 +90,11 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
     records (``packed_bytes``), the range of each record group's chunk's scale codes, [group][chunk] of two bytes
     (the least and the greatest of its records' scale bytes, pad rows' 127 included): the wgmma kernel
     (gemm_wonly_wg.cu) tests it against its fold range instead of reading every scale byte per chunk and warp.
-    The operand's ``span`` is the least and greatest of them (pad rows count as 127), read back once here (a
-    synchronization: packing runs while a plan is built, never under a CUDA graph capture), so that a later plan
-    or a weight swapped into a kept layout asks the fold-only wgmma build's condition (wonly.wg_fold_only)
-    without one."""
+    The operand's ``span`` is the least and greatest of them (pad rows count as 127), and its ``specials``
+    whether some byte code is special (e4m3fn's NaN, e5m2's inf / NaN: :func:`special_mask`), both read back once
+    here (a synchronization: packing runs while a plan is built, never under a CUDA graph capture), so that a
+    later plan or a weight swapped into a kept layout asks the fold-only wgmma build's condition
+    (wonly.wg_fold_only) and whether the decode may skip the special codes' fix without one."""
     from mxcore import formats
 
     cp = stager.cp
@@ -102,6 +103,8 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
     out = cp.empty(max(1, body + 2 * groups * nchunks), dtype=cp.uint8)
     total = groups * GROUP * nchunks * 32
     if total:
+        span_d = cp.zeros(3, dtype=cp.uint32)  # {255 - least, greatest} of every chunk's range (mx_wonly_ranges),
+        #                                         then whether a code is special (mx_wonly_pack)
         kern = stager.kernels.get(cp, stager.ordinal, ("wonly", "pack"), PACK_FILE, "mx_wonly_pack",
                                   ("-std=c++17", *formula_options()))
         c0, c1 = (s // codes.itemsize for s in codes.strides)
@@ -109,19 +112,31 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
         grid = (max(1, min(-(-total // 256), 16 * stager.sms)),)
         kern(grid, (256,), (codes, np.int64(c0), np.int64(c1), scales, np.int64(s0), np.int64(s1), np.int32(k),
                             np.int32(n), np.int32(int(formats.get(element).bits == 4)), np.int32(nchunks),
-                            np.int32(GROUP), np.int64(total), out))
-        span_d = cp.zeros(2, dtype=cp.uint32)  # {255 - least, greatest} of every chunk's range (mx_wonly_ranges)
+                            np.int32(GROUP), np.int64(total), out, np.uint32(special_mask(element)), span_d[2:]))
         items = groups * nchunks
         ranges = stager.kernels.get(cp, stager.ordinal, ("wonly", "ranges"), PACK_FILE, "mx_wonly_ranges",
                                     ("-std=c++17", *formula_options()))
         ranges((max(1, min(-(-items // 256), 16 * stager.sms)),), (256,), (
             out, np.int32(groups), np.int32(nchunks), np.int32(GROUP), np.int32(rec), out[body:], span_d))
         records_written(stager.kernels, cp, stager.ordinal)
-        least, hi = span_d.get()  # one synchronization
+        least, hi, specials = span_d.get()  # one synchronization
         span = (255 - int(least), int(hi))
     else:
-        span = (127, 127)
-    return DevOperand(out, n, True, element, 0, k, span=span)
+        span, specials = (127, 127), 0
+    return DevOperand(out, n, True, element, 0, k, span=span, specials=bool(specials))
+
+
+def special_mask(element: str) -> int:
+    """The bits that are all set in exactly the special codes of a byte-code ``element`` format (e4m3fn: the NaN
+    magnitude 0x7f; e5m2: exponent 31, inf and NaN); 0 for formats without special codes."""
+    from mxcore import formats
+
+    sp = formats.get(element)
+    if sp.bits != 8 or sp.specials == "none":
+        return 0
+    if sp.specials == "fn":
+        return (1 << (sp.ebits + sp.mbits)) - 1
+    return ((1 << sp.ebits) - 1) << sp.mbits
 
 
 def records_written(kernels, cp, ordinal: int) -> None:
