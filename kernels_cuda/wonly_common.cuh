@@ -270,14 +270,10 @@ __device__ __forceinline__ void wo_block(float (&acc)[MT][4], const uint4& q, co
 // thread 0 (release is cumulative over the barrier, as a semaphore's; no fence in every thread).  The sum: each
 // thread takes WO_FIN items of 4 columns (16-byte loads: n0, ldw and M ldw are multiples of 16 floats) and issues the
 // loads of WO_FIN_Z partials of all its items, the first partial among them, before it adds them in order (-D: fewer
-// where registers are short; WO_FIN 0: a column and a partial at a time).  backends/cuda/tuning/wonly.json,
-// splitk_finish: one m8 tile (a block's 32 items fit its threads) loads up to 8 partials at once, wider tiles 2 items
-// and 4 partials.
-#ifndef WO_FIN
-#define WO_FIN (WO_MT == 1 ? 1 : 2)
-#endif
-#ifndef WO_FIN_Z
-#define WO_FIN_Z (WO_MT == 1 ? 8 : 4)
+// where registers are short; WO_FIN 0: a column and a partial at a time).  -D WO_FIN, WO_FIN_Z: from
+// backends/cuda/tuning/wonly.json, splitk_finish, by the build's m8 tiles.
+#if !defined(WO_FIN) || !defined(WO_FIN_Z)
+#error "WO_FIN and WO_FIN_Z come from the tuning table (backends/cuda/wonly/: WonlyVariant.finish_options)"
 #endif
 __device__ __forceinline__ void wo_add4(float4& v, const float4& u) {
     v.x = f32_add(v.x, u.x), v.y = f32_add(v.y, u.y), v.z = f32_add(v.z, u.z), v.w = f32_add(v.w, u.w);

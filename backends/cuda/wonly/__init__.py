@@ -244,6 +244,12 @@ class WonlyVariant:
             args += (np.uint32(lo), np.uint32(hi), np.uint32((off * 0x01010101) & 0xFFFFFFFF))
         return args
 
+    def finish_options(self) -> tuple:
+        """The split-K finish's -D (wonly_common.cuh: items per thread, partials loaded at once), by the build's m8
+        tiles (tuning: splitk_finish)."""
+        t = _T["splitk_finish"]["one_tile" if self.mt == 1 else "wider"]
+        return f"-DWO_FIN={t['items']}", f"-DWO_FIN_Z={t['partials']}"
+
     @property
     def plain_twin(self) -> bool:
         """Whether the build decodes a weight without special codes through its format's plain twin (the wgmma
@@ -270,7 +276,7 @@ class WonlyVariant:
                          f"-DWW_KIND_LOOP={int(self.kind_loop)}"),
                   "ring": (f"-DWO_R={GROUP // ring['warps']}", f"-DWO_WARPS={ring['warps']}",
                            f"-DWO_STAGES={self.stages}")}[self.kernel],
-                f"-DWO_PDL={int(self.pdl)}",
+                *self.finish_options(), f"-DWO_PDL={int(self.pdl)}",
                 f'-DWO_MMA="{layouts.get(_RECORD[self.act]).ptx}"', *formula_options())
 
 
