@@ -632,11 +632,11 @@ mx_wonly_wg(const u8* __restrict__ W, const u8* __restrict__ X, void* __restrict
         if constexpr (WW_KIND_LOOP) {
             // the format read through a shuffle: ptxas then treats the branch as warp-uniform and keeps the f16
             // builds' wgmma unserialized (C7519 otherwise); a weight without special codes (kind bit 8) runs its
-            // format's plain twin where the decode fixes them (e4m3fn; e5m2 into bf16: f16 keeps inf / NaN by placement)
+            // format's plain twin where the decode fixes them (wo_fixes)
             const u32 kind_u = __shfl_sync(0xffffffffu, kind, 0);
             const bool plain = kind_u >> 8;
 #define WW_CONSUME_P(K)                                   \
-    if constexpr (wo_format(K).special == 1 || (wo_format(K).special == 2 && WO_BF16)) { \
+    if constexpr (wo_fixes(K)) {                          \
         if (plain) {                                      \
             WW_CONSUME(K + WO_PLAIN);                     \
         } else {                                          \

@@ -121,15 +121,22 @@ __device__ __forceinline__ u32 wo_scale2(u32 r) {
     constexpr u32 MUL = wo_format_k(KIND).mul;
     return (MUL != 0x3c003c00u && MUL != 0x3f803f80u) ? wo_mul2(r, MUL) : r;
 }
+// whether the decode of format index k sets special codes (e4m3fn's NaN; e5m2's inf / NaN into bf16: f16 keeps
+// them by placement) in wo_fix2 (backends/cuda/wonly/formats.py decode_fixes says the same on the host)
+__host__ __device__ constexpr bool wo_fixes(int k) {
+    return wo_format_k(k).special == 1 || (wo_format_k(k).special == 2 && WO_BF16);
+}
 // the special codes of the spread pair s set in its multiplied values r
 template <int KIND>
 __device__ __forceinline__ u32 wo_fix2(u32 r, u32 s) {
     constexpr WoFormat F = wo_format_k(KIND);
     constexpr u32 MAG = ((1u << (F.ebits + F.mbits)) - 1u) * 0x10001u;
-    if constexpr (F.special == 1) {  // e4m3fn: magnitude 0x7f is NaN
+    if constexpr (!wo_fixes(KIND)) {
+        return r;
+    } else if constexpr (F.special == 1) {  // e4m3fn: magnitude 0x7f is NaN
         r |= __vcmpeq2(s & MAG, 0x007f007fu) & (WO_BF16 ? 0x7fc07fc0u : 0x7e007e00u);
-    } else if constexpr (F.special == 2 && WO_BF16) {  // e5m2: exponent 31 is inf (mantissa 0) or NaN; f16 keeps them
-        const u32 mag = s & MAG;                        // by placement
+    } else {  // e5m2 into bf16: exponent 31 is inf (mantissa 0) or NaN
+        const u32 mag = s & MAG;
         const u32 sp = __vcmpgeu2(mag, 0x007c007cu);
         const u32 v = (r & 0x80008000u) | 0x7f807f80u | (__vcmpgtu2(mag, 0x007c007cu) & 0x00400040u);
         r = (r & ~sp) | (v & sp);

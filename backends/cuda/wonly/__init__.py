@@ -54,7 +54,7 @@ from mxcore.errors import UnsupportedError
 from ..emit import register_jobs
 from ..tables import table
 from ..variants import sm_of
-from .formats import byte_formats, fold_range, format_entry, mx_weight_folds, wg_fold_only
+from .formats import byte_formats, decode_fixes, fold_range, format_entry, mx_weight_folds, wg_fold_only
 from .records import PACK_FILE, GROUP, chunk_k, formula_options, record_bytes, record_groups
 
 __all__ = ["GEMV_FILE", "KERNEL_FORMS", "TUNING", "WG_FILE", "WONLY_FILE", "WONLY_PATHS", "WonlyChoice",
@@ -252,12 +252,9 @@ class WonlyVariant:
 
     @property
     def plain_twin(self) -> bool:
-        """Whether the build decodes a weight without special codes through its format's plain twin (the wgmma
-        kernel's per-format loop; the format has special codes)."""
-        from mxcore import formats
-
-        return self.kernel == "wg" and self.kind_loop and formats.get(self.element).specials != "none" and \
-            not self.pack4
+        """Whether the build decodes a weight without special codes through its format's plain twin: the wgmma
+        kernel's per-format loop, for a format whose decode fixes them (:func:`decode_fixes`)."""
+        return self.kernel == "wg" and self.kind_loop and decode_fixes(self.element, self.act)
 
     def options(self) -> tuple:
         from mxcore import layouts

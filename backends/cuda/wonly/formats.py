@@ -13,7 +13,7 @@ from mxcore.errors import UnsupportedError
 
 from ..operand import _SPECIAL
 
-__all__ = ["byte_formats", "fold_range", "format_entry", "mx_weight_folds", "span_folds", "wg_fold_only"]
+__all__ = ["byte_formats", "decode_fixes", "fold_range", "format_entry", "mx_weight_folds", "span_folds", "wg_fold_only"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -38,6 +38,15 @@ def format_entry(element: str, act: str) -> str:
     bits = int(np.float32(mul).view(np.uint32) >> 16) if act == "bf16" else int(np.float16(mul).view(np.uint16))
     special = _SPECIAL.get(sp.specials, 0) if sp.bits == 8 else 0  # e4m3fn: 1, e5m2: 2
     return f"{{{sp.ebits}, {sp.mbits}, {special}, {bits * 0x10001:#x}u}}"
+
+
+def decode_fixes(element: str, act: str) -> bool:
+    """Whether the kernels' byte-code decode into ``act`` ("f16" | "bf16") sets ``element``'s special codes after the
+    multiply (wonly_common.cuh wo_fixes: e4m3fn's NaN; e5m2's inf / NaN into bf16, which f16 keeps by placement)."""
+    from mxcore import formats
+
+    sp = formats.get(element)
+    return sp.bits == 8 and (sp.specials == "fn" or (sp.specials == "ieee" and act == "bf16"))
 
 
 def span_folds(span: tuple, element: str, act: str) -> bool:

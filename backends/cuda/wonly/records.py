@@ -5,6 +5,9 @@ records safe for launches with programmatic dependent launch."""
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import numpy as np
 
 from ..operand import DevOperand
@@ -127,16 +130,13 @@ def pack_weight(stager, codes, scales, element: str, k: int, n: int) -> DevOpera
 
 
 def special_mask(element: str) -> int:
-    """The bits that are all set in exactly the special codes of a byte-code ``element`` format (e4m3fn: the NaN
-    magnitude 0x7f; e5m2: exponent 31, inf and NaN); 0 for formats without special codes."""
+    """The bits that are all set in exactly the special codes of a byte-code ``element`` format: the common bits of
+    its NaN and inf codes (e4m3fn: the NaN magnitude 0x7f; e5m2: exponent 31); 0 for formats without them."""
     from mxcore import formats
 
     sp = formats.get(element)
-    if sp.bits != 8 or sp.specials == "none":
-        return 0
-    if sp.specials == "fn":
-        return (1 << (sp.ebits + sp.mbits)) - 1
-    return ((1 << sp.ebits) - 1) << sp.mbits
+    codes = (*sp.nan_codes, *sp.inf_codes)
+    return functools.reduce(operator.and_, codes) if sp.bits == 8 and codes else 0
 
 
 def records_written(kernels, cp, ordinal: int) -> None:
