@@ -218,9 +218,11 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
                 model.forward = torch.compile(fwd, dynamic=False)  # two shapes: the prompt's and a token's
             with torch.no_grad():
                 t0 = time.perf_counter()
-                # warm-up; compiled: the timed run's own length (a static cache is sized by it: another length
-                # is another cache shape, compiled again)
-                model.generate(ids, **(kw if compiled else {**kw, "max_new_tokens": 8, "min_new_tokens": 8}))
+                # warm-up at the timed run's own length: compiled, a static cache is sized by it (another length is
+                # another cache shape, compiled again); eager, a shorter warm-up made the first model's timed run 4x
+                # slower than the same run warmed up at its length (the attention, cuDNN through SDPA, most likely
+                # builds a plan per new sequence length, which the second model's run then found cached)
+                model.generate(ids, **kw)
                 torch.cuda.synchronize()
                 print(f"{label}: warm-up{' and compile' if compiled else ''} {time.perf_counter() - t0:.1f} s",
                       flush=True)
