@@ -55,3 +55,14 @@ def test_rounds_alternate_and_ratios_pair_neighbours():
     assert len(ratios) == 8
     assert ratios[:2] == [2.0, 2.0] and ratios[2:] == [0.5] * 6  # each pair of neighbouring rounds, base / fn
     assert (tb, tf) == (2.0, 1.0)  # each side's fastest round, seconds per call
+
+
+def test_fused_shape_streams_the_same_weights_in_fewer_launches():
+    plain, fused = bd._linears(bd.MODELS["llama3-8b"]), bd._linears(bd.MODELS["llama3-8b-fused"])
+    assert [n for n, _, _ in fused] == ["qkv", "o", "gate_up", "down"] and len(plain) == 7
+    for fmt in bd.WEIGHTS:  # the same bytes per layer: one launch per input the projections share
+        assert sum(bd._weight_bytes(fmt, k, n) for _, k, n in fused) == sum(
+            bd._weight_bytes(fmt, k, n) for _, k, n in plain)
+    p, f = {n: (k, w) for n, k, w in plain}, {n: (k, w) for n, k, w in fused}
+    assert f["qkv"] == (4096, p["q"][1] + p["k"][1] + p["v"][1]) and f["gate_up"] == (4096, 2 * p["gate"][1])
+    assert f["o"] == p["o"] and f["down"] == p["down"]

@@ -296,7 +296,7 @@ def _cli(argv) -> int:
     p.add_argument("--end-to-end", action="store_true", help="time mxcore.matmul as a user calls it (quantization, "
                    "staging, output) beside the kernel and the vendor pipeline: mxcore.tools.bench_e2e's options apply")
     p.add_argument("--decode", metavar="MODEL", default=None, help="the decode step of a decoder's linear layers "
-                   "(llama3-8b, llama3.2-3b): mxcore.tools.bench_decode's options apply")
+                   "(llama3-8b, llama3-8b-fused, llama3.2-3b): mxcore.tools.bench_decode's options apply")
     p.add_argument("--wonly-path", default=None, help="force the weight-only path of A:B pairs (cuda: registers | "
                    "staged)")
     p.add_argument("--loop-ceilings", action="store_true",

@@ -1,7 +1,8 @@
 """The real-workload benchmark: one decode step through the linear layers of a decoder, and host time per call.
 
 ``python -m mxcore.tools.bench_decode --model llama3-8b`` (also ``python -m mxcore bench --decode llama3-8b``): every
-linear layer of the named decoder shape (per layer q, k, v, o, gate, up, down), one decode step at M tokens, with
+linear layer of the named decoder shape (per layer q, k, v, o, gate, up, down; ``-fused`` shapes: qkv, o, gate_up,
+down), one decode step at M tokens, with
 the weights in bf16 | fp8 | mxfp8 | mxfp4 through ``mxcore.matmul`` — eager, and captured in a CUDA graph by the
 documented torch recipe (warm-up on a side stream, then ``torch.cuda.graph``) — against ``torch.matmul`` on the
 bf16 weights eager and graphed, in the same run.  Reported: ms per step, the ratio to torch bf16 (eager: the median
@@ -26,9 +27,12 @@ import time
 
 __all__ = ["MODELS", "decode_step", "graphed", "host_per_call", "main"]
 
-#: decoder shapes: layers, hidden size, key/value width (kv heads x head dim), MLP width
+#: decoder shapes: layers, hidden size, key/value width (kv heads x head dim), MLP width; "fused": the projections
+#: that read the same input stored as one weight each, as serving engines lay them out (q, k, v as one qkv weight;
+#: gate and up as one): the same weight bytes in 4 launches per layer instead of 7
 MODELS = {
     "llama3-8b": {"layers": 32, "hidden": 4096, "kv": 1024, "intermediate": 14336},
+    "llama3-8b-fused": {"layers": 32, "hidden": 4096, "kv": 1024, "intermediate": 14336, "fused": True},
     "llama3.2-3b": {"layers": 28, "hidden": 3072, "kv": 1024, "intermediate": 8192},
 }
 
@@ -38,6 +42,8 @@ WEIGHTS = ("bf16", "fp8", "mxfp8", "mxfp4")
 def _linears(cfg: dict) -> list:
     """(name, K, N) of one layer's linear layers (y = x @ W, W of shape (K, N))."""
     h, kv, i = cfg["hidden"], cfg["kv"], cfg["intermediate"]
+    if cfg.get("fused"):
+        return [("qkv", h, h + 2 * kv), ("o", h, h), ("gate_up", h, 2 * i), ("down", i, h)]
     return [("q", h, h), ("k", h, kv), ("v", h, kv), ("o", h, h), ("gate", h, i), ("up", h, i), ("down", i, h)]
 
 
@@ -149,7 +155,7 @@ def _per_shape(torch, fmt: str, m: int, shapes, calls, run, step_ms: float, bw: 
                "us_per_call": per_call * 1e6, "GBps": rate / 1e9, "of_bandwidth": rate / bw,
                "share_of_step": t * 1e3 / step_ms}
         rows.append(row)
-        log(f"   {name:5s} {k:6d} x {n:<6d} {row['us_per_call']:7.2f} us/call  {row['GBps']:7.0f} GB/s "
+        log(f"   {name:7s} {k:6d} x {n:<6d} {row['us_per_call']:7.2f} us/call  {row['GBps']:7.0f} GB/s "
             f"({100 * row['of_bandwidth']:3.0f}% of copy)  {100 * row['share_of_step']:4.1f}% of the step")
     return rows
 
