@@ -15,7 +15,8 @@ Without transformers it says so and runs nothing.
 
 ``all`` runs the three; ``--json PATH`` writes the figures.  Each figure comes from CUDA events after warm-up: a
 decode step's, the fastest of five rounds of four steps back to back (as ``python -m mxcore bench --decode``); a
-training step's, the median of steps timed alone.  Functions of the same names take the same arguments for use from Python.
+training step's, the median of steps timed alone.  Functions of the same names take the same arguments for use
+from Python.
 """
 
 from __future__ import annotations
