@@ -231,6 +231,43 @@ def test_bench_block_quantizes_and_runs():
     assert block(torch.randn(2, 64, dtype=torch.bfloat16)).shape == (2, 64)
 
 
+def test_bench_step_timer_rounds(monkeypatch):
+    """The decode benchmark's step timer with rounds, on stand-in CUDA events: warm-up calls, then the fastest of
+    the rounds of iters / rounds calls back to back, in ms per call, each call a new cudagraph step when graphed."""
+    import types
+
+    from mxcore.torch import bench
+
+    clock = {"now": 0.0, "marks": 0}
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = clock["now"]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    def mark():
+        clock["marks"] += 1
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event, synchronize=lambda: None),
+                                 compiler=types.SimpleNamespace(cudagraph_mark_step_begin=mark))
+    monkeypatch.setattr(bench, "torch", fake)
+    costs = iter([9.0] * 3 + [3.0] * 4 + [2.0] * 4 + [5.0] * 4)  # warm-up, then three rounds of four calls
+
+    def step():
+        clock["now"] += next(costs)
+
+    assert bench._time_ms(step, warmup=3, iters=12, graphed=True, rounds=3) == 2000.0  # 2 s per call, in ms
+    assert clock["marks"] == 15
+
+
 @pytest.mark.parametrize("config", ["fp8", "mxfp8", "bf16:mxfp4"])
 def test_compiled_inference_calls_the_inference_op(config):
     """Under torch.compile with no gradient to carry, Linear calls the op without an autograd layer
