@@ -853,6 +853,7 @@ __device__ __forceinline__ void mxc_quantize_tensor_kernel(const typename In::bi
 
 // per-tensor scale, both passes over runs of 16 elements (n a multiple of 16, x and codes 16-byte aligned; inputs
 // of at most 32 bits), 16-byte loads and stores, grid-stride over the runs.  Same results as the kernels above.
+
 // the largest finite magnitude's bits over runs of 16 elements from run `first` in steps of `step` (0: none)
 template <class In>
 __device__ __forceinline__ mxc_u32 mxc_fast_runs_amax(const typename In::bits_t* x, mxc_i64 runs, mxc_i64 first,
