@@ -122,3 +122,46 @@ def test_from_blocks_on_the_device(rng):
     ref = mxcore.matmul(x.cpu(), mxcore.MXTensor(t.codes.T, t.scales.T, "mxfp4", 0), ("bf16", "mxfp4"),
                         out_dtype="bfloat16", backend="reference")
     assert torch.equal(lin(x).cpu(), ref)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_transformers_generate_with_reduce_overhead_matches_compile():
+    """A tiny transformers Llama after quantize_(model, "bf16:mxfp4"), generating through transformers' own compile
+    path (static cache, CompileConfig): with mode="reduce-overhead" the decode steps are CUDA graphs (no cudagraph
+    skip) and give the same tokens and the same logits, bit for bit, as the same compiled forward without graphs."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "CompileConfig"):
+        pytest.skip("this transformers has no CompileConfig")
+    from torch._dynamo.utils import counters
+
+    from mxcore.nn import quantize_
+
+    torch.manual_seed(7)
+    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    assert len(quantize_(model, "bf16:mxfp4").swapped) == 2 * 7 + 1
+    ids = torch.randint(0, 512, (1, 8), device="cuda")
+
+    def generate(mode):
+        torch._dynamo.reset()
+        for attr in ("_compiled_call", "_last_compile_config"):
+            if hasattr(model, attr):
+                delattr(model, attr)
+        counters.clear()
+        kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0, output_logits=True,
+                  return_dict_in_generate=True, cache_implementation="static",
+                  compile_config=transformers.CompileConfig(fullgraph=True, dynamic=False, mode=mode))
+        with torch.no_grad():
+            runs = [model.generate(ids, **kw) for _ in range(3)]  # warm-up, recording, then replays
+        return runs, dict(counters["inductor"])
+
+    plain, _ = generate("default")
+    graphed, inductor = generate("reduce-overhead")
+    assert inductor.get("cudagraph_skips", 0) == 0, inductor
+    for run in plain[1:] + graphed:
+        assert torch.equal(run.sequences, plain[0].sequences)
+        assert all(torch.equal(a, b) for a, b in zip(run.logits, plain[0].logits))
+    assert plain[0].sequences.shape == (1, 20)
