@@ -165,3 +165,47 @@ def test_transformers_generate_with_reduce_overhead_matches_compile():
         assert torch.equal(run.sequences, plain[0].sequences)
         assert all(torch.equal(a, b) for a, b in zip(run.logits, plain[0].logits))
     assert plain[0].sequences.shape == (1, 20)
+
+
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")
+@pytest.mark.parametrize("config", ["bf16:mxfp4", "mxfp8"])
+def test_fused_projections_match_layer_by_layer(rng, config):
+    """quantize_(fuse=True) on the GPU: q/k/v and gate/up fused give, on exactly representable data, the same bits
+    as the layers swapped one by one: eager, torch.compile(fullgraph=True) and mode="reduce-overhead" (no
+    cudagraph skip), each call on new data."""
+    import copy
+
+    from torch._dynamo.utils import counters
+
+    from mxcore.nn import FusedLinear, quantize_
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+            self.q_proj, self.k_proj, self.v_proj = lin(256, 256), lin(256, 128), lin(256, 128)
+            self.gate_proj, self.up_proj = lin(256, 512), lin(256, 512)
+
+        def forward(self, h):  # every product of exact data (each GEMM exact in fp32, whatever its split of K)
+            return torch.cat([self.q_proj(h), self.k_proj(h) - self.v_proj(h), self.gate_proj(h) * self.up_proj(h)], -1)
+
+    plain = Block().cuda().to(torch.bfloat16)
+    with torch.no_grad():
+        for m in plain.children():
+            m.weight.copy_(_exact(rng, tuple(m.weight.shape)) / 16)
+    fused = copy.deepcopy(plain)
+    quantize_(plain, config)
+    assert len(quantize_(fused, config, fuse=True).fused) == 2 and isinstance(fused.qkv_proj, FusedLinear)
+    xs = [_exact(rng, (16, 256)).cuda() / 4 for _ in range(4)]
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        want = [plain(x) for x in xs]
+        assert all(torch.equal(fused(x), w) for x, w in zip(xs, want))
+        full = torch.compile(fused, fullgraph=True)
+        assert all(torch.equal(full(x), w) for x, w in zip(xs, want))
+        graphed = torch.compile(fused, mode="reduce-overhead", fullgraph=True)
+        outs = [graphed(x).clone() for x in xs]
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert all(torch.equal(o, w) for o, w in zip(outs, want))
+    assert fused.qkv_proj._pending["x"] is None

@@ -7,6 +7,8 @@ are in :mod:`mxcore.torch`.  See docs/torch.md.
 
 from __future__ import annotations
 
-from .linear import Linear, MXConfig, QuantizeReport, quantize_
+from .fused import FusedLinear, FusedPart
+from .linear import Linear, MXConfig
+from .quantize import QuantizeReport, quantize_
 
-__all__ = ["Linear", "MXConfig", "QuantizeReport", "quantize_"]
+__all__ = ["FusedLinear", "FusedPart", "Linear", "MXConfig", "QuantizeReport", "quantize_"]

@@ -1,4 +1,4 @@
-"""``mxcore.nn.Linear`` and ``mxcore.nn.quantize_``.
+"""``mxcore.nn.Linear`` and its :class:`MXConfig`.
 
 A :class:`Linear` either keeps its weight quantized (inference: per-tensor fp8, MX, or a weight-only pair such as
 bf16 x mxfp4) as uint8 buffers in ``torch.nn.Linear``'s ``[out_features, in_features]`` layout, or, with
@@ -23,7 +23,7 @@ from .. import dtypes as _dt
 from ..errors import ShapeError, UnsupportedError
 from ..torch import ops as _ops
 
-__all__ = ["Linear", "MXConfig", "QuantizeReport", "quantize_"]
+__all__ = ["Linear", "MXConfig"]
 
 
 @dataclass(frozen=True)
@@ -259,47 +259,3 @@ class Linear(torch.nn.Module):
         new.bias = None if bias is None else torch.nn.Parameter(torch.as_tensor(bias).detach().clone())
         new._refresh_operand()
         return new
-
-
-@dataclass
-class QuantizeReport:
-    """What :func:`quantize_` did: the swapped layers' names and the skipped ones with the reason."""
-
-    config: MXConfig
-    swapped: list = field(default_factory=list)
-    skipped: dict = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        head = f"quantize_ ({self.config.describe()}): {len(self.swapped)} layer(s) swapped, {len(self.skipped)} skipped"
-        lines = [head]
-        lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
-        return "\n".join(lines)
-
-
-def quantize_(model: torch.nn.Module, config="mxfp8", filter_fn=None) -> QuantizeReport:
-    """Swap every ``torch.nn.Linear`` of ``model`` (in place) for an :class:`mxcore.nn.Linear` with ``config``.
-
-    ``filter_fn(module, fqn) -> bool``: swap only the layers it accepts.  Layers whose shapes the config cannot
-    quantize are left as they are and listed in the returned :class:`QuantizeReport` (``report.skipped``: name ->
-    reason); so are layers ``filter_fn`` declines.  ``model`` itself may be a ``torch.nn.Linear``: it cannot be
-    replaced in place, so it is reported as skipped (use :meth:`Linear.from_float`)."""
-    cfg = MXConfig.parse(config)
-    report = QuantizeReport(cfg)
-    if type(model) is torch.nn.Linear:
-        report.skipped[""] = "the model is itself a Linear: use mxcore.nn.Linear.from_float(model, config)"
-        return report
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            if type(child) is not torch.nn.Linear:
-                continue
-            fqn = f"{parent_name}.{child_name}" if parent_name else child_name
-            if filter_fn is not None and not filter_fn(child, fqn):
-                report.skipped[fqn] = "filter_fn declined it"
-                continue
-            reason = cfg.unquantizable(child.in_features, child.out_features)
-            if reason is not None:
-                report.skipped[fqn] = reason
-                continue
-            setattr(parent, child_name, Linear.from_float(child, cfg))
-            report.swapped.append(fqn)
-    return report

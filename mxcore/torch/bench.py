@@ -115,9 +115,10 @@ def _fmt(row: dict) -> str:
     return head + (f"  {row['ms']:.3f} ms" if "ms" in row else "")
 
 
-def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4") -> list:
+def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4", fuse: bool = False) -> list:
     """Decode-step milliseconds of the Llama-3-8B-shaped linear stack: torch bf16 and ``quantize_(config)``, each
-    eager, compiled and reduce-overhead, at each M of ``ms``."""
+    eager, compiled and reduce-overhead, at each M of ``ms``; ``fuse``: q, k, v and gate, up fused
+    (``quantize_(..., fuse=...)``)."""
     from .. import nn
 
     rows: list = []
@@ -126,11 +127,11 @@ def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4") -> list:
     for m in ms:
         _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), "torch bf16",
                     rows)
-    report = nn.quantize_(model, config)
-    print(f"quantize_: {len(report.swapped)} swapped, {len(report.skipped)} skipped", flush=True)
+    report = nn.quantize_(model, config, fuse=[("q", "k", "v"), ("gate", "up")] if fuse else False)
+    print(report, flush=True)
     for m in ms:
         _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16),
-                    f"mxcore {config}", rows)
+                    f"mxcore {config}{' fused' if fuse else ''}", rows)
     return rows
 
 
@@ -183,11 +184,12 @@ def train(n: int = 8192, config: str = "mxfp8") -> list:
 
 
 def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4", layers: int = 32,
-             modes=("eager", "compile", "reduce-overhead")) -> list:
+             modes=("eager", "compile", "reduce-overhead"), fuse: bool = False) -> list:
     """Greedy tokens/s of an 8B-shaped transformers Llama (random weights), bf16 against ``quantize_(config)``;
     ``modes``: ``eager``, ``compile`` and ``reduce-overhead`` (transformers' own compile path: a static cache and a
     ``CompileConfig`` with that torch.compile mode, ``fullgraph=True``; reduce-overhead replays the decode steps as
-    CUDA graphs); [] (and a message) without transformers."""
+    CUDA graphs); ``fuse``: q/k/v and gate/up fused (``quantize_(..., fuse=True)``); [] (and a message) without
+    transformers."""
     try:
         import transformers
     except ImportError:
@@ -252,11 +254,11 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
 
     for mode in modes:
         run("torch bf16", mode)
-    report = nn.quantize_(model, config)
-    print(f"quantize_: {len(report.swapped)} swapped, {len(report.skipped)} skipped", flush=True)
+    report = nn.quantize_(model, config, fuse=fuse)
+    print(report, flush=True)
     torch.cuda.empty_cache()
     for mode in modes:
-        run(f"mxcore {config}", mode)
+        run(f"mxcore {config}{' fused' if fuse else ''}", mode)
     return rows
 
 
@@ -269,6 +271,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=8192, help="train: M = N = K")
     p.add_argument("--tokens", type=int, default=128, help="generate: new tokens")
     p.add_argument("--modes", default="eager,compile,reduce-overhead", help="generate: eager, compile, reduce-overhead (comma list)")
+    p.add_argument("--fuse", action="store_true", help="decode/generate: fuse q/k/v and gate/up (quantize_ fuse=)")
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -276,13 +279,14 @@ def main(argv=None) -> int:
         return 2
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.what in ("decode", "all"):
-        out["decode"] = decode(tuple(args.m), args.layers, args.config or "bf16:mxfp4")
+        out["decode"] = decode(tuple(args.m), args.layers, args.config or "bf16:mxfp4", fuse=args.fuse)
     if args.what in ("train", "all"):
         out["train"] = train(args.n, args.config if args.what == "train" and args.config else "mxfp8")
     if args.what in ("generate", "all"):
         out["generate"] = generate(args.tokens, config=args.config if args.what == "generate" and args.config
                                    else "bf16:mxfp4", layers=args.layers,
-                                   modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()))
+                                   modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+                                   fuse=args.fuse)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

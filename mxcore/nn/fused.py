@@ -1,0 +1,124 @@
+"""Fused projections: sibling linear layers that read the same input (an attention's q, k and v; an MLP's gate and
+up) quantized as one :class:`~mxcore.nn.Linear`, as serving engines store them.
+
+A decode step's launches each cost a fixed time beside their weight's bytes, so one launch over the three weights
+is faster than three (docs/torch.md, "Fused projections").  :func:`~mxcore.nn.quantize_` with ``fuse=`` makes, in the
+parent module, a :class:`FusedLinear` over the members' concatenated weights (named after them: ``qkv_proj``,
+``gate_up_proj``) and puts a :class:`FusedPart` in each member's place, so the parent's forward runs unchanged: the
+first part called with an input computes the fused product once and leaves the other parts their slices of it; a
+part called with another input computes the product again.  MX weights are quantized row by row (blocks along
+``in_features``), so the fused weight's codes and scales are the members' own, bit for bit.
+
+A part's output is a view of the fused output (its columns): as serving engines' q / k / v, not contiguous where
+there are several rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import InputTypeError
+from .linear import Linear, MXConfig
+
+__all__ = ["DEFAULT_GROUPS", "FusedLinear", "FusedPart", "fusion_groups", "fused_name"]
+
+#: the sibling layers ``fuse=True`` fuses, by child name (transformers' Llama, Mistral, Qwen2, Gemma, ... names)
+DEFAULT_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def fusion_groups(fuse) -> tuple:
+    """``quantize_``'s ``fuse=`` as a tuple of name groups: False / None: none; True: :data:`DEFAULT_GROUPS`; else
+    the groups given (each two or more child names)."""
+    if fuse is None or fuse is False:
+        return ()
+    if fuse is True:
+        return DEFAULT_GROUPS
+    try:
+        groups = tuple(tuple(g) for g in fuse)
+    except TypeError:
+        groups = None
+    if not groups or any(isinstance(g, str) for g in fuse) or any(
+            len(g) < 2 or len(set(g)) != len(g) or not all(isinstance(n, str) and n for n in g) for g in groups):
+        raise InputTypeError(f"fuse={fuse!r}: give True (the default groups {DEFAULT_GROUPS}), False, or groups of "
+                             "two or more distinct child names, such as [('q', 'k', 'v'), ('gate', 'up')]")
+    return groups
+
+
+def fused_name(names) -> str:
+    """The fused layer's name: the members' common suffix after their joined prefixes (``qkv_proj``,
+    ``gate_up_proj``; ``qkv`` for ``q, k, v``)."""
+    suffix = ""
+    for cut in range(min(map(len, names)) - 1, 0, -1):
+        tail = names[0][-cut:]
+        if tail.startswith("_") and all(n.endswith(tail) and len(n) > cut for n in names):
+            suffix = tail
+            break
+    heads = [n[:len(n) - len(suffix)] for n in names]
+    return ("".join(heads) if all(len(h) == 1 for h in heads) else "_".join(heads)) + suffix
+
+
+class FusedLinear(Linear):
+    """A :class:`~mxcore.nn.Linear` over the concatenated weights of sibling layers (``parts``, each ``sizes[i]``
+    output features); calling it gives their outputs side by side.  Made by :func:`~mxcore.nn.quantize_` with
+    ``fuse=``."""
+
+    @classmethod
+    def from_parts(cls, layers, names, config: MXConfig) -> FusedLinear:
+        w = torch.cat([lin.weight.detach() for lin in layers])
+        has_bias = layers[0].bias is not None
+        new = cls(layers[0].in_features, w.shape[0], has_bias, config, weight=w, device=w.device, dtype=w.dtype)
+        if has_bias:
+            with torch.no_grad():
+                new.bias.copy_(torch.cat([lin.bias.detach() for lin in layers]))
+        new.parts = tuple(names)
+        new.sizes = tuple(lin.out_features for lin in layers)
+        new.__dict__["_pending"] = {"x": None, "outs": None, "left": 0}  # (not state: the product one part left)
+        return new
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ", parts=" + ", ".join(f"{n}[{s}]" for n, s in zip(self.parts, self.sizes))
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_pending", None)  # a product left for the parts of one call, never state
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.__dict__["_pending"] = {"x": None, "outs": None, "left": 0}
+
+
+class FusedPart(torch.nn.Module):
+    """Member ``index`` of a :class:`FusedLinear`, in the member's place: its columns of the fused product of its
+    input (computed once for the parts called with the same input in turn).  It holds no weight: the fused layer,
+    a sibling in the parent, does."""
+
+    def __init__(self, fused: FusedLinear, index: int):
+        super().__init__()
+        self.__dict__["_fused"] = fused  # not a submodule: the parent owns it (its state_dict entry is the parent's)
+        self.index = index
+        self.in_features, self.out_features = fused.in_features, fused.sizes[index]
+        self._bit, self._others = 1 << index, ((1 << len(fused.sizes)) - 1) & ~(1 << index)
+
+    @property
+    def fused(self) -> FusedLinear:
+        return self.__dict__["_fused"]
+
+    def forward(self, x):
+        fused = self.__dict__["_fused"]
+        pending = fused.__dict__["_pending"]
+        if pending["x"] is x and pending["left"] & self._bit:  # the product a sibling computed for this very input
+            outs, left = pending["outs"], pending["left"] & ~self._bit
+            if left:
+                pending["left"] = left
+            else:  # the last part: nothing is kept past the parent's call
+                pending["x"], pending["outs"], pending["left"] = None, None, 0
+            return outs[self.index]
+        outs = fused(x).split(fused.sizes, dim=-1)
+        pending["x"], pending["outs"], pending["left"] = x, outs, self._others
+        return outs[self.index]
+
+    def extra_repr(self) -> str:
+        f = self.fused
+        return (f"in_features={self.in_features}, out_features={self.out_features}, part {self.index} of the fused "
+                f"{'+'.join(f.parts)} ({f.config.describe()})")
