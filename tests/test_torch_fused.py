@@ -79,7 +79,8 @@ def test_fused_product_runs_once_per_input_and_keeps_nothing():
     with torch.no_grad():
         q, k, v = block.q_proj(x), block.k_proj(x), block.v_proj(x)
     assert len(calls) == 1 and calls[0] is x
-    assert block.qkv_proj._pending == {"x": None, "outs": None, "left": 0}  # the last part let go of it
+    pending = block.qkv_proj._pending
+    assert pending["x"] is None and pending["outs"] is None and pending["left"] == 0  # the last part let go of it
     whole = block.qkv_proj(x)
     assert torch.equal(torch.cat([q, k, v], -1), whole)
     # a part alone, or with another input, computes its own answer (the fused product of that input)
@@ -88,6 +89,12 @@ def test_fused_product_runs_once_per_input_and_keeps_nothing():
         k_alone = block.k_proj(y)
         q_y = block.q_proj(y)  # q was not left anything for y: the product again
     assert torch.equal(k_alone, block.qkv_proj(y)[:, 64:96]) and torch.equal(q_y, block.qkv_proj(y)[:, :64])
+    # the input changed in place between two parts' calls: the later part computes the product of what it reads
+    z = torch.randn(4, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        block.q_proj(z)
+        z.mul_(2)
+        assert torch.equal(block.k_proj(z), block.qkv_proj(z)[:, 64:96])
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ is faster than three (docs/torch.md, "Fused projections").  :func:`~mxcore.nn.qu
 parent module, a :class:`FusedLinear` over the members' concatenated weights (named after them: ``qkv_proj``,
 ``gate_up_proj``) and puts a :class:`FusedPart` in each member's place, so the parent's forward runs unchanged: the
 first part called with an input computes the fused product once and leaves the other parts their slices of it; a
-part called with another input computes the product again.  MX weights are quantized row by row (blocks along
+part called with another input, or with the same tensor changed in place since (eager; inside torch.compile an
+in-place change between the parts' calls is not seen: the parts must read their input unchanged, as a model's
+projections do), computes the product again.  MX weights are quantized row by row (blocks along
 ``in_features``), so the fused weight's codes and scales are the members' own, bit for bit.
 
 A part's output is a view of the fused output (its columns): as serving engines' q / k / v, not contiguous where
@@ -72,7 +74,7 @@ class FusedLinear(Linear):
                 new.bias.copy_(torch.cat([lin.bias.detach() for lin in layers]))
         new.parts = tuple(names)
         new.sizes = tuple(lin.out_features for lin in layers)
-        new.__dict__["_pending"] = {"x": None, "outs": None, "left": 0}  # (not state: the product one part left)
+        new.__dict__["_pending"] = {"x": None, "outs": None, "left": 0, "version": 0}  # (not state)
         return new
 
     def extra_repr(self) -> str:
@@ -85,7 +87,7 @@ class FusedLinear(Linear):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        self.__dict__["_pending"] = {"x": None, "outs": None, "left": 0}
+        self.__dict__["_pending"] = {"x": None, "outs": None, "left": 0, "version": 0}
 
 
 class FusedPart(torch.nn.Module):
@@ -107,8 +109,9 @@ class FusedPart(torch.nn.Module):
     def forward(self, x):
         fused = self.__dict__["_fused"]
         pending = fused.__dict__["_pending"]
-        if pending["x"] is x and pending["left"] & self._bit:  # the product a sibling computed for this very input
-            outs, left = pending["outs"], pending["left"] & ~self._bit
+        compiling = torch.compiler.is_compiling()  # (a traced tensor's version is no number to compare)
+        if pending["x"] is x and pending["left"] & self._bit and (compiling or pending["version"] == x._version):
+            outs, left = pending["outs"], pending["left"] & ~self._bit  # what a sibling computed for this input
             if left:
                 pending["left"] = left
             else:  # the last part: nothing is kept past the parent's call
@@ -116,6 +119,8 @@ class FusedPart(torch.nn.Module):
             return outs[self.index]
         outs = fused(x).split(fused.sizes, dim=-1)
         pending["x"], pending["outs"], pending["left"] = x, outs, self._others
+        if not compiling:
+            pending["version"] = x._version
         return outs[self.index]
 
     def extra_repr(self) -> str:
