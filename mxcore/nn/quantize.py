@@ -47,7 +47,8 @@ def quantize_(model: torch.nn.Module, config="mxfp8", filter_fn=None, fuse=False
     and ``gate_proj, up_proj``, where a module has all of a group as ``torch.nn.Linear`` children); a list of
     name groups fuses those.  Each group becomes one :class:`~mxcore.nn.fused.FusedLinear` child of its parent
     (``qkv_proj``, ``gate_up_proj``) with a :class:`~mxcore.nn.fused.FusedPart` in each member's place, so the
-    parent's forward is unchanged.  Only MX inference configs fuse (their weights are quantized row by row, so the
+    parent's forward is unchanged.  Fuse only layers that read the same input (a cross-attention's k and v read
+    the encoder's states: each would compute the whole product).  Only MX inference configs fuse (their weights are quantized row by row, so the
     fused codes are the members' own); a group that cannot fuse is swapped layer by layer and listed in
     ``report.unfused`` with the reason."""
     cfg = MXConfig.parse(config)
