@@ -23,6 +23,7 @@ from Python.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -117,8 +118,8 @@ def _fmt(row: dict) -> str:
 
 def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4", fuse: bool = False) -> list:
     """Decode-step milliseconds of the Llama-3-8B-shaped linear stack: torch bf16 and ``quantize_(config)``, each
-    eager, compiled and reduce-overhead, at each M of ``ms``; ``fuse``: q, k, v and gate, up fused
-    (``quantize_(..., fuse=...)``)."""
+    eager, compiled and reduce-overhead, at each M of ``ms``; ``fuse``: then also a twin with q, k, v and gate, up
+    fused (``quantize_(..., fuse=...)``), in the same run."""
     from .. import nn
 
     rows: list = []
@@ -127,11 +128,16 @@ def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4", fuse: bool 
     for m in ms:
         _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), "torch bf16",
                     rows)
-    report = nn.quantize_(model, config, fuse=[("q", "k", "v"), ("gate", "up")] if fuse else False)
-    print(report, flush=True)
-    for m in ms:
-        _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16),
-                    f"mxcore {config}{' fused' if fuse else ''}", rows)
+    twin = copy.deepcopy(model) if fuse else None  # (fused from the same bf16 weights, after the unfused rows)
+    for groups, label in ((False, f"mxcore {config}"), ([("q", "k", "v"), ("gate", "up")], f"mxcore {config} fused")):
+        if groups and twin is None:
+            break
+        if groups:
+            model, twin = twin, None
+            torch.cuda.empty_cache()
+        print(nn.quantize_(model, config, fuse=groups), flush=True)
+        for m in ms:
+            _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), label, rows)
     return rows
 
 
@@ -188,8 +194,8 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
     """Greedy tokens/s of an 8B-shaped transformers Llama (random weights), bf16 against ``quantize_(config)``;
     ``modes``: ``eager``, ``compile`` and ``reduce-overhead`` (transformers' own compile path: a static cache and a
     ``CompileConfig`` with that torch.compile mode, ``fullgraph=True``; reduce-overhead replays the decode steps as
-    CUDA graphs); ``fuse``: q/k/v and gate/up fused (``quantize_(..., fuse=True)``); [] (and a message) without
-    transformers."""
+    CUDA graphs); ``fuse``: then also a twin with q/k/v and gate/up fused (``quantize_(..., fuse=True)``), in the
+    same run; [] (and a message) without transformers."""
     try:
         import transformers
     except ImportError:
@@ -254,11 +260,16 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
 
     for mode in modes:
         run("torch bf16", mode)
-    report = nn.quantize_(model, config, fuse=fuse)
-    print(report, flush=True)
-    torch.cuda.empty_cache()
-    for mode in modes:
-        run(f"mxcore {config}{' fused' if fuse else ''}", mode)
+    twin = copy.deepcopy(model) if fuse else None  # (fused from the same bf16 weights, after the unfused rows)
+    for groups, label in ((False, f"mxcore {config}"), (True, f"mxcore {config} fused")):
+        if groups and twin is None:
+            break
+        if groups:
+            model, twin = twin, None
+        print(nn.quantize_(model, config, fuse=groups), flush=True)
+        torch.cuda.empty_cache()
+        for mode in modes:
+            run(label, mode)
     return rows
 
 
@@ -271,7 +282,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=8192, help="train: M = N = K")
     p.add_argument("--tokens", type=int, default=128, help="generate: new tokens")
     p.add_argument("--modes", default="eager,compile,reduce-overhead", help="generate: eager, compile, reduce-overhead (comma list)")
-    p.add_argument("--fuse", action="store_true", help="decode/generate: fuse q/k/v and gate/up (quantize_ fuse=)")
+    p.add_argument("--fuse", action="store_true", help="decode/generate: also q/k/v and gate/up fused (quantize_ fuse=), same run")
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
