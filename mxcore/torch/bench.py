@@ -189,6 +189,13 @@ def train(n: int = 8192, config: str = "mxfp8") -> list:
     return rows
 
 
+def _forget_compiled_call(model) -> None:
+    """Drop the compiled forward transformers' generate keeps on a model (made again at its next compiled run)."""
+    for attr in ("_compiled_call", "_last_compile_config"):
+        if hasattr(model, attr):
+            delattr(model, attr)
+
+
 def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4", layers: int = 32,
              modes=("eager", "compile", "reduce-overhead"), fuse: bool = False) -> list:
     """Greedy tokens/s of an 8B-shaped transformers Llama (random weights), bf16 against ``quantize_(config)``;
@@ -230,9 +237,7 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
         try:
             if compiled:
                 torch._dynamo.reset()
-                for attr in ("_compiled_call", "_last_compile_config"):  # compiled again for this model's modules
-                    if hasattr(model, attr):
-                        delattr(model, attr)
+                _forget_compiled_call(model)  # compiled again for this model's modules
                 torch.cuda.empty_cache()
             with torch.no_grad():
                 t0 = time.perf_counter()
@@ -260,6 +265,7 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
 
     for mode in modes:
         run("torch bf16", mode)
+    _forget_compiled_call(model)  # (not copied to the twin)
     twin = copy.deepcopy(model) if fuse else None  # (fused from the same bf16 weights, after the unfused rows)
     for groups, label in ((False, f"mxcore {config}"), (True, f"mxcore {config} fused")):
         if groups and twin is None:
