@@ -126,10 +126,12 @@ def test_from_blocks_on_the_device(rng):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_transformers_generate_with_reduce_overhead_matches_compile():
-    """A tiny transformers Llama after quantize_(model, "bf16:mxfp4"), generating through transformers' own compile
-    path (static cache, CompileConfig): with mode="reduce-overhead" the decode steps are CUDA graphs (no cudagraph
-    skip) and give the same tokens and the same logits, bit for bit, as the same compiled forward without graphs."""
+@pytest.mark.parametrize("fuse", [False, True])
+def test_transformers_generate_with_reduce_overhead_matches_compile(fuse):
+    """A tiny transformers Llama after quantize_(model, "bf16:mxfp4") (and with q/k/v and gate/up fused),
+    generating through transformers' own compile path (static cache, CompileConfig): with mode="reduce-overhead" the
+    decode steps are CUDA graphs (no cudagraph skip) and give the same tokens and the same logits, bit for bit, as
+    the same compiled forward without graphs."""
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "CompileConfig"):
         pytest.skip("this transformers has no CompileConfig")
@@ -142,7 +144,8 @@ def test_transformers_generate_with_reduce_overhead_matches_compile():
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     with torch.device("cuda"):
         model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-    assert len(quantize_(model, "bf16:mxfp4").swapped) == 2 * 7 + 1
+    report = quantize_(model, "bf16:mxfp4", fuse=fuse)
+    assert len(report.swapped) == 2 * 7 + 1 and len(report.fused) == (4 if fuse else 0)
     ids = torch.randint(0, 512, (1, 8), device="cuda")
 
     def generate(mode):
