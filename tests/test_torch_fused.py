@@ -79,8 +79,7 @@ def test_fused_product_runs_once_per_input_and_keeps_nothing():
     with torch.no_grad():
         q, k, v = block.q_proj(x), block.k_proj(x), block.v_proj(x)
     assert len(calls) == 1 and calls[0] is x
-    pending = block.qkv_proj._pending
-    assert pending["x"] is None and pending["outs"] is None and pending["left"] == 0  # the last part let go of it
+    assert block.qkv_proj._pending == {"p": None}  # the last part let go of it
     whole = block.qkv_proj(x)
     assert torch.equal(torch.cat([q, k, v], -1), whole)
     # a part alone, or with another input, computes its own answer (the fused product of that input)
@@ -97,6 +96,24 @@ def test_fused_product_runs_once_per_input_and_keeps_nothing():
         assert torch.equal(block.k_proj(z), block.qkv_proj(z)[:, 64:96])
 
 
+def test_fused_parts_from_several_threads():
+    """Threads running the same fused model on their own inputs get their own results: a part reads an input and
+    that input's outputs from one snapshot."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    plain, _, fused, _ = _pair(seed=4)
+    xs = [torch.randn(2, 64, dtype=torch.bfloat16) for _ in range(8)]
+    with torch.no_grad():
+        want = [plain(x) for x in xs]
+
+    def work(i):
+        with torch.no_grad():
+            return all(torch.equal(fused(xs[i]), want[i]) for _ in range(15))
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(work, range(8)))
+
+
 @pytest.mark.slow
 def test_fused_model_compiles_whole():
     _, _, fused, _ = _pair()
@@ -110,7 +127,7 @@ def test_fused_model_compiles_whole():
             x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
             assert torch.equal(compiled(x), fused(x))
     assert counters["stats"]["unique_graphs"] == 1
-    assert fused[0].qkv_proj._pending["x"] is None
+    assert fused[0].qkv_proj._pending == {"p": None}
 
 
 @pytest.mark.parametrize("config, why", [

@@ -74,7 +74,7 @@ class FusedLinear(Linear):
                 new.bias.copy_(torch.cat([lin.bias.detach() for lin in layers]))
         new.parts = tuple(names)
         new.sizes = tuple(lin.out_features for lin in layers)
-        new.__dict__["_pending"] = {"x": None, "outs": None, "left": 0, "version": 0}  # (not state)
+        new.__dict__["_pending"] = {"p": None}  # (not state: what one call's first part left the others)
         return new
 
     def extra_repr(self) -> str:
@@ -87,7 +87,7 @@ class FusedLinear(Linear):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        self.__dict__["_pending"] = {"x": None, "outs": None, "left": 0, "version": 0}
+        self.__dict__["_pending"] = {"p": None}
 
 
 class FusedPart(torch.nn.Module):
@@ -108,19 +108,17 @@ class FusedPart(torch.nn.Module):
 
     def forward(self, x):
         fused = self.__dict__["_fused"]
-        pending = fused.__dict__["_pending"]
+        box = fused.__dict__["_pending"]
+        # one snapshot: (input, its fused outputs, the parts yet to take theirs, the input's version), replaced whole,
+        # never changed in place, so that a thread reads an input and the outputs of that input together
+        snap = box["p"]
         compiling = torch.compiler.is_compiling()  # (a traced tensor's version is no number to compare)
-        if pending["x"] is x and pending["left"] & self._bit and (compiling or pending["version"] == x._version):
-            outs, left = pending["outs"], pending["left"] & ~self._bit  # what a sibling computed for this input
-            if left:
-                pending["left"] = left
-            else:  # the last part: nothing is kept past the parent's call
-                pending["x"], pending["outs"], pending["left"] = None, None, 0
-            return outs[self.index]
+        if snap is not None and snap[0] is x and snap[2] & self._bit and (compiling or snap[3] == x._version):
+            rest = snap[2] & ~self._bit  # what a sibling computed for this very input
+            box["p"] = (x, snap[1], rest, snap[3]) if rest else None  # the last part: nothing kept past the call
+            return snap[1][self.index]
         outs = fused(x).split(fused.sizes, dim=-1)
-        pending["x"], pending["outs"], pending["left"] = x, outs, self._others
-        if not compiling:
-            pending["version"] = x._version
+        box["p"] = (x, outs, self._others, 0 if compiling else x._version)
         return outs[self.index]
 
     def extra_repr(self) -> str:
