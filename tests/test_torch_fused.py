@@ -96,6 +96,14 @@ def test_fused_product_runs_once_per_input_and_keeps_nothing():
         assert torch.equal(block.k_proj(z), block.qkv_proj(z)[:, 64:96])
 
 
+def test_fused_parts_under_inference_mode():
+    plain, _, fused, _ = _pair(seed=6)
+    with torch.inference_mode():
+        x = torch.randn(3, 64, dtype=torch.bfloat16)
+        assert torch.equal(fused(x), plain(x))
+    assert fused[0].qkv_proj._pending == {"p": None}
+
+
 def test_fused_parts_from_several_threads():
     """Threads running the same fused model on their own inputs get their own results: a part reads an input and
     that input's outputs from one snapshot."""

@@ -6,9 +6,9 @@ is faster than three (docs/torch.md, "Fused projections").  :func:`~mxcore.nn.qu
 parent module, a :class:`FusedLinear` over the members' concatenated weights (named after them: ``qkv_proj``,
 ``gate_up_proj``) and puts a :class:`FusedPart` in each member's place, so the parent's forward runs unchanged: the
 first part called with an input computes the fused product once and leaves the other parts their slices of it; a
-part called with another input, or with the same tensor changed in place since (eager; inside torch.compile an
-in-place change between the parts' calls is not seen: the parts must read their input unchanged, as a model's
-projections do), computes the product again.  MX weights are quantized row by row (blocks along
+part called with another input, or with the same tensor changed in place since (eager; inside torch.compile, or
+for an inference tensor, which has no version counter, an in-place change between the parts' calls is not seen:
+the parts must read their input unchanged, as a model's projections do), computes the product again.  MX weights are quantized row by row (blocks along
 ``in_features``), so the fused weight's codes and scales are the members' own, bit for bit.
 
 A part's output is a view of the fused output (its columns): as serving engines' q / k / v, not contiguous where
@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import InputTypeError
+from ..torch.ops import tensor_version
 from .linear import Linear, MXConfig
 
 __all__ = ["DEFAULT_GROUPS", "FusedLinear", "FusedPart", "fusion_groups", "fused_name"]
@@ -113,12 +114,12 @@ class FusedPart(torch.nn.Module):
         # never changed in place, so that a thread reads an input and the outputs of that input together
         snap = box["p"]
         compiling = torch.compiler.is_compiling()  # (a traced tensor's version is no number to compare)
-        if snap is not None and snap[0] is x and snap[2] & self._bit and (compiling or snap[3] == x._version):
+        if snap is not None and snap[0] is x and snap[2] & self._bit and (compiling or snap[3] == tensor_version(x)):
             rest = snap[2] & ~self._bit  # what a sibling computed for this very input
             box["p"] = (x, snap[1], rest, snap[3]) if rest else None  # the last part: nothing kept past the call
             return snap[1][self.index]
         outs = fused(x).split(fused.sizes, dim=-1)
-        box["p"] = (x, outs, self._others, 0 if compiling else x._version)
+        box["p"] = (x, outs, self._others, 0 if compiling else tensor_version(x))
         return outs[self.index]
 
     def extra_repr(self) -> str:

@@ -44,7 +44,7 @@ import torch
 from .. import api as _api
 from ..errors import InputTypeError, ShapeError, UnsupportedError
 
-__all__ = ["dequantize_weight", "matmul", "quantize_mx", "quantize_tensor", "weight_operand"]
+__all__ = ["dequantize_weight", "matmul", "quantize_mx", "quantize_tensor", "tensor_version", "weight_operand"]
 
 _NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float64: "float64"}
 _TORCH = {v: k for k, v in _NAMES.items()}
@@ -88,7 +88,8 @@ def _grad_dtype(dtype: str, grad_dtype: str) -> str:
 _WEIGHTS: dict = {}  # (kind, device, pointers, shapes, strides, fmt) -> (weakref to the operand, versions)
 
 
-def _version(t) -> int:
+def tensor_version(t) -> int:
+    """``t``'s version counter (-1 for an inference tensor, which has none)."""
     try:
         return t._version
     except RuntimeError:  # an inference tensor: no version counter (and no in-place change outside inference mode)
@@ -117,7 +118,7 @@ def weight_operand(codes, scales, fmt: str):
     as something holds it (an :class:`mxcore.nn.Linear` does; otherwise the codes tensor itself), so the staged form
     a backend caches on it is made once; an in-place change of the codes or scales (``load_state_dict``) makes a new
     one."""
-    versions = (_version(codes), _version(scales))
+    versions = (tensor_version(codes), tensor_version(scales))
     bound = codes.__dict__.get("_mxcore_operand")
     if bound is not None and bound[1]() is scales and bound[2] == fmt and bound[3] == versions:
         return bound[0]  # the codes tensor's own operand (a layer's every call: no key, no import)
@@ -526,4 +527,4 @@ def _adopt(obj, codes, other) -> None:
     key = _key(codes, other, obj.fmt)
     hit = _WEIGHTS.get(key)
     if hit is None or hit[0]() is not obj:
-        _WEIGHTS[key] = (weakref.ref(obj, _forget(key)), (_version(codes), _version(other)))
+        _WEIGHTS[key] = (weakref.ref(obj, _forget(key)), (tensor_version(codes), tensor_version(other)))
