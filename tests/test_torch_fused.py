@@ -79,7 +79,7 @@ def test_fused_product_runs_once_per_input_and_keeps_nothing():
     with torch.no_grad():
         q, k, v = block.q_proj(x), block.k_proj(x), block.v_proj(x)
     assert len(calls) == 1 and calls[0] is x
-    assert block.qkv_proj._pending == {"p": None}  # the last part let go of it
+    assert getattr(x, block.qkv_proj._snapshot) is None  # the last part let go of the product
     whole = block.qkv_proj(x)
     assert torch.equal(torch.cat([q, k, v], -1), whole)
     # a part alone, or with another input, computes its own answer (the fused product of that input)
@@ -101,7 +101,6 @@ def test_fused_parts_under_inference_mode():
     with torch.inference_mode():
         x = torch.randn(3, 64, dtype=torch.bfloat16)
         assert torch.equal(fused(x), plain(x))
-    assert fused[0].qkv_proj._pending == {"p": None}
 
 
 def test_fused_parts_from_several_threads():
@@ -135,7 +134,6 @@ def test_fused_model_compiles_whole():
             x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
             assert torch.equal(compiled(x), fused(x))
     assert counters["stats"]["unique_graphs"] == 1
-    assert fused[0].qkv_proj._pending == {"p": None}
 
 
 @pytest.mark.parametrize("config, why", [
@@ -224,3 +222,104 @@ def test_fused_transformers_llama_generates_the_same():
         a, b = plain.generate(ids, **kw), fused.generate(ids, **kw)
     assert torch.equal(a.sequences, b.sequences)
     assert all(torch.equal(x, y) for x, y in zip(a.logits, b.logits))
+
+
+class _QK(torch.nn.Module):
+    """Calls only two of the three fused parts."""
+
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (torch.nn.Linear(64, n, bias=False) for n in (64, 32, 32))
+
+    def forward(self, h):
+        return self.q_proj(h).sum(-1) + self.k_proj(h).sum(-1)
+
+
+@pytest.mark.slow
+def test_compiled_parts_never_take_another_inputs_product():
+    """The product is left on the input tensor itself, so a compiled region that starts between two parts (a graph
+    break, regional compilation) reads it only from its own input; a model calling only some parts compiles once."""
+    from torch._dynamo.utils import counters
+
+    plain, _, fused, _ = _pair(seed=7)
+    p, f = plain[0], fused[0]
+    torch._dynamo.reset()
+    kv = torch.compile(lambda t: (f.k_proj(t), f.v_proj(t)), fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(3, 64, dtype=torch.bfloat16)
+            f.q_proj(x)  # eager: leaves the product on x
+            k, v = kv(x)
+            assert torch.equal(k, p.k_proj(x)) and torch.equal(v, p.v_proj(x))
+        y, z = (torch.randn(3, 64, dtype=torch.bfloat16) for _ in range(2))
+        f.q_proj(y)
+        k, v = kv(z)
+        assert torch.equal(k, p.k_proj(z)) and torch.equal(v, p.v_proj(z))
+    torch.manual_seed(8)
+    qk = _QK().to(torch.bfloat16)
+    qk_plain = copy.deepcopy(qk)
+    quantize_(qk, "bf16:mxfp4", fuse=True)
+    quantize_(qk_plain, "bf16:mxfp4")
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(qk, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        assert all(torch.equal(compiled(x), qk_plain(x)) for x in
+                   [torch.randn(2, 64, dtype=torch.bfloat16) for _ in range(4)])
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_parts_under_autograd_and_grad_modes():
+    """Frozen quantized weights, an input that needs grad: a part's output can be changed in place (a narrow view,
+    not a multi-output split), biases stay frozen, and a part computed under no_grad is not reused with grad on."""
+    plain, _, fused, _ = _pair(bias=True, seed=9)
+    for m in (plain, fused):
+        for t in m.parameters():
+            t.requires_grad_(False)
+    assert not [n for n, t in fused.named_parameters() if t.requires_grad]
+    f, p = fused[0], plain[0]
+    x = torch.randn(2, 64, dtype=torch.bfloat16, requires_grad=True)
+    q = f.q_proj(x)
+    q.mul_(0.5)  # as a model may scale q in place
+    assert torch.equal(q, p.q_proj(x) * 0.5)
+    (q.float().sum() + f.k_proj(x).float().sum() + f.v_proj(x).float().sum()).backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    x2 = torch.randn(2, 64, dtype=torch.bfloat16, requires_grad=True)
+    with torch.no_grad():
+        f.q_proj(x2)
+    k = f.k_proj(x2)  # grad on now: the product again, with a graph back to x2
+    assert k.requires_grad and torch.equal(k, p.k_proj(x2))
+
+
+def test_cross_attention_and_containers_are_not_fused():
+    class CrossAttention(_QK):
+        pass
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder_attn = _QK()
+            self.cross = CrossAttention()
+            self.projs = torch.nn.ModuleDict({n: torch.nn.Linear(64, 64) for n in ("q_proj", "k_proj", "v_proj")})
+            self.self_attn = _QK()
+
+    report = quantize_(Decoder(), "mxfp4", fuse=True)
+    assert set(report.fused) == {"self_attn.qkv_proj"}
+    assert "cross-attention" in report.unfused["encoder_attn.qkv_proj"]
+    assert "cross-attention" in report.unfused["cross.qkv_proj"]
+    assert "container" in report.unfused["projs.qkv_proj"]
+    assert len(report.swapped) == 12
+
+
+def test_whole_quantized_models_save_and_load():
+    """torch.save of a whole quantized model (not only its state_dict): the operand a codes tensor keeps is saved
+    as nothing, and the loaded model binds its own."""
+    plain, _, fused, _ = _pair(seed=10)
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    for model in (plain, fused):
+        buf = io.BytesIO()
+        torch.save(model, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        with torch.no_grad():
+            assert torch.equal(loaded(x), model(x))

@@ -2,17 +2,20 @@
 up) quantized as one :class:`~mxcore.nn.Linear`, as serving engines store them.
 
 A decode step's launches each cost a fixed time beside their weight's bytes, so one launch over the three weights
-is faster than three (docs/torch.md, "Fused projections").  :func:`~mxcore.nn.quantize_` with ``fuse=`` makes, in the
-parent module, a :class:`FusedLinear` over the members' concatenated weights (named after them: ``qkv_proj``,
-``gate_up_proj``) and puts a :class:`FusedPart` in each member's place, so the parent's forward runs unchanged: the
-first part called with an input computes the fused product once and leaves the other parts their slices of it; a
-part called with another input, or with the same tensor changed in place since (eager; inside torch.compile, or
-for an inference tensor, which has no version counter, an in-place change between the parts' calls is not seen:
-the parts must read their input unchanged, as a model's projections do), computes the product again.  MX weights are quantized row by row (blocks along
-``in_features``), so the fused weight's codes and scales are the members' own, bit for bit.
+is faster than three (docs/torch.md, "Fused projections").  :func:`~mxcore.nn.quantize_` with ``fuse=`` makes, in
+the parent module, a :class:`FusedLinear` over the members' concatenated weights (named after them: ``qkv_proj``,
+``gate_up_proj``) and puts a :class:`FusedPart` in each member's place, so the parent's forward runs unchanged.
 
-A part's output is a view of the fused output (its columns): as serving engines' q / k / v, not contiguous where
-there are several rows.
+The first part called with an input computes the fused product and leaves it on the input tensor (an attribute
+named after the fused layer) for the other parts, which take their columns; the last one clears it, and it goes
+with the input in any case.  A part computes the product again for another input, under other grad modes, or for
+the same tensor changed in place since (in eager mode; inside torch.compile, or for an inference tensor, which has
+no version counter, such a change is not seen: the parts must read their input unchanged, as a model's
+projections do).  MX weights are quantized row by row (blocks along ``in_features``), so the fused weight's codes
+and scales are the members' own, bit for bit.
+
+A part's output is a view of the fused output's columns (``narrow``): as serving engines' q / k / v, not contiguous
+where there are several rows.
 """
 
 from __future__ import annotations
@@ -68,27 +71,35 @@ class FusedLinear(Linear):
     @classmethod
     def from_parts(cls, layers, names, config: MXConfig) -> FusedLinear:
         w = torch.cat([lin.weight.detach() for lin in layers])
-        has_bias = layers[0].bias is not None
-        new = cls(layers[0].in_features, w.shape[0], has_bias, config, weight=w, device=w.device, dtype=w.dtype)
-        if has_bias:
+        bias = layers[0].bias
+        new = cls(layers[0].in_features, w.shape[0], bias is not None, config, weight=w, device=w.device,
+                  dtype=w.dtype)
+        if bias is not None:
             with torch.no_grad():
                 new.bias.copy_(torch.cat([lin.bias.detach() for lin in layers]))
+            new.bias.requires_grad_(bias.requires_grad)  # (a frozen model's biases stay frozen)
         new.parts = tuple(names)
         new.sizes = tuple(lin.out_features for lin in layers)
-        new.__dict__["_pending"] = {"p": None}  # (not state: what one call's first part left the others)
+        new.offsets = tuple(sum(new.sizes[:i]) for i in range(len(new.sizes)))
+        new._name_snapshot()
         return new
+
+    def _name_snapshot(self) -> None:
+        # the attribute under which a part leaves its siblings this layer's product on the input tensor itself: what
+        # torch.compile guards (a tensor's attributes), and gone with the input; one name per layer object
+        self.__dict__["_snapshot"] = f"_mxcore_fused_{id(self):x}"
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ", parts=" + ", ".join(f"{n}[{s}]" for n, s in zip(self.parts, self.sizes))
 
     def __getstate__(self):
         state = super().__getstate__()
-        state.pop("_pending", None)  # a product left for the parts of one call, never state
+        state.pop("_snapshot", None)  # named after the object: a copy names its own
         return state
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        self.__dict__["_pending"] = {"p": None}
+        self._name_snapshot()
 
 
 class FusedPart(torch.nn.Module):
@@ -109,18 +120,22 @@ class FusedPart(torch.nn.Module):
 
     def forward(self, x):
         fused = self.__dict__["_fused"]
-        box = fused.__dict__["_pending"]
-        # one snapshot: (input, its fused outputs, the parts yet to take theirs, the input's version), replaced whole,
-        # never changed in place, so that a thread reads an input and the outputs of that input together
-        snap = box["p"]
+        name = fused.__dict__["_snapshot"]
         compiling = torch.compiler.is_compiling()  # (a traced tensor's version is no number to compare)
-        if snap is not None and snap[0] is x and snap[2] & self._bit and (compiling or snap[3] == tensor_version(x)):
-            rest = snap[2] & ~self._bit  # what a sibling computed for this very input
-            box["p"] = (x, snap[1], rest, snap[3]) if rest else None  # the last part: nothing kept past the call
-            return snap[1][self.index]
-        outs = fused(x).split(fused.sizes, dim=-1)
-        box["p"] = (x, outs, self._others, 0 if compiling else tensor_version(x))
-        return outs[self.index]
+        # (torch.compile guards on grad mode and does not trace inference mode, which it does not need)
+        modes = torch.is_grad_enabled() if compiling else (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        # what a sibling left on this very input: (the fused product, the parts yet to take theirs, the input's
+        # version, the grad modes it was computed under), replaced whole, never changed in place
+        snap = getattr(x, name, None)
+        if (snap is not None and snap[1] & self._bit and snap[3] == modes
+                and (compiling or snap[2] == tensor_version(x))):
+            rest = snap[1] & ~self._bit
+            setattr(x, name, (snap[0], rest, snap[2], modes) if rest else None)  # the last part: nothing kept
+            y = snap[0]
+        else:
+            y = fused(x)
+            setattr(x, name, (y, self._others, 0 if compiling else tensor_version(x), modes))
+        return y.narrow(-1, fused.offsets[self.index], fused.sizes[self.index])
 
     def extra_repr(self) -> str:
         f = self.fused

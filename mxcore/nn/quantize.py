@@ -47,8 +47,9 @@ def quantize_(model: torch.nn.Module, config="mxfp8", filter_fn=None, fuse=False
     and ``gate_proj, up_proj``, where a module has all of a group as ``torch.nn.Linear`` children); a list of
     name groups fuses those.  Each group becomes one :class:`~mxcore.nn.fused.FusedLinear` child of its parent
     (``qkv_proj``, ``gate_up_proj``) with a :class:`~mxcore.nn.fused.FusedPart` in each member's place, so the
-    parent's forward is unchanged.  Fuse only layers that read the same input (a cross-attention's k and v read
-    the encoder's states: each would compute the whole product).  Only MX inference configs fuse (their weights are quantized row by row, so the
+    parent's forward is unchanged.  Fuse only layers that read the same input: a cross-attention (its k and v read
+    the encoder's states) is left unfused by its name, and so are the members of a container parent.  Only MX
+    inference configs fuse (their weights are quantized row by row, so the
     fused codes are the members' own); a group that cannot fuse is swapped layer by layer and listed in
     ``report.unfused`` with the reason."""
     cfg = MXConfig.parse(config)
@@ -86,8 +87,9 @@ def _fuse(parent, prefix: str, names, cfg: MXConfig, filter_fn, report: Quantize
     name = fused_name(names)
     fqns = [prefix + n for n in names]
     if filter_fn is not None and not all(filter_fn(lin, f) for lin, f in zip(layers, fqns)):
-        return  # the layer-by-layer swap reports which it declined
-    why = _why_not(parent, layers, name, cfg)
+        report.unfused[prefix + name] = "filter_fn declined a member (see skipped)"
+        return  # the layer-by-layer swap asks filter_fn again and reports which it declined
+    why = _why_not(parent, prefix, layers, name, cfg)
     if why is not None:
         report.unfused[prefix + name] = why
         return
@@ -99,7 +101,16 @@ def _fuse(parent, prefix: str, names, cfg: MXConfig, filter_fn, report: Quantize
     report.fused[prefix + name] = tuple(fqns)
 
 
-def _why_not(parent, layers, name: str, cfg: MXConfig) -> str | None:
+#: parents whose q / k / v read two inputs (the decoder's states and the encoder's): not fused by name
+_CROSS = ("encoder_attn", "crossattention", "cross_attn", "cross_attention")
+
+
+def _why_not(parent, prefix: str, layers, name: str, cfg: MXConfig) -> str | None:
+    if isinstance(parent, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)):
+        return "the parent is a container: a fused child would be one more of its members"
+    own = prefix.rstrip(".").rsplit(".", 1)[-1].lower()
+    if own in _CROSS or "cross" in type(parent).__name__.lower():
+        return "a cross-attention: its k and v read another input than its q"
     if cfg.train:
         return "the training recipe keeps each layer's weight a Parameter of its own"
     if not cfg.is_mx:

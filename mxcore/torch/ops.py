@@ -109,6 +109,20 @@ def _forget(key):
     return drop
 
 
+class _Bound(tuple):
+    """(operand, weak reference to the scales tensor, format, version counters), kept on a codes tensor: pickled and
+    copied as None (a saved or copied tensor finds or makes its own operand; a weak reference cannot be pickled)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (_unbound, ())
+
+
+def _unbound():
+    return None
+
+
 def weight_operand(codes, scales, fmt: str):
     """The one :class:`~mxcore.mx.MXTensor` (``fmt`` an MX format; ``scales`` uint8 E8M0) or
     :class:`~mxcore.mx.ScaledTensor` (``fmt`` an fp8 format; ``scales`` the 0-d int32 ``scale_exp``) that stands for
@@ -143,7 +157,7 @@ def weight_operand(codes, scales, fmt: str):
         obj = mx.ScaledTensor(codes.t(), scale, fmt, scales.to(torch.int32))
     _WEIGHTS[key] = (weakref.ref(obj, _forget(key)), versions)
     try:  # the codes tensor keeps its operand alive (a cycle the collector frees) and finds it first next time
-        codes._mxcore_operand = (obj, weakref.ref(scales), fmt, versions)
+        codes._mxcore_operand = _Bound((obj, weakref.ref(scales), fmt, versions))
     except (AttributeError, RuntimeError):
         pass
     return obj
