@@ -49,9 +49,8 @@ def quantize_(model: torch.nn.Module, config="mxfp8", filter_fn=None, fuse=False
     (``qkv_proj``, ``gate_up_proj``) with a :class:`~mxcore.nn.fused.FusedPart` in each member's place, so the
     parent's forward is unchanged.  Fuse only layers that read the same input: a cross-attention (its k and v read
     the encoder's states) is left unfused by its name, and so are the members of a container parent.  Only MX
-    inference configs fuse (their weights are quantized row by row, so the
-    fused codes are the members' own); a group that cannot fuse is swapped layer by layer and listed in
-    ``report.unfused`` with the reason."""
+    inference configs fuse (their weights are quantized row by row, so the fused codes are the members' own); a
+    group that cannot fuse is swapped layer by layer and listed in ``report.unfused`` with the reason."""
     cfg = MXConfig.parse(config)
     groups = fusion_groups(fuse)
     report = QuantizeReport(cfg)

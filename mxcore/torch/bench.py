@@ -120,25 +120,31 @@ def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4", fuse: bool 
     """Decode-step milliseconds of the Llama-3-8B-shaped linear stack: torch bf16 and ``quantize_(config)``, each
     eager, compiled and reduce-overhead, at each M of ``ms``; ``fuse``: then also a twin with q, k, v and gate, up
     fused (``quantize_(..., fuse=...)``), in the same run."""
-    from .. import nn
-
     rows: list = []
     torch.manual_seed(0)
     model = _stack(layers, LLAMA3_8B)
     for m in ms:
         _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), "torch bf16",
                     rows)
-    twin = copy.deepcopy(model) if fuse else None  # (fused from the same bf16 weights, after the unfused rows)
-    for groups, label in ((False, f"mxcore {config}"), ([("q", "k", "v"), ("gate", "up")], f"mxcore {config} fused")):
-        if groups and twin is None:
-            break
-        if groups:
-            model, twin = twin, None
-            torch.cuda.empty_cache()
-        print(nn.quantize_(model, config, fuse=groups), flush=True)
+    for model, label in _quantized(model, config, [("q", "k", "v"), ("gate", "up")] if fuse else False):
         for m in ms:
             _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), label, rows)
     return rows
+
+
+def _quantized(model, config: str, fuse):
+    """Yield (model, label): ``model`` after ``quantize_(model, config)``, then, where ``fuse`` names groups (or is
+    True), a copy of the float model made before it, quantized with those groups fused (both in the same run)."""
+    from .. import nn
+
+    twin = copy.deepcopy(model) if fuse else None
+    print(nn.quantize_(model, config), flush=True)
+    yield model, f"mxcore {config}"
+    if twin is not None:
+        del model  # (the unfused model goes once the caller lets go of it too)
+        torch.cuda.empty_cache()
+        print(nn.quantize_(twin, config, fuse=fuse), flush=True)
+        yield twin, f"mxcore {config} fused"
 
 
 def train(n: int = 8192, config: str = "mxfp8") -> list:
@@ -208,8 +214,6 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
     except ImportError:
         print("generate: transformers is not installed (pip install transformers); not run", flush=True)
         return []
-    from .. import nn
-
     cfg = transformers.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                                    num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
                                    max_position_embeddings=prompt + new_tokens + 8)
@@ -224,7 +228,7 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
     ids = torch.randint(0, cfg.vocab_size, (1, prompt), device="cuda")
     rows: list = []
 
-    def run(label: str, mode: str):
+    def run(model, label: str, mode: str):
         compiled = mode != "eager"
         kw = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False, "pad_token_id": 0}
         if compiled:
@@ -264,18 +268,11 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
         print(_fmt(rows[-1]).replace("  tok_per_s=", "  tokens/s="), flush=True)
 
     for mode in modes:
-        run("torch bf16", mode)
-    _forget_compiled_call(model)  # (not copied to the twin)
-    twin = copy.deepcopy(model) if fuse else None  # (fused from the same bf16 weights, after the unfused rows)
-    for groups, label in ((False, f"mxcore {config}"), (True, f"mxcore {config} fused")):
-        if groups and twin is None:
-            break
-        if groups:
-            model, twin = twin, None
-        print(nn.quantize_(model, config, fuse=groups), flush=True)
-        torch.cuda.empty_cache()
+        run(model, "torch bf16", mode)
+    _forget_compiled_call(model)  # (not copied to a fused twin)
+    for model, label in _quantized(model, config, fuse):
         for mode in modes:
-            run(label, mode)
+            run(model, label, mode)
     return rows
 
 
