@@ -138,6 +138,7 @@ def test_transformers_generate_with_reduce_overhead_matches_compile(fuse):
     from torch._dynamo.utils import counters
 
     from mxcore.nn import quantize_
+    from mxcore.torch import bench
 
     torch.manual_seed(7)
     cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -150,9 +151,7 @@ def test_transformers_generate_with_reduce_overhead_matches_compile(fuse):
 
     def generate(mode):
         torch._dynamo.reset()
-        for attr in ("_compiled_call", "_last_compile_config"):
-            if hasattr(model, attr):
-                delattr(model, attr)
+        bench._forget_compiled_call(model)  # (compiled again with this compile_config)
         counters.clear()
         kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0, output_logits=True,
                   return_dict_in_generate=True, cache_implementation="static",
