@@ -246,10 +246,10 @@ def _fast(be, a, b, mdt, out, scale_rounding):
     nd = len(a.shape)
     if nd == 2:
         return be.fast_matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding)
-    if nd != 3 or len(b.shape) != 2 or mdt.kind not in ("float", _dt.WONLY_KIND) or not _rows_fold(a):
+    if nd != 3 or len(b.shape) != 2 or mdt.kind not in ("float", _dt.WONLY_KIND):
         return None
     y = be.fast_matmul(a, b, mdt, out_dtype=out, scale_rounding=scale_rounding)  # the rows as they are, if kept
-    if y is not None:
+    if y is not None or not _rows_fold(a):
         return y
     bsz, m, k = a.shape
     y = be.fast_matmul(a.reshape(bsz * m, k), b, mdt, out_dtype=out, scale_rounding=scale_rounding)

@@ -742,3 +742,61 @@ def test_strided_and_negative_stride_views(cupy_device, dtype):
         a_h, b_h = np.ascontiguousarray(fa(a_big)), np.ascontiguousarray(fb(b_big))
         got = mxcore.matmul(fa(cp.asarray(a_big)), fb(cp.asarray(b_big)), dtype, backend="cuda")
         np.testing.assert_array_equal(cp.asnumpy(got), mxcore.matmul(a_h, b_h, dtype, backend="reference"))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [("bf16", "mxfp4"), ("bf16", "mxfp8"), "fp8", "mxfp4"], ids=_id)
+@pytest.mark.parametrize("weight", ["quantized once", "float"])
+@pytest.mark.parametrize("m", [2, 16])  # (one row of such a view is contiguous)
+def test_column_views_of_activations_stay_on_the_per_call_path(cupy_device, dtype, weight, m):
+    """Activations that are some columns of a wider tensor (q of a fused q/k/v output: rows a stride apart) give the
+    contiguous call's result bit for bit, take the per-call path (a cache hit from the second call on, not a plan
+    per call), and capture in a torch CUDA graph after the documented warm-up, whose replays on new data equal eager
+    calls."""
+    torch = pytest.importorskip("torch")
+    from mxcore import dtypes as _dt
+    from mxcore.backends import get
+
+    be = get("cuda")
+    mdt = _dt.resolve(dtype, be.target().arch)
+    if weight == "float" and mdt.kind not in ("fp8", "mx"):
+        pytest.skip("a weight-only pair takes a weight quantized once")
+    k, n = 512, 384
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    w = torch.randn(k, n, device="cuda", generator=gen) * 0.5
+    if weight == "float":
+        w = w.to(torch.bfloat16)
+    elif mdt.b.kind == "fp8":
+        w = mxcore.quantize_tensor(w, mdt.b.element)
+    else:
+        w = mxcore.quantize_mx(w, mdt.b.name, axis=0)
+    wide = torch.empty(m, k + 3 * 64, device="cuda", dtype=torch.bfloat16)
+    x = wide[:, 64:64 + k]  # rows k + 192 elements apart
+    assert not x.is_contiguous()
+
+    def call(a):
+        return mxcore.matmul(a, w, dtype, out_dtype="bfloat16", backend="cuda")
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):  # seen, kept, replayed
+            wide.copy_(torch.randn(wide.shape, device="cuda", generator=gen))
+            got = call(x)
+            assert torch.equal(got, call(x.contiguous())), i
+        hits = be._fast.hits
+        call(x)
+        assert be._fast.hits > hits, "a column view planned anew instead of taking its layout's kept entry"
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            y = call(x)
+        for scale in (1.0, 4.0):
+            wide.copy_(torch.randn(wide.shape, device="cuda", generator=gen) * scale)
+            y.fill_(float("nan"))
+            g.replay()
+            got = y.clone()
+            want = call(x.contiguous())
+            s.synchronize()
+            assert not torch.isnan(got).any()
+            assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+    torch.cuda.current_stream().wait_stream(s)

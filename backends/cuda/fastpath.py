@@ -143,6 +143,30 @@ def _float_device(be, x, rows: bool = False, transposed: bool = False):
     return (kind, name, ptr, ordinal, stream_h) if name in ("float16", "bfloat16", "float32") else None
 
 
+def dense_rows(be, x, dims=(2, 3)):
+    """``x`` itself, or, for a float16/bfloat16/float32 device array of ``dims`` dimensions that is not C-contiguous
+    (a view of some columns of a wider array: q of a fused q/k/v output, a slice of a batch), a C-contiguous copy
+    made on the caller's stream: the quantized paths read activations as dense rows, and a copy (one launch) keeps
+    such a call on the per-call path, capturable, instead of planning it anew each call.  Under CuPy stream capture
+    the copy lives as long as the graph; torch's allocator keeps it for a torch capture."""
+    kind = array_kind(x)
+    if kind == "torch":
+        if (x.is_contiguous() or not x.is_cuda or x.dim() not in dims
+                or _TORCH_NAMES[x.dtype] not in ("float16", "bfloat16", "float32")
+                or (x.dim() == 2 and x.stride() == (1, x.shape[0]))  # a transpose: read as such
+                or (x.requires_grad and (_torch or _torch_module()).is_grad_enabled())):
+            return x
+        return x.contiguous()
+    if kind == "cupy" and x.ndim in dims and not x.flags.c_contiguous and x.dtype.name in (
+            "float16", "float32") and not (x.ndim == 2 and x.flags.f_contiguous):
+        cp = be.cp_module
+        with cp.cuda.Device(x.device.id):
+            y = cp.ascontiguousarray(x)
+            keep_for_graph(cp.cuda.get_current_stream().ptr, y)
+        return y
+    return x
+
+
 def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     """fp8/MX ``a @ b`` of contiguous 2-D float device arrays, or transposes of such (both torch CUDA tensors or both
     CuPy arrays; a transposed operand is quantized in place, ``codec.quantize_mx``).
@@ -153,8 +177,11 @@ def fast_quantized(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     buffer the GEMM reads, else through ``prep()``), and launch the GEMM into a new output: no Python-side
     quantization objects, no plan.
     The kept buffers are reused in stream order (the key holds the stream)."""
+    if mdt.kind not in ("fp8", "mx"):
+        return None
+    a, b = dense_rows(be, a, (2,)), dense_rows(be, b, (2,))
     fa, fb = _float_device(be, a, transposed=True), _float_device(be, b, transposed=True)
-    if fa is None or fb is None or mdt.kind not in ("fp8", "mx"):
+    if fa is None or fb is None:
         return None
     (ka, name_a, pa, ordinal, stream_h), (kb, name_b, pb, ordinal_b, _) = fa, fb
     if kb != ka or ordinal_b != ordinal:
@@ -282,6 +309,7 @@ def fast_weight(be, a, b, mdt, out_dtype: str, scale_rounding: str):
     a weight by its staged form alone (cached on it under the plan's key: staged on this GPU as a B operand, which
     the first call checked), not buffer by buffer (:func:`~.quantized.quantized_on`, ~5 us)."""
     kind = mdt.kind
+    a = dense_rows(be, a, (2, 3) if kind == WONLY_KIND else (2,))
     fa = _float_device(be, a, kind == WONLY_KIND)  # weight-only: (B, T, K) activations are B T rows
     if fa is None or kind not in ("fp8", "mx", WONLY_KIND):
         return None
