@@ -95,14 +95,34 @@ def _stack(layers: int, shape: dict):
     return model.to(torch.bfloat16).eval()
 
 
-def _three_ways(model, x, label: str, rows: list) -> None:
+MODES = ("eager", "compile", "reduce-overhead")
+
+
+def _pdl(mode: str):
+    """A mode's inductor settings: ``+pdl`` (``"reduce-overhead+pdl"``) turns on inductor's programmatic dependent
+    launch (``torch._inductor.config.triton.enable_pdl``, ``TORCHINDUCTOR_ENABLE_PDL=1``): its kernels let the next
+    launch start early, as mxcore's weight-only kernels do, so a weight's stream can begin while the elementwise
+    kernels between two linear layers run."""
+    import contextlib
+
+    if not mode.endswith("+pdl"):
+        return contextlib.nullcontext()
+    import torch._inductor.config as inductor_config
+
+    return inductor_config.patch({"triton.enable_pdl": True})
+
+
+def _three_ways(model, x, label: str, rows: list, modes=MODES) -> None:
     torch._dynamo.reset()
-    ways = [("eager", model, False), ("compile", torch.compile(model, fullgraph=True), False),
-            ("reduce-overhead", torch.compile(model, mode="reduce-overhead", fullgraph=True), True)]
-    for way, fn, graphed in ways:
+    for way in modes:
+        base = way.removesuffix("+pdl")
+        if base not in MODES:
+            raise ValueError(f"mode {way!r}: one of {MODES}, optionally with +pdl")
+        fn = model if base == "eager" else torch.compile(model, fullgraph=True,
+                                                         mode="reduce-overhead" if base == "reduce-overhead" else None)
         try:
-            with torch.no_grad():
-                ms = _time_ms(lambda fn=fn: fn(x), graphed=graphed, rounds=5)
+            with torch.no_grad(), _pdl(way):
+                ms = _time_ms(lambda fn=fn: fn(x), graphed=base == "reduce-overhead", rounds=5)
             rows.append({"model": label, "mode": way, "M": x.shape[0], "ms": round(ms, 4)})
         except Exception as exc:  # noqa: BLE001 (a mode that fails is reported, the others still run)
             rows.append({"model": label, "mode": way, "M": x.shape[0], "error": f"{type(exc).__name__}: {exc}"[:300]})
@@ -116,19 +136,21 @@ def _fmt(row: dict) -> str:
     return head + (f"  {row['ms']:.3f} ms" if "ms" in row else "")
 
 
-def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4", fuse: bool = False) -> list:
+def decode(ms=(1, 16), layers: int = 32, config: str = "bf16:mxfp4", fuse: bool = False, modes=MODES) -> list:
     """Decode-step milliseconds of the Llama-3-8B-shaped linear stack: torch bf16 and ``quantize_(config)``, each
-    eager, compiled and reduce-overhead, at each M of ``ms``; ``fuse``: then also a twin with q, k, v and gate, up
-    fused (``quantize_(..., fuse=...)``), in the same run."""
+    way of ``modes`` (eager, compile, reduce-overhead; ``+pdl``: with inductor's programmatic dependent launch), at
+    each M of ``ms``; ``fuse``: then also a twin with q, k, v and gate, up fused (``quantize_(..., fuse=...)``), in
+    the same run."""
     rows: list = []
     torch.manual_seed(0)
     model = _stack(layers, LLAMA3_8B)
     for m in ms:
         _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), "torch bf16",
-                    rows)
+                    rows, modes)
     for model, label in _quantized(model, config, [("q", "k", "v"), ("gate", "up")] if fuse else False):
         for m in ms:
-            _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), label, rows)
+            _three_ways(model, torch.randn(m, LLAMA3_8B["hidden"], device="cuda", dtype=torch.bfloat16), label, rows,
+                        modes)
     return rows
 
 
@@ -203,12 +225,13 @@ def _forget_compiled_call(model) -> None:
 
 
 def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4", layers: int = 32,
-             modes=("eager", "compile", "reduce-overhead"), fuse: bool = False) -> list:
+             modes=MODES, fuse: bool = False) -> list:
     """Greedy tokens/s of an 8B-shaped transformers Llama (random weights), bf16 against ``quantize_(config)``;
     ``modes``: ``eager``, ``compile`` and ``reduce-overhead`` (transformers' own compile path: a static cache and a
     ``CompileConfig`` with that torch.compile mode, ``fullgraph=True``; reduce-overhead replays the decode steps as
-    CUDA graphs); ``fuse``: then also a twin with q/k/v and gate/up fused (``quantize_(..., fuse=True)``), in the
-    same run; [] (and a message) without transformers."""
+    CUDA graphs; a mode with ``+pdl``: inductor's programmatic dependent launch on, see :func:`_pdl`); ``fuse``: then
+    also a twin with q/k/v and gate/up fused (``quantize_(..., fuse=True)``), in the same run; [] (and a message)
+    without transformers."""
     try:
         import transformers
     except ImportError:
@@ -229,7 +252,8 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
     rows: list = []
 
     def run(model, label: str, mode: str):
-        compiled = mode != "eager"
+        base = mode.removesuffix("+pdl")
+        compiled = base != "eager"
         kw = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False, "pad_token_id": 0}
         if compiled:
             # transformers' own compile path: over a static cache, generate compiles the forward of the decode steps
@@ -237,13 +261,13 @@ def generate(new_tokens: int = 128, prompt: int = 32, config: str = "bf16:mxfp4"
             # static addresses, which CUDA graphs need)
             kw["cache_implementation"] = "static"
             kw["compile_config"] = transformers.CompileConfig(
-                fullgraph=True, dynamic=False, mode="reduce-overhead" if mode == "reduce-overhead" else "default")
+                fullgraph=True, dynamic=False, mode="reduce-overhead" if base == "reduce-overhead" else "default")
         try:
             if compiled:
                 torch._dynamo.reset()
                 _forget_compiled_call(model)  # compiled again for this model's modules
                 torch.cuda.empty_cache()
-            with torch.no_grad():
+            with torch.no_grad(), _pdl(mode):
                 t0 = time.perf_counter()
                 # warm-up at the timed run's own length: compiled, a static cache is sized by it (another length is
                 # another cache shape, compiled again); eager, a shorter warm-up made the first model's timed run 4x
@@ -284,7 +308,8 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=None, help="decode/generate: quantize_ config (bf16:mxfp4); train: mxfp8")
     p.add_argument("--n", type=int, default=8192, help="train: M = N = K")
     p.add_argument("--tokens", type=int, default=128, help="generate: new tokens")
-    p.add_argument("--modes", default="eager,compile,reduce-overhead", help="generate: eager, compile, reduce-overhead (comma list)")
+    p.add_argument("--modes", default="eager,compile,reduce-overhead",
+                   help="decode/generate: eager, compile, reduce-overhead, each optionally +pdl (comma list)")
     p.add_argument("--fuse", action="store_true", help="decode/generate: also q/k/v and gate/up fused (quantize_ fuse=), same run")
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
@@ -292,15 +317,15 @@ def main(argv=None) -> int:
         print("mxcore.torch.bench needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if args.what in ("decode", "all"):
-        out["decode"] = decode(tuple(args.m), args.layers, args.config or "bf16:mxfp4", fuse=args.fuse)
+        out["decode"] = decode(tuple(args.m), args.layers, args.config or "bf16:mxfp4", fuse=args.fuse, modes=modes)
     if args.what in ("train", "all"):
         out["train"] = train(args.n, args.config if args.what == "train" and args.config else "mxfp8")
     if args.what in ("generate", "all"):
         out["generate"] = generate(args.tokens, config=args.config if args.what == "generate" and args.config
                                    else "bf16:mxfp4", layers=args.layers,
-                                   modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
-                                   fuse=args.fuse)
+                                   modes=modes, fuse=args.fuse)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
